@@ -1,0 +1,145 @@
+//! What every subcommand shares: exit codes, errors, JSON lines, duration parsing and table helpers.
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Everything went well.
+pub const EXIT_OK: u8 = 0;
+/// The peer or the protocol failed (connection refused, bad frame, error reply, ...).
+pub const EXIT_PEER: u8 = 1;
+/// The command line was wrong (clap exits with 2 itself for parse errors).
+pub const EXIT_USAGE: u8 = 2;
+
+/// A subcommand failure, mapped to an exit code by [`CliError::exit_code`].
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Wrong arguments that clap could not catch (e.g. two options that exclude each other at run time).
+    #[error("usage: {0}")]
+    Usage(String),
+    /// The peer, the protocol or the input failed.
+    #[error("{0}")]
+    Peer(String),
+    /// Writing our own output failed; a closed stdout (`telemon ... | head`) is not an error.
+    #[error("output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl CliError {
+    /// Wraps any displayable protocol or I/O error as a peer error.
+    pub fn peer(e: impl std::fmt::Display) -> Self {
+        CliError::Peer(e.to_string())
+    }
+
+    /// The process exit code for this error.
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            CliError::Usage(_) => ExitCode::from(EXIT_USAGE),
+            CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(EXIT_OK),
+            CliError::Peer(_) | CliError::Output(_) => ExitCode::from(EXIT_PEER),
+        }
+    }
+}
+
+/// The result of a subcommand.
+pub type CliResult = Result<(), CliError>;
+
+/// Writes `value` as one JSON line on stdout and flushes, so that pipes see each line at once.
+pub fn print_json_line(value: &impl serde::Serialize) -> CliResult {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value).map_err(std::io::Error::from)?;
+    out.write_all(b"\n")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Writes one line of text on stdout and flushes.
+pub fn print_line(line: impl std::fmt::Display) -> CliResult {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{line}")?;
+    out.flush()?;
+    Ok(())
+}
+
+/// Parses a duration for the command line: `250ms`, `1s`, `2m`, or a bare number of seconds (`1.5`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs).map_err(|e| format!("invalid duration {s:?}: {e}"));
+    }
+    humantime::parse_duration(s).map_err(|e| format!("invalid duration {s:?}: {e}"))
+}
+
+/// Formats a byte count for people: `512 B`, `1.5 KiB`, `3.2 GiB`.
+pub fn human_bytes(n: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n;
+    let mut unit = 0;
+    while v.abs() >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{v:.0} {}", UNITS[0])
+    } else {
+        format!("{v:.1} {}", UNITS[unit])
+    }
+}
+
+/// Counts samples for `--count N`: `None` means forever.
+#[derive(Debug, Clone, Copy)]
+pub struct Countdown(Option<u64>);
+
+impl Countdown {
+    /// A countdown from `count` (`None` never finishes).
+    pub fn new(count: Option<u64>) -> Self {
+        Countdown(count)
+    }
+
+    /// Records one item; returns `true` when the count is reached and the command should stop.
+    pub fn tick(&mut self) -> bool {
+        match &mut self.0 {
+            Some(n) => {
+                *n = n.saturating_sub(1);
+                *n == 0
+            }
+            None => false,
+        }
+    }
+
+    /// Whether the count was zero to begin with (nothing at all to do).
+    pub fn is_done(&self) -> bool {
+        self.0 == Some(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("2s").unwrap(), Duration::from_secs(2));
+        assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+
+    #[test]
+    fn bytes_for_people() {
+        assert_eq!(human_bytes(512.0), "512 B");
+        assert_eq!(human_bytes(1536.0), "1.5 KiB");
+        assert_eq!(human_bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.0 GiB");
+    }
+
+    #[test]
+    fn countdown() {
+        let mut c = Countdown::new(Some(2));
+        assert!(!c.tick());
+        assert!(c.tick());
+        let mut forever = Countdown::new(None);
+        assert!(!forever.tick());
+        assert!(Countdown::new(Some(0)).is_done());
+    }
+}

@@ -1,0 +1,334 @@
+//! What every fake peer in `sims/` shares, written once.
+//!
+//! * [`init_tracing`]: one logging set-up for every sim binary (`RUST_LOG`, stderr).
+//! * [`Shutdown`]: a cancellation token; [`shutdown_on_ctrl_c`] wires it to SIGINT/SIGTERM.
+//! * [`Accept`] and [`accept_loop`]: one accept loop for TCP and Unix listeners that spawns a task per
+//!   client, keeps accepting when a handler fails, and stops on shutdown.
+//! * [`ClientWriter`]: a bounded per-client output queue drained by its own task, so that a client which
+//!   stops reading never stalls the sim or its other clients: once the queue is full the client is
+//!   reported as lagging and the caller drops it.
+//! * [`bind_unix_replacing_stale`]: create `DIR/.sockets/NAME` (folder mode 0700), replacing a stale socket.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! use sim_common::{accept_loop, ClientWriter, Shutdown};
+//! use tokio::net::TcpListener;
+//!
+//! let listener = TcpListener::bind("127.0.0.1:0").await?;
+//! let shutdown = Shutdown::new();
+//! let server = tokio::spawn(accept_loop(listener, shutdown.clone(), |stream, peer| async move {
+//!     let (_read, write) = stream.into_split();
+//!     let writer = ClientWriter::spawn(write, 64, peer);
+//!     writer.send(bytes::Bytes::from_static(b"hello\n"))?;
+//!     Ok(())
+//! }));
+//! shutdown.cancel();
+//! server.await.unwrap()?;
+//! # Ok(()) }
+//! ```
+
+use std::fmt::Display;
+use std::future::Future;
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use tokio::sync::mpsc;
+pub use tokio_util::sync::CancellationToken as Shutdown;
+
+/// Installs a `tracing` subscriber writing to stderr, filtered by `RUST_LOG` (default `info`).
+///
+/// Safe to call more than once (later calls do nothing), so tests may call it too.
+pub fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).try_init();
+}
+
+/// Returns a [`Shutdown`] token that is cancelled on Ctrl-C (SIGINT) or SIGTERM.
+pub fn shutdown_on_ctrl_c() -> Shutdown {
+    let token = Shutdown::new();
+    let trigger = token.clone();
+    tokio::spawn(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match term.as_mut() { Some(s) => { s.recv().await; } None => std::future::pending().await } } => {}
+        }
+        tracing::info!("shutting down");
+        trigger.cancel();
+    });
+    token
+}
+
+/// A listener the [`accept_loop`] can drive: TCP or Unix.
+pub trait Accept: Send + 'static {
+    /// The accepted stream.
+    type Stream: Send + 'static;
+    /// A printable peer name for logs.
+    type Peer: Display + Send + 'static;
+    /// Accepts one connection.
+    fn accept_one(&self) -> impl Future<Output = io::Result<(Self::Stream, Self::Peer)>> + Send;
+}
+
+impl Accept for TcpListener {
+    type Stream = TcpStream;
+    type Peer = std::net::SocketAddr;
+    async fn accept_one(&self) -> io::Result<(TcpStream, std::net::SocketAddr)> {
+        let (stream, peer) = self.accept().await?;
+        let _ = stream.set_nodelay(true);
+        Ok((stream, peer))
+    }
+}
+
+/// A Unix peer, named by its connection number (Unix peers are usually unnamed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnixPeer(pub u64);
+
+impl Display for UnixPeer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "unix#{}", self.0)
+    }
+}
+
+/// A [`UnixListener`] that numbers its peers for the logs.
+#[derive(Debug)]
+pub struct NumberedUnixListener {
+    listener: UnixListener,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl NumberedUnixListener {
+    /// Wraps a bound listener.
+    pub fn new(listener: UnixListener) -> Self {
+        Self { listener, next: std::sync::atomic::AtomicU64::new(1) }
+    }
+
+    /// The wrapped listener.
+    pub fn get_ref(&self) -> &UnixListener {
+        &self.listener
+    }
+}
+
+impl Accept for NumberedUnixListener {
+    type Stream = UnixStream;
+    type Peer = UnixPeer;
+    async fn accept_one(&self) -> io::Result<(UnixStream, UnixPeer)> {
+        let (stream, _) = self.listener.accept().await?;
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok((stream, UnixPeer(n)))
+    }
+}
+
+/// Accepts connections until `shutdown` is cancelled, spawning `handler` for each one.
+///
+/// A handler error is logged with the peer's name and never stops the loop; neither does a failed
+/// `accept` (for example EMFILE), after which the loop pauses briefly instead of spinning. When the loop
+/// stops, handlers still running are cancelled with it (they run under a child token they can watch via
+/// the shutdown they captured, and are aborted when the loop returns).
+pub async fn accept_loop<L, H, F, E>(listener: L, shutdown: Shutdown, handler: H) -> io::Result<()>
+where
+    L: Accept,
+    H: Fn(L::Stream, L::Peer) -> F + Send + 'static,
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+            accepted = listener.accept_one() => match accepted {
+                Ok((stream, peer)) => {
+                    tracing::info!(%peer, "client connected");
+                    let name = peer.to_string();
+                    let fut = handler(stream, peer);
+                    tasks.spawn(async move {
+                        match fut.await {
+                            Ok(()) => tracing::info!(peer = %name, "client finished"),
+                            Err(e) => tracing::warn!(peer = %name, error = %e, "client dropped"),
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    tasks.shutdown().await;
+    Ok(())
+}
+
+/// The client did not keep up: its bounded queue was full (or its writer has stopped).
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum SendError {
+    /// The queue was full: the client stopped reading or reads too slowly.
+    #[error("client {peer} lagged: {capacity} messages queued and unread")]
+    Lagged {
+        /// The client's name.
+        peer: String,
+        /// The queue's capacity.
+        capacity: usize,
+    },
+    /// The writer task has ended (the client went away or a write failed).
+    #[error("client {peer} is gone")]
+    Closed {
+        /// The client's name.
+        peer: String,
+    },
+}
+
+/// A bounded output queue for one client, drained by its own writer task.
+///
+/// [`ClientWriter::send`] never waits: when `capacity` messages are already queued the client is lagging
+/// and the send fails with [`SendError::Lagged`], so the caller can drop that client and carry on with
+/// the others. Dropping the `ClientWriter` lets the task flush what is queued and shut the stream down.
+#[derive(Debug, Clone)]
+pub struct ClientWriter {
+    tx: mpsc::Sender<Bytes>,
+    peer: String,
+}
+
+impl ClientWriter {
+    /// Spawns the writer task for `stream`, with room for `capacity` unsent messages.
+    pub fn spawn<W>(mut stream: W, capacity: usize, peer: impl Display) -> Self
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        let (tx, mut rx) = mpsc::channel::<Bytes>(capacity.max(1));
+        let peer = peer.to_string();
+        let name = peer.clone();
+        tokio::spawn(async move {
+            while let Some(buf) = rx.recv().await {
+                if let Err(e) = stream.write_all(&buf).await {
+                    tracing::debug!(peer = %name, error = %e, "write failed");
+                    return;
+                }
+            }
+            let _ = stream.shutdown().await;
+        });
+        Self { tx, peer }
+    }
+
+    /// Queues `buf` for the client without waiting.
+    pub fn send(&self, buf: Bytes) -> Result<(), SendError> {
+        self.tx.try_send(buf).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => {
+                SendError::Lagged { peer: self.peer.clone(), capacity: self.tx.max_capacity() }
+            }
+            mpsc::error::TrySendError::Closed(_) => SendError::Closed { peer: self.peer.clone() },
+        })
+    }
+
+    /// Queues `buf`, waiting for room (for replies that must not be lost, from a task that may wait).
+    pub async fn send_wait(&self, buf: Bytes) -> Result<(), SendError> {
+        self.tx.send(buf).await.map_err(|_| SendError::Closed { peer: self.peer.clone() })
+    }
+
+    /// Resolves when the writer task has ended (the client is gone or a write failed).
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    /// The client's name, as given to [`ClientWriter::spawn`].
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+}
+
+/// Binds a Unix socket at `dir/.sockets/name`, as sys161 does: the `.sockets` folder is created with
+/// mode 0700 if missing, and a stale socket left by an earlier run is unlinked first. Anything at that
+/// path that is not a socket is left alone and reported as an error.
+pub fn bind_unix_replacing_stale(dir: &Path, name: &str) -> io::Result<(UnixListener, PathBuf)> {
+    let sockets = dir.join(".sockets");
+    if !sockets.exists() {
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&sockets)?;
+    }
+    // DirBuilder's mode is subject to the umask; make it exact, as sys161's mkdir(0700) intends.
+    std::fs::set_permissions(&sockets, std::fs::Permissions::from_mode(0o700))?;
+    let path = sockets.join(name);
+    match std::fs::symlink_metadata(&path) {
+        Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(&path)?,
+        Ok(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                format!("{} exists and is not a socket", path.display()),
+            ))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    Ok((UnixListener::bind(&path)?, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn stale_socket_is_replaced_and_folder_is_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let (first, path) = bind_unix_replacing_stale(dir.path(), "meter").unwrap();
+        drop(first); // leaves the socket file behind, like a killed sys161
+        assert!(path.exists());
+        let (_second, again) = bind_unix_replacing_stale(dir.path(), "meter").unwrap();
+        assert_eq!(path, again);
+        let mode = std::fs::metadata(dir.path().join(".sockets")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[tokio::test]
+    async fn a_regular_file_is_not_clobbered() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join(".sockets")).unwrap();
+        std::fs::write(dir.path().join(".sockets/meter"), b"keep").unwrap();
+        let err = bind_unix_replacing_stale(dir.path(), "meter").unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(dir.path().join(".sockets/meter")).unwrap(), b"keep");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_reads_lags_instead_of_blocking() {
+        let (a, _b) = tokio::io::duplex(16);
+        let writer = ClientWriter::spawn(a, 2, "slow");
+        let mut lagged = false;
+        for _ in 0..64 {
+            if let Err(e) = writer.send(Bytes::from_static(b"0123456789")) {
+                assert!(matches!(e, SendError::Lagged { capacity: 2, .. }), "{e}");
+                lagged = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(lagged);
+    }
+
+    #[tokio::test]
+    async fn accept_loop_serves_clients_and_stops_on_shutdown() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = Shutdown::new();
+        let server =
+            tokio::spawn(accept_loop(listener, shutdown.clone(), |stream: TcpStream, _| async move {
+                let (_r, w) = stream.into_split();
+                let writer = ClientWriter::spawn(w, 4, "t");
+                writer.send(Bytes::from_static(b"hi"))?;
+                Ok::<_, SendError>(())
+            }));
+        for _ in 0..2 {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            let mut buf = Vec::new();
+            c.read_to_end(&mut buf).await.unwrap();
+            assert_eq!(buf, b"hi");
+        }
+        shutdown.cancel();
+        server.await.unwrap().unwrap();
+    }
+}

@@ -1,0 +1,249 @@
+//! `cargo xtask`: run the emulators, fuzz, bench and CI.
+//!
+//! * `cargo xtask sim` starts every emulator on its default address or directory, points `telemon` at
+//!   each one and shows their live output, prefixed by name, until Ctrl-C.
+//! * `cargo xtask sim NAME [-- ARGS]` runs one emulator in the foreground.
+//! * `cargo xtask fuzz [--seconds N] [TARGET]` runs cargo-fuzz on stable (`-s none`), installing it
+//!   when missing; `--replay` instead replays every seed corpus through the real fuzz binaries, without
+//!   cargo-fuzz (this is what CI does).
+//! * `cargo xtask bench [ARGS]` runs the criterion benches.
+//! * `cargo xtask ci` runs `.ci/run`.
+
+mod sims;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+
+use sims::{Sim, SIMS};
+
+#[derive(Debug, Parser)]
+#[command(name = "cargo xtask", about = "Project chores: emulators, fuzzing, benches, CI")]
+struct Cli {
+    #[command(subcommand)]
+    command: Task,
+}
+
+#[derive(Debug, Subcommand)]
+enum Task {
+    /// Run every emulator with telemon watching it, or one emulator in the foreground.
+    Sim {
+        /// Run only this emulator, in the foreground, with ARGS.
+        name: Option<String>,
+        /// Arguments for the one emulator (after `--`).
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Run cargo-fuzz on stable (`-s none`), or replay the seed corpora.
+    Fuzz {
+        /// Seconds per target.
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        /// Replay each target's corpus once through the fuzz binary (no cargo-fuzz needed).
+        #[arg(long)]
+        replay: bool,
+        /// One target (default: all of them).
+        target: Option<String>,
+    },
+    /// Run the criterion benches (extra ARGS go to `cargo bench`).
+    Bench {
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Run the CI script, `.ci/run`.
+    Ci,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let root = workspace_root();
+    std::env::set_current_dir(&root)?;
+    match cli.command {
+        Task::Sim { name: None, args } if args.is_empty() => sim_all(&root),
+        Task::Sim { name: None, .. } => bail!("name one emulator to pass it arguments: {}", names()),
+        Task::Sim { name: Some(name), args } => sim_one(&name, &args),
+        Task::Fuzz { seconds, replay, target } => fuzz(&root, seconds, replay, target.as_deref()),
+        Task::Bench { args } => run(Command::new(cargo()).args(["bench", "--workspace"]).args(&args)),
+        Task::Ci => run(Command::new("bash").arg(".ci/run")),
+    }
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".into())
+}
+
+fn names() -> String {
+    SIMS.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    let status = cmd.status().with_context(|| format!("running {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn find_sim(name: &str) -> Result<&'static Sim> {
+    SIMS.iter().find(|s| s.name == name).with_context(|| format!("no emulator {name:?}; known: {}", names()))
+}
+
+fn build(packages: &[&str]) -> Result<()> {
+    let mut cmd = Command::new(cargo());
+    cmd.args(["build", "--quiet"]);
+    for p in packages {
+        cmd.args(["--package", p]);
+    }
+    run(&mut cmd)
+}
+
+fn binary(root: &Path, bin: &str) -> PathBuf {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    target.join("debug").join(bin)
+}
+
+fn sim_one(name: &str, args: &[String]) -> Result<()> {
+    let sim = find_sim(name)?;
+    run(Command::new(cargo())
+        .args(["run", "--quiet", "--package", sim.package, "--bin", sim.bin, "--"])
+        .args(args))
+}
+
+/// Starts every emulator and a telemon per emulator, and relays their output until Ctrl-C.
+fn sim_all(root: &Path) -> Result<()> {
+    if SIMS.is_empty() {
+        bail!("no emulators yet");
+    }
+    let mut packages: Vec<&str> = SIMS.iter().map(|s| s.package).collect();
+    packages.push("telemon");
+    build(&packages)?;
+
+    let children: Arc<Mutex<Vec<Child>>> = Arc::default();
+    {
+        let children = Arc::clone(&children);
+        ctrlc::set_handler(move || {
+            for child in children.lock().unwrap().iter_mut() {
+                let _ = child.kill();
+            }
+        })?;
+    }
+    let mut relays = Vec::new();
+    for sim in SIMS {
+        let mut emulator = Command::new(binary(root, sim.bin));
+        emulator.args(sim.args);
+        relays.extend(spawn_relayed(&children, &format!("{}-sim", sim.name), &mut emulator)?);
+        let mut watcher = Command::new(binary(root, "telemon"));
+        watcher.args(sim.telemon);
+        relays.extend(spawn_relayed(&children, sim.name, &mut watcher)?);
+    }
+    eprintln!("[xtask] running {}; Ctrl-C stops everything", names());
+    for relay in relays {
+        let _ = relay.join();
+    }
+    for child in children.lock().unwrap().iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    Ok(())
+}
+
+/// Spawns `cmd` and relays each line of its stdout and stderr with a `[prefix]`.
+fn spawn_relayed(
+    children: &Arc<Mutex<Vec<Child>>>,
+    prefix: &str,
+    cmd: &mut Command,
+) -> Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {cmd:?}"))?;
+    let out = child.stdout.take().expect("piped");
+    let err = child.stderr.take().expect("piped");
+    children.lock().unwrap().push(child);
+    Ok(vec![relay(prefix.to_string(), out), relay(prefix.to_string(), err)])
+}
+
+fn relay(prefix: String, stream: impl Read + Send + 'static) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines() {
+            match line {
+                Ok(line) => println!("[{prefix}] {line}"),
+                Err(_) => break,
+            }
+        }
+    })
+}
+
+fn fuzz_targets(root: &Path) -> Result<Vec<String>> {
+    let mut targets = Vec::new();
+    for entry in std::fs::read_dir(root.join("fuzz/fuzz_targets"))? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            targets.push(path.file_stem().unwrap().to_string_lossy().into_owned());
+        }
+    }
+    targets.sort();
+    Ok(targets)
+}
+
+fn fuzz(root: &Path, seconds: u64, replay: bool, only: Option<&str>) -> Result<()> {
+    let all = fuzz_targets(root)?;
+    let targets: Vec<String> = match only {
+        Some(t) if all.iter().any(|a| a == t) => vec![t.to_string()],
+        Some(t) => bail!("no fuzz target {t:?}; known: {}", all.join(", ")),
+        None => all,
+    };
+    if replay {
+        return replay_corpora(root, &targets);
+    }
+    let has_cargo_fuzz = Command::new(cargo())
+        .args(["fuzz", "--version"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !has_cargo_fuzz.is_ok_and(|s| s.success()) {
+        eprintln!("[xtask] installing cargo-fuzz");
+        run(Command::new(cargo()).args(["install", "cargo-fuzz", "--locked"]))?;
+    }
+    for target in &targets {
+        eprintln!("[xtask] fuzzing {target} for {seconds}s");
+        run(Command::new(cargo()).current_dir(root.join("fuzz")).args([
+            "fuzz",
+            "run",
+            target,
+            "-s",
+            "none",
+            "--",
+            &format!("-max_total_time={seconds}"),
+        ]))?;
+    }
+    Ok(())
+}
+
+/// Runs each target's seed corpus once through the fuzz binary itself (libFuzzer with `-runs=0`
+/// executes every corpus input and exits), built with plain cargo on stable.
+fn replay_corpora(root: &Path, targets: &[String]) -> Result<()> {
+    let fuzz_dir = root.join("fuzz");
+    run(Command::new(cargo()).current_dir(&fuzz_dir).args(["build", "--release", "--quiet", "--bins"]))?;
+    for target in targets {
+        let corpus = fuzz_dir.join("corpus").join(target);
+        if !corpus.is_dir() {
+            bail!("fuzz target {target} has no seed corpus at {}", corpus.display());
+        }
+        let inputs = std::fs::read_dir(&corpus)?.count();
+        eprintln!("[xtask] replaying {inputs} inputs through {target}");
+        run(Command::new(fuzz_dir.join("target/release").join(target)).arg(&corpus).arg("-runs=0"))?;
+    }
+    Ok(())
+}
