@@ -243,7 +243,13 @@ fn replay_corpora(root: &Path, targets: &[String]) -> Result<()> {
         }
         let inputs = std::fs::read_dir(&corpus)?.count();
         eprintln!("[xtask] replaying {inputs} inputs through {target}");
-        run(Command::new(fuzz_dir.join("target/release").join(target)).arg(&corpus).arg("-runs=0"))?;
+        // A crashing input is written under fuzz/artifacts/ (git-ignored), not into the work tree.
+        let artifacts = fuzz_dir.join("artifacts").join(target);
+        std::fs::create_dir_all(&artifacts)?;
+        run(Command::new(fuzz_dir.join("target/release").join(target))
+            .arg(&corpus)
+            .arg("-runs=0")
+            .arg(format!("-artifact_prefix={}/", artifacts.display())))?;
     }
     Ok(())
 }
