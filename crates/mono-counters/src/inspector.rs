@@ -1,0 +1,342 @@
+//! The inspector: a TCP server that Mono agents connect to, one [`Session`] per agent.
+//!
+//! A session runs one reader task that decodes everything the agent sends. Samples update the
+//! [`CounterTable`] (samples are deltas) and are handed out by [`Session::next_sample`]; responses are
+//! matched to the requests waiting for them, first in first out per kind, since the protocol has no
+//! request ids. Requests can be made from any task through a [`SessionHandle`].
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, ToSocketAddrs};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+use crate::codec::{InspectorCodec, Limits};
+use crate::error::Error;
+use crate::message::*;
+use crate::table::CounterTable;
+
+/// How an inspector talks to its agents.
+#[derive(Debug, Clone)]
+pub struct InspectorConfig {
+    /// Decoder limits.
+    pub limits: Limits,
+    /// The request numbering to send (the real agent's by default).
+    pub opcodes: RequestOpcodes,
+    /// How long `list`, `add` and `remove` wait for their response.
+    pub request_timeout: Duration,
+    /// How long a new connection may take to send Hello.
+    pub hello_timeout: Duration,
+    /// Samples buffered for [`Session::next_sample`]; when the reader falls further behind, samples
+    /// are counted in [`SampleUpdate::missed`] instead (the table stays exact).
+    pub sample_queue: usize,
+}
+
+impl Default for InspectorConfig {
+    fn default() -> Self {
+        InspectorConfig {
+            limits: Limits::default(),
+            opcodes: RequestOpcodes::Agent,
+            request_timeout: Duration::from_secs(5),
+            hello_timeout: Duration::from_secs(10),
+            sample_queue: 1024,
+        }
+    }
+}
+
+/// One decoded sample and the full state after it.
+#[derive(Debug, Clone)]
+pub struct SampleUpdate {
+    /// The sample's timestamp (100 ns ticks, relative).
+    pub timestamp: i64,
+    /// The indexes whose value this sample carried.
+    pub changed: Vec<i16>,
+    /// Every counter with its latest value, after this sample.
+    pub table: Arc<CounterTable>,
+    /// Samples applied to the table but not handed out, because the consumer fell behind.
+    pub missed: u64,
+}
+
+/// A TCP server for Mono agents (`address=host:port` on the agent side).
+#[derive(Debug)]
+pub struct Inspector {
+    listener: TcpListener,
+    config: InspectorConfig,
+}
+
+impl Inspector {
+    /// Listens on `addr`.
+    pub async fn bind(addr: impl ToSocketAddrs, config: InspectorConfig) -> io::Result<Self> {
+        Ok(Inspector { listener: TcpListener::bind(addr).await?, config })
+    }
+
+    /// Uses a bound listener.
+    pub fn from_listener(listener: TcpListener, config: InspectorConfig) -> Self {
+        Inspector { listener, config }
+    }
+
+    /// The address agents connect to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Waits for the next agent and its Hello.
+    pub async fn accept(&self) -> Result<(Session, SocketAddr), Error> {
+        let (stream, peer) = self.listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        Ok((Session::start(stream, self.config.clone()).await?, peer))
+    }
+}
+
+type Writer = FramedWrite<Pin<Box<dyn AsyncWrite + Send>>, InspectorCodec>;
+
+#[derive(Default)]
+struct Pending {
+    closed: bool,
+    list: VecDeque<oneshot::Sender<Vec<CounterName>>>,
+    add: VecDeque<oneshot::Sender<AddResponse>>,
+    remove: VecDeque<(i16, oneshot::Sender<Status>)>,
+}
+
+struct Shared {
+    pending: Mutex<Pending>,
+    writer: tokio::sync::Mutex<Writer>,
+    timeout: Duration,
+}
+
+/// One connected agent: its Hello, its samples, and requests to it.
+pub struct Session {
+    hello: Hello,
+    handle: SessionHandle,
+    samples: mpsc::Receiver<Result<SampleUpdate, Error>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session").field("hello", &self.hello).finish_non_exhaustive()
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Makes requests to an agent; cheap to clone, usable from any task while the [`Session`] lives.
+#[derive(Clone)]
+pub struct SessionHandle {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SessionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHandle").finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// Runs the inspector side over any connected stream (TCP, a pipe in tests): reads the Hello, then
+    /// starts the reader task.
+    pub async fn start<S>(stream: S, config: InspectorConfig) -> Result<Session, Error>
+    where
+        S: AsyncRead + AsyncWrite + Send + 'static,
+    {
+        let (read, write) = tokio::io::split(stream);
+        let codec = InspectorCodec::new(config.limits).with_opcodes(config.opcodes);
+        let mut framed = FramedRead::new(read, codec.clone());
+        let first = tokio::time::timeout(config.hello_timeout, framed.next())
+            .await
+            .map_err(|_| Error::Timeout { request: "hello", after: config.hello_timeout })?;
+        let hello = match first {
+            Some(Ok(AgentMessage::Hello(hello))) => hello,
+            Some(Ok(other)) => return Err(Error::ExpectedHello(other.kind())),
+            Some(Err(e)) => return Err(e),
+            None => return Err(Error::Closed { request: "hello" }),
+        };
+        let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(write);
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            writer: tokio::sync::Mutex::new(FramedWrite::new(writer, codec)),
+            timeout: config.request_timeout,
+        });
+        let (tx, samples) = mpsc::channel(config.sample_queue.max(1));
+        let table = Arc::new(CounterTable::from_hello(&hello));
+        let reader = tokio::spawn(read_loop(framed, Arc::clone(&shared), table, tx));
+        Ok(Session { hello, handle: SessionHandle { shared }, samples, reader })
+    }
+
+    /// The agent's Hello.
+    pub fn hello(&self) -> &Hello {
+        &self.hello
+    }
+
+    /// A handle for requests from other tasks.
+    pub fn handle(&self) -> SessionHandle {
+        self.handle.clone()
+    }
+
+    /// The next sample; `Ok(None)` once the agent has closed the connection.
+    pub async fn next_sample(&mut self) -> Result<Option<SampleUpdate>, Error> {
+        self.samples.recv().await.transpose()
+    }
+
+    /// See [`SessionHandle::list`].
+    pub async fn list(&self) -> Result<Vec<CounterName>, Error> {
+        self.handle.list().await
+    }
+
+    /// See [`SessionHandle::add`].
+    pub async fn add(&self, counter: CounterName) -> Result<AddResponse, Error> {
+        self.handle.add(counter).await
+    }
+
+    /// See [`SessionHandle::remove`].
+    pub async fn remove(&self, index: i16) -> Result<Status, Error> {
+        self.handle.remove(index).await
+    }
+
+    /// See [`SessionHandle::goodbye`].
+    pub async fn goodbye(&self) -> Result<(), Error> {
+        self.handle.goodbye().await
+    }
+}
+
+impl SessionHandle {
+    /// Asks for every counter the agent can sample.
+    pub async fn list(&self) -> Result<Vec<CounterName>, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.request("list", InspectorMessage::List, |p| p.list.push_back(tx), rx).await
+    }
+
+    /// Asks the agent to sample one more counter. On OK the new counter appears in later samples.
+    ///
+    /// A duplicate is answered [`AddResponse::Existing`] by some agents, while the real agent closes the
+    /// connection instead, which this reports as [`Error::Closed`].
+    pub async fn add(&self, counter: CounterName) -> Result<AddResponse, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.request("add", InspectorMessage::Add(counter), |p| p.add.push_back(tx), rx).await
+    }
+
+    /// Asks the agent to stop sampling `index`; a negative index removes every counter.
+    pub async fn remove(&self, index: i16) -> Result<Status, Error> {
+        let (tx, rx) = oneshot::channel();
+        self.request("remove", InspectorMessage::Remove(index), |p| p.remove.push_back((index, tx)), rx).await
+    }
+
+    /// Sends Good Bye and closes our side; the agent closes without replying.
+    pub async fn goodbye(&self) -> Result<(), Error> {
+        let mut writer = self.shared.writer.lock().await;
+        writer.send(InspectorMessage::GoodBye).await?;
+        writer.get_mut().shutdown().await?;
+        Ok(())
+    }
+
+    /// Sends a message that expects no response (Good Bye, or an unknown command byte in tests).
+    pub async fn send(&self, msg: InspectorMessage) -> Result<(), Error> {
+        self.shared.writer.lock().await.send(msg).await
+    }
+
+    async fn request<T>(
+        &self,
+        request: &'static str,
+        msg: InspectorMessage,
+        enqueue: impl FnOnce(&mut Pending),
+        rx: oneshot::Receiver<T>,
+    ) -> Result<T, Error> {
+        {
+            // Holding the writer while enqueueing keeps the queue in the order requests hit the wire.
+            let mut writer = self.shared.writer.lock().await;
+            {
+                let mut pending = self.shared.pending.lock().unwrap_or_else(|e| e.into_inner());
+                if pending.closed {
+                    return Err(Error::Closed { request });
+                }
+                enqueue(&mut pending);
+            }
+            writer.send(msg).await?;
+        }
+        let after = self.shared.timeout;
+        // On timeout the queue slot stays: a late response must still line up with its request.
+        match tokio::time::timeout(after, rx).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(_)) => Err(Error::Closed { request }),
+            Err(_) => Err(Error::Timeout { request, after }),
+        }
+    }
+}
+
+async fn read_loop<R: AsyncRead + Unpin>(
+    mut framed: FramedRead<R, InspectorCodec>,
+    shared: Arc<Shared>,
+    mut table: Arc<CounterTable>,
+    samples: mpsc::Sender<Result<SampleUpdate, Error>>,
+) {
+    let mut missed = 0u64;
+    let failure = loop {
+        let msg = match framed.next().await {
+            None => break None,
+            Some(Err(e)) => break Some(e),
+            Some(Ok(msg)) => msg,
+        };
+        let mut pending = shared.pending.lock().unwrap_or_else(|e| e.into_inner());
+        match msg {
+            AgentMessage::Sampling(sample) => {
+                drop(pending);
+                let changed = Arc::make_mut(&mut table).apply(&sample);
+                let update =
+                    SampleUpdate { timestamp: sample.timestamp, changed, table: Arc::clone(&table), missed };
+                match samples.try_send(Ok(update)) {
+                    Ok(()) => missed = 0,
+                    Err(mpsc::error::TrySendError::Full(_)) => missed += 1,
+                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                }
+            }
+            AgentMessage::List(entries) => match pending.list.pop_front() {
+                Some(tx) => {
+                    let _ = tx.send(entries);
+                }
+                None => tracing::warn!("list response nobody asked for"),
+            },
+            AgentMessage::Add(response) => {
+                if let AddResponse::Ok(header) = &response {
+                    Arc::make_mut(&mut table).insert(header.clone());
+                }
+                match pending.add.pop_front() {
+                    Some(tx) => {
+                        let _ = tx.send(response);
+                    }
+                    None => tracing::warn!("add response nobody asked for"),
+                }
+            }
+            AgentMessage::Remove(status) => match pending.remove.pop_front() {
+                Some((index, tx)) => {
+                    if status == Status::Ok {
+                        Arc::make_mut(&mut table).remove(index);
+                    }
+                    let _ = tx.send(status);
+                }
+                None => tracing::warn!("remove response nobody asked for"),
+            },
+            AgentMessage::Hello(hello) => {
+                tracing::warn!("agent sent Hello again; starting over with its counters");
+                table = Arc::new(CounterTable::from_hello(&hello));
+            }
+        }
+    };
+    {
+        let mut pending = shared.pending.lock().unwrap_or_else(|e| e.into_inner());
+        *pending = Pending { closed: true, ..Pending::default() };
+    }
+    if let Some(e) = failure {
+        let _ = samples.send(Err(e)).await;
+    }
+}

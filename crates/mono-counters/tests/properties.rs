@@ -1,0 +1,208 @@
+//! Property tests: round-trips in both directions, and no panic on arbitrary bytes at any split point.
+
+use bytes::BytesMut;
+use mono_counters::*;
+use proptest::prelude::*;
+
+fn raw_i32() -> impl Strategy<Value = i32> {
+    prop_oneof![0..10i32, any::<i32>()]
+}
+
+fn header(index: i16) -> impl Strategy<Value = Header> {
+    (raw_i32(), "[a-zA-Z0-9 :éü]{0,24}", 0..5i32, raw_i32(), raw_i32()).prop_map(
+        move |(category, name, kind, unit, variance)| Header {
+            category: Category::from_raw(category),
+            name,
+            kind: CounterType::from_raw(kind),
+            unit: Unit::from_raw(unit),
+            variance: Variance::from_raw(variance),
+            index,
+        },
+    )
+}
+
+fn hello() -> impl Strategy<Value = Hello> {
+    (0..12usize).prop_flat_map(|n| {
+        (0..n as i16).map(header).collect::<Vec<_>>().prop_map(|headers| Hello { version: 1, headers })
+    })
+}
+
+fn value_for(kind: CounterType) -> BoxedStrategy<ValueData> {
+    match kind {
+        CounterType::Int => any::<i32>().prop_map(|v| CounterValue::Int(v).into()).boxed(),
+        CounterType::Long => any::<i64>().prop_map(|v| CounterValue::Long(v).into()).boxed(),
+        CounterType::Word => prop_oneof![
+            any::<i32>().prop_map(|v| CounterValue::Word32(v).into()),
+            any::<i64>().prop_map(|v| CounterValue::Word64(v).into()),
+        ]
+        .boxed(),
+        CounterType::Double => any::<f64>()
+            .prop_filter("NaN != NaN", |v| !v.is_nan())
+            .prop_map(|v| CounterValue::Double(v).into())
+            .boxed(),
+        _ => proptest::collection::vec(any::<u8>(), 0..12).prop_map(ValueData::Raw).boxed(),
+    }
+}
+
+/// A Hello followed by samples of its counters (any subset, in any order, repeats allowed).
+fn session() -> impl Strategy<Value = (Hello, Vec<Sample>)> {
+    hello().prop_flat_map(|hello| {
+        let headers = hello.headers.clone();
+        let sample = (
+            any::<i64>(),
+            proptest::collection::vec(
+                if headers.is_empty() {
+                    Just(None).boxed()
+                } else {
+                    proptest::sample::select(headers.clone()).prop_map(Some).boxed()
+                },
+                0..8,
+            ),
+        )
+            .prop_flat_map(|(timestamp, picks)| {
+                let values: Vec<_> = picks
+                    .into_iter()
+                    .flatten()
+                    .map(|h| value_for(h.kind).prop_map(move |data| SampleValue { index: h.index, data }))
+                    .collect();
+                values.prop_map(move |values| Sample { timestamp, values })
+            });
+        (Just(hello), proptest::collection::vec(sample, 0..6))
+    })
+}
+
+fn counter_name() -> impl Strategy<Value = CounterName> {
+    ("[ -~]{0,20}", "\\PC{0,12}").prop_map(|(c, n)| CounterName::new(c, n))
+}
+
+fn other_response() -> impl Strategy<Value = AgentMessage> {
+    prop_oneof![
+        proptest::collection::vec(counter_name(), 0..10).prop_map(AgentMessage::List),
+        Just(AgentMessage::Add(AddResponse::NotFound)),
+        Just(AgentMessage::Add(AddResponse::Existing)),
+        Just(AgentMessage::Add(AddResponse::Nok)),
+        prop_oneof![Just(Status::Ok), Just(Status::Nok), Just(Status::NotFound), Just(Status::Existing)]
+            .prop_map(AgentMessage::Remove),
+    ]
+}
+
+fn request(opcodes: RequestOpcodes) -> impl Strategy<Value = InspectorMessage> {
+    let known = [opcodes.list(), opcodes.add(), opcodes.remove(), 127];
+    prop_oneof![
+        Just(InspectorMessage::List),
+        counter_name().prop_map(InspectorMessage::Add),
+        any::<i16>().prop_map(InspectorMessage::Remove),
+        Just(InspectorMessage::GoodBye),
+        any::<u8>()
+            .prop_filter("unknown byte", move |b| !known.contains(b))
+            .prop_map(InspectorMessage::Unknown),
+    ]
+}
+
+fn decode_all(codec: &mut InspectorCodec, bytes: &[u8]) -> Vec<AgentMessage> {
+    let mut buf = BytesMut::from(bytes);
+    let mut out = Vec::new();
+    while let Some(m) = codec.decode_message(&mut buf).expect("valid stream") {
+        out.push(m);
+    }
+    assert!(buf.is_empty());
+    out
+}
+
+proptest! {
+    #[test]
+    fn agent_messages_round_trip((hello, samples) in session(), extra in proptest::collection::vec(other_response(), 0..4)) {
+        let mut messages = vec![AgentMessage::Hello(hello)];
+        messages.extend(extra);
+        messages.extend(samples.into_iter().map(AgentMessage::Sampling));
+        let mut wire = BytesMut::new();
+        for m in &messages {
+            encode_agent_message(m, &mut wire).unwrap();
+        }
+        prop_assert_eq!(decode_all(&mut InspectorCodec::default(), &wire), messages);
+    }
+
+    #[test]
+    fn add_ok_round_trips(h in header(3)) {
+        let msg = AgentMessage::Add(AddResponse::Ok(h));
+        let mut wire = BytesMut::new();
+        encode_agent_message(&msg, &mut wire).unwrap();
+        prop_assert_eq!(decode_all(&mut InspectorCodec::default(), &wire), vec![msg]);
+    }
+
+    #[test]
+    fn agent_requests_round_trip(requests in proptest::collection::vec(request(RequestOpcodes::Agent), 0..10)) {
+        let mut wire = BytesMut::new();
+        for r in &requests {
+            encode_inspector_message(r, RequestOpcodes::Agent, &mut wire).unwrap();
+        }
+        let codec = AgentCodec::default();
+        let mut decoded = Vec::new();
+        while let Some(r) = codec.decode_message(&mut wire).unwrap() {
+            decoded.push(r);
+        }
+        prop_assert_eq!(decoded, requests);
+    }
+
+    #[test]
+    fn gist_requests_round_trip(requests in proptest::collection::vec(request(RequestOpcodes::Gist), 0..10)) {
+        let mut wire = BytesMut::new();
+        for r in &requests {
+            encode_inspector_message(r, RequestOpcodes::Gist, &mut wire).unwrap();
+        }
+        let codec = AgentCodec::new(Limits::default(), RequestOpcodes::Gist);
+        let mut decoded = Vec::new();
+        while let Some(r) = codec.decode_message(&mut wire).unwrap() {
+            decoded.push(r);
+        }
+        prop_assert_eq!(decoded, requests);
+    }
+
+    #[test]
+    fn any_valid_stream_cut_anywhere_needs_more_data((hello, samples) in session(), cut in any::<prop::sample::Index>()) {
+        let mut wire = BytesMut::new();
+        encode_agent_message(&AgentMessage::Hello(hello), &mut wire).unwrap();
+        for s in &samples {
+            encode_sample(s, &mut wire).unwrap();
+        }
+        let cut = cut.index(wire.len() + 1);
+        let mut codec = InspectorCodec::default();
+        let mut buf = BytesMut::from(&wire[..cut]);
+        let mut whole = 0;
+        while let Some(_m) = codec.decode_message(&mut buf).expect("a prefix of a valid stream is never an error") {
+            whole += 1;
+        }
+        prop_assert!(whole <= samples.len() + 1);
+        // The remainder completes it exactly.
+        buf.extend_from_slice(&wire[cut..]);
+        while codec.decode_message(&mut buf).unwrap().is_some() {
+            whole += 1;
+        }
+        prop_assert_eq!(whole, samples.len() + 1);
+    }
+
+    #[test]
+    fn arbitrary_agent_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512), split in any::<prop::sample::Index>()) {
+        mono_counters::fuzz::agent_stream_split(&data, split.index(data.len() + 1));
+    }
+
+    #[test]
+    fn arbitrary_agent_bytes_after_a_hello_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..256), split in any::<prop::sample::Index>()) {
+        // A valid Hello first, so the sample decoder has counters of every type to look up.
+        let headers = (0..5).map(|i| Header {
+            category: Category::Jit, name: "n".into(), kind: CounterType::from_raw(i as i32), unit: Unit::None,
+            variance: Variance::Variable, index: i,
+        }).collect();
+        let mut data = BytesMut::new();
+        encode_agent_message(&AgentMessage::Hello(Hello { version: 1, headers }), &mut data).unwrap();
+        data.extend_from_slice(&[4]);
+        data.extend_from_slice(&tail);
+        let split = split.index(data.len() + 1);
+        mono_counters::fuzz::agent_stream_split(&data, split);
+    }
+
+    #[test]
+    fn arbitrary_inspector_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+        mono_counters::fuzz::inspector_stream(&data);
+    }
+}

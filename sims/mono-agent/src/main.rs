@@ -1,0 +1,103 @@
+//! `mono-agent-sim`: a fake Mono counters agent (see the library docs).
+
+use std::time::Duration;
+
+use clap::Parser;
+use mono_agent_sim::{parse_address, AgentConfig, DuplicateAdd, ValueMode};
+use mono_counters::{CounterName, RequestOpcodes};
+
+/// A fake Mono counters agent: connects to an inspector (or writes a file) and streams counters.
+#[derive(Debug, Parser)]
+#[command(name = "mono-agent-sim", version)]
+struct Args {
+    /// The real agent's option string, e.g. "address=127.0.0.1:8888,counters=Mono JIT/Compiled methods,interval=1000"
+    /// (without interval= the agent samples continuously, like the real one). Flags below override it.
+    #[arg(long)]
+    options: Option<String>,
+    /// HOST:PORT, tcp://HOST:PORT or file://PATH (numeric IPv4 only).
+    #[arg(long)]
+    address: Option<String>,
+    /// Counters sampled from the start: "Category/Name;Category/Name".
+    #[arg(long)]
+    counters: Option<String>,
+    /// Milliseconds between samples (0: continuously). Default 1000, or the --options value.
+    #[arg(long)]
+    interval: Option<u64>,
+    /// WORD counter size: 4 (32-bit agent) or 8.
+    #[arg(long, default_value_t = 8, value_parser = parse_word_size)]
+    word_size: u8,
+    /// Understand the gist's request opcodes (List 1, Add 2, Remove 3).
+    #[arg(long)]
+    gist_opcodes: bool,
+    /// Close the connection on a duplicate Add, like the real agent (default: answer EXISTING).
+    #[arg(long)]
+    drop_on_duplicate_add: bool,
+    /// Constant values instead of live /proc/self figures.
+    #[arg(long)]
+    fixed_values: bool,
+    /// Stop after N samples per connection (or file).
+    #[arg(long)]
+    samples: Option<u64>,
+    /// Stop when the connection ends instead of reconnecting (the real agent's behaviour).
+    #[arg(long)]
+    no_reconnect: bool,
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    sim_common::init_tracing();
+    let args = Args::parse();
+    match configure(args) {
+        Ok(config) => {
+            tracing::info!(destination = ?config.destination, interval = ?config.interval, "mono agent starting");
+            match mono_agent_sim::run(config, sim_common::shutdown_on_ctrl_c()).await {
+                Ok(()) => std::process::ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("mono-agent-sim: {e}");
+                    std::process::ExitCode::FAILURE
+                }
+            }
+        }
+        Err(e) => {
+            eprintln!("mono-agent-sim: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
+}
+
+fn configure(args: Args) -> Result<AgentConfig, mono_agent_sim::ConfigError> {
+    let mut config = match &args.options {
+        Some(options) => AgentConfig::from_options(options)?,
+        None => AgentConfig { interval: Duration::from_millis(1000), ..AgentConfig::default() },
+    };
+    if let Some(address) = &args.address {
+        config.destination = parse_address(address)?;
+    }
+    if let Some(counters) = &args.counters {
+        config.counters = counters.split(';').filter_map(|c| CounterName::parse(c.trim())).collect();
+    }
+    if let Some(ms) = args.interval {
+        config.interval = Duration::from_millis(ms);
+    }
+    config.word_size = args.word_size;
+    if args.gist_opcodes {
+        config.opcodes = RequestOpcodes::Gist;
+    }
+    if args.drop_on_duplicate_add {
+        config.duplicate_add = DuplicateAdd::DropConnection;
+    }
+    if args.fixed_values {
+        config.values = ValueMode::Fixed;
+    }
+    config.max_samples = args.samples;
+    config.reconnect = !args.no_reconnect;
+    Ok(config)
+}
+
+fn parse_word_size(s: &str) -> Result<u8, String> {
+    match s {
+        "4" => Ok(4),
+        "8" => Ok(8),
+        _ => Err(format!("word size must be 4 or 8, not {s:?}")),
+    }
+}
