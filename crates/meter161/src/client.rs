@@ -1,0 +1,290 @@
+//! The async client: one connection ([`Client`]) or a watch that waits for the socket and reconnects,
+//! as stat161 does ([`watch`]).
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use futures::{SinkExt, Stream, StreamExt};
+use tokio::net::UnixStream;
+use tokio_util::codec::Framed;
+
+use crate::codec::{ClientCodec, IntervalRange};
+use crate::error::{ClientError, ProtocolError};
+use crate::message::{duration_to_ns, ClientMessage, DEFAULT_MAX_FIELDS, DEFAULT_MAX_LINE, SOCKET_PATH};
+use crate::session::{Header, Sample, Session, Update};
+
+/// The meter socket of a simulator running in `dir`: `dir/.sockets/meter`.
+pub fn socket_path(dir: impl AsRef<Path>) -> PathBuf {
+    dir.as_ref().join(SOCKET_PATH)
+}
+
+/// How a client connects.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// The interval to ask for right after connecting (before `HELLO`, like stat161); `None` keeps the
+    /// server's default (0.2 s).
+    pub interval: Option<Duration>,
+    /// How long to wait for `HELLO`/`HEAD` after connecting.
+    pub handshake_timeout: Duration,
+    /// The longest line accepted, in bytes before the LF.
+    pub max_line: usize,
+    /// The most words accepted after a line's keyword.
+    pub max_fields: usize,
+    /// For [`watch`]: wait for the socket and reconnect after a disconnect.
+    pub reconnect: bool,
+    /// For [`watch`]: the pause before trying again when no simulator is there (stat161: 1 s).
+    pub retry_delay: Duration,
+    /// For [`watch`]: the pause after any other failure (stat161: 5 s).
+    pub error_retry_delay: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            interval: None,
+            handshake_timeout: Duration::from_secs(5),
+            max_line: DEFAULT_MAX_LINE,
+            max_fields: DEFAULT_MAX_FIELDS,
+            reconnect: true,
+            retry_delay: Duration::from_secs(1),
+            error_retry_delay: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Checks an interval against sys161's range and converts it to nanoseconds.
+pub fn interval_ns(interval: Duration) -> Result<u64, ClientError> {
+    let ns = duration_to_ns(interval);
+    let range = IntervalRange::SYS161;
+    if !range.contains(ns) {
+        return Err(ClientError::IntervalOutOfRange { ns, min: range.min, max: range.max });
+    }
+    Ok(ns)
+}
+
+/// One connection to the meter socket: the handshake's header, then a [`Stream`] of [`Sample`]s.
+///
+/// Per-line problems (a `DATA` row with the wrong field count, an unknown line, a `BAD` reply) are
+/// `Err` items and the stream goes on; after a fatal one ([`ClientError::is_fatal`]) or at EOF it
+/// ends. Keep polling it: a reader that stalls freezes the real sys161 for every client.
+#[derive(Debug)]
+pub struct Client {
+    framed: Framed<UnixStream, ClientCodec>,
+    session: Session,
+    header: Arc<Header>,
+    pending: VecDeque<Result<Sample, ClientError>>,
+    done: bool,
+}
+
+impl Client {
+    /// Connects to the simulator running in `dir` (its socket `dir/.sockets/meter`).
+    pub async fn connect(dir: impl AsRef<Path>, config: &Config) -> Result<Client, ClientError> {
+        Self::connect_path(socket_path(dir), config).await
+    }
+
+    /// Connects to the meter socket at `path`, asks for `config.interval` and reads the handshake.
+    ///
+    /// Fails with [`ProtocolError::UnsupportedVersion`] for any `HELLO` other than 2.
+    pub async fn connect_path(path: impl AsRef<Path>, config: &Config) -> Result<Client, ClientError> {
+        let path = path.as_ref();
+        let interval = config.interval.map(interval_ns).transpose()?;
+        let stream = UnixStream::connect(path)
+            .await
+            .map_err(|source| ClientError::Connect { path: path.to_path_buf(), source })?;
+        let mut framed = Framed::new(stream, ClientCodec::new(config.max_line, config.max_fields));
+        if let Some(ns) = interval {
+            framed.send(ClientMessage::Interval(ns)).await?;
+        }
+        let mut client = Client {
+            framed,
+            session: Session::new(),
+            header: Arc::new(Header::new(Vec::new())),
+            pending: VecDeque::new(),
+            done: false,
+        };
+        let deadline = tokio::time::Instant::now() + config.handshake_timeout;
+        match tokio::time::timeout_at(deadline, client.read_head()).await {
+            Ok(result) => result?,
+            Err(_) => return Err(ClientError::HandshakeTimeout(config.handshake_timeout)),
+        }
+        // sys161 sends WIDTH right after HEAD: take it into the header if it is next. Anything else is
+        // kept for the stream.
+        if let Ok(Some(next)) = tokio::time::timeout_at(deadline, client.next_message()).await {
+            match next {
+                Ok(Some(Update::Header(header))) => client.header = header,
+                Ok(Some(Update::Sample(sample))) => client.pending.push_back(Ok(sample)),
+                Ok(None) => {}
+                Err(e) => client.pending.push_back(Err(e)),
+            }
+        }
+        Ok(client)
+    }
+
+    /// Reads until `HEAD`. Per-line problems before it are kept for the stream; fatal ones fail.
+    async fn read_head(&mut self) -> Result<(), ClientError> {
+        loop {
+            match self.next_message().await {
+                None => return Err(ClientError::HandshakeEof),
+                Some(Ok(Some(Update::Header(header)))) => {
+                    self.header = header;
+                    return Ok(());
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) if e.is_fatal() => return Err(e),
+                Some(Err(e)) => self.pending.push_back(Err(e)),
+            }
+        }
+    }
+
+    /// The next message, applied to the session. `None` at EOF.
+    async fn next_message(&mut self) -> Option<Result<Option<Update>, ClientError>> {
+        std::future::poll_fn(|cx| self.poll_message(cx)).await
+    }
+
+    fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Option<Update>, ClientError>>> {
+        let item = match ready!(self.framed.poll_next_unpin(cx)) {
+            None => return Poll::Ready(None),
+            Some(Err(io)) => Err(ClientError::Io(io)),
+            Some(Ok(Err(decode))) => Err(ProtocolError::Decode(decode).into()),
+            Some(Ok(Ok(msg))) => self.session.handle(msg).map_err(ClientError::from),
+        };
+        Poll::Ready(Some(item))
+    }
+
+    /// The current header: field names and suggested widths.
+    pub fn header(&self) -> &Arc<Header> {
+        &self.header
+    }
+
+    /// The version the server announced (`None` if it sent `HEAD` without `HELLO`, as stat161 allows).
+    pub fn version(&self) -> Option<u32> {
+        self.session.version()
+    }
+
+    /// Asks for a `DATA` line every `interval` of simulated time (10 us to 2 s; checked here, before
+    /// sending). The command goes out in one write, because sys161 mangles a command split across reads.
+    /// sys161 sends no reply on success and applies it after the next already-scheduled `DATA`.
+    pub async fn set_interval(&mut self, interval: Duration) -> Result<(), ClientError> {
+        let ns = interval_ns(interval)?;
+        self.framed.send(ClientMessage::Interval(ns)).await?;
+        Ok(())
+    }
+}
+
+impl Stream for Client {
+    type Item = Result<Sample, ClientError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if let Some(item) = this.pending.pop_front() {
+            return Poll::Ready(Some(item));
+        }
+        while !this.done {
+            let item = match ready!(this.poll_message(cx)) {
+                None => break,
+                Some(Ok(None)) => continue,
+                Some(Ok(Some(Update::Header(header)))) => {
+                    this.header = header;
+                    continue;
+                }
+                Some(Ok(Some(Update::Sample(sample)))) => Ok(sample),
+                Some(Err(e)) => Err(e),
+            };
+            if item.as_ref().is_err_and(ClientError::is_fatal) {
+                this.done = true;
+            }
+            return Poll::Ready(Some(item));
+        }
+        this.done = true;
+        Poll::Ready(None)
+    }
+}
+
+/// What a [`watch`] reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A connection is up and its handshake done (stat161: `Connected.`).
+    Connected(Arc<Header>),
+    /// A `DATA` row. The first one after each connect has no deltas.
+    Sample(Sample),
+    /// The connection ended (stat161: `Disconnected.`); with `reconnect` the watch waits for the next.
+    Disconnected,
+}
+
+enum WatchState {
+    /// Pause for `delay`, then connect.
+    Connecting {
+        delay: Duration,
+    },
+    Connected(Client),
+    Finished,
+}
+
+/// Watches the simulator in `dir`: connects (waiting for the socket to appear unless
+/// `config.reconnect` is off), streams its samples, and reconnects after a disconnect.
+///
+/// Connection failures are `Err` items; with `reconnect` the watch tries again after
+/// `config.retry_delay` (no simulator there: `NotFound`, `ConnectionRefused`) or
+/// `config.error_retry_delay` (anything else). Waiting for a simulator that is not there (yet) is
+/// silent, as in stat161. A wrong protocol version ends the watch, as it ends stat161.
+pub fn watch(
+    dir: impl AsRef<Path>,
+    config: Config,
+) -> impl Stream<Item = Result<Event, ClientError>> + Send + 'static {
+    let path = socket_path(dir);
+    futures::stream::unfold(WatchState::Connecting { delay: Duration::ZERO }, move |state| {
+        let path = path.clone();
+        let config = config.clone();
+        async move {
+            match state {
+                WatchState::Finished => None,
+                WatchState::Connecting { delay } => {
+                    tokio::time::sleep(delay).await;
+                    loop {
+                        match Client::connect_path(&path, &config).await {
+                            Ok(client) => {
+                                let header = Arc::clone(client.header());
+                                return Some((Ok(Event::Connected(header)), WatchState::Connected(client)));
+                            }
+                            Err(e) if !config.reconnect || is_wrong_version(&e) => {
+                                return Some((Err(e), WatchState::Finished));
+                            }
+                            Err(e) if no_simulator(&e) => {
+                                tracing::debug!(error = %e, "waiting for the meter socket");
+                                tokio::time::sleep(config.retry_delay).await;
+                            }
+                            Err(e) => {
+                                let next = WatchState::Connecting { delay: config.error_retry_delay };
+                                return Some((Err(e), next));
+                            }
+                        }
+                    }
+                }
+                WatchState::Connected(mut client) => match client.next().await {
+                    Some(Ok(sample)) => Some((Ok(Event::Sample(sample)), WatchState::Connected(client))),
+                    Some(Err(e)) if is_wrong_version(&e) => Some((Err(e), WatchState::Finished)),
+                    Some(Err(e)) => Some((Err(e), WatchState::Connected(client))),
+                    None if config.reconnect => {
+                        Some((Ok(Event::Disconnected), WatchState::Connecting { delay: Duration::ZERO }))
+                    }
+                    None => Some((Ok(Event::Disconnected), WatchState::Finished)),
+                },
+            }
+        }
+    })
+}
+
+fn is_wrong_version(e: &ClientError) -> bool {
+    matches!(e, ClientError::Protocol(ProtocolError::UnsupportedVersion { .. }))
+}
+
+/// Whether connecting failed because no simulator is there (yet).
+pub fn no_simulator(e: &ClientError) -> bool {
+    matches!(e, ClientError::Connect { source, .. }
+        if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused))
+}
