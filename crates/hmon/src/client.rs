@@ -1,0 +1,677 @@
+//! The async client: SERVE mode ([`Client::connect`]) and POLL mode ([`Listener`]).
+//!
+//! A background task owns the connection. Requests that have a reply (`GetFacts`, `GetLastKnownState`,
+//! `Subscribe`, `ConnectRide`) carry a fresh UID and wait for the response echoing it, with a timeout.
+//! Everything else the interpreter sends (polled `Facts`, `Notification`s, `UserMessage`s, error
+//! responses that match no waiting request, unknown messages) arrives on the [`Events`] stream.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::{SinkExt, Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::Framed;
+
+use crate::codec::{ClientCodec, Handshake, Payload, PROTOCOL_VERSION};
+use crate::error::{Error, FrameError, HandshakeError, PayloadError};
+use crate::frame::DEFAULT_MAX_FRAME_LEN;
+use crate::ids::IdOrName;
+use crate::message::{
+    BumpFacts, ConnectRide, Facts, GetFacts, GetLastKnownState, LastKnownState, Message, PollFacts, Request,
+    Response, RideConnection, StopFacts, Subscribe, Subscribed,
+};
+
+/// The order of the handshake frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HandshakeOrder {
+    /// Send both frames at once, then read the peer's two (works with every peer; the default).
+    #[default]
+    Pipelined,
+    /// The Dyalog demo's order: wait for `SupportedProtocols`, send ours, wait for `UsingProtocol`, send ours.
+    Lockstep,
+}
+
+/// Reconnecting with exponential backoff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reconnect {
+    /// The first delay.
+    pub initial_delay: Duration,
+    /// The longest delay.
+    pub max_delay: Duration,
+    /// Give up after this many failed attempts in a row (`None`: never).
+    pub max_attempts: Option<u32>,
+}
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        Reconnect { initial_delay: Duration::from_millis(100), max_delay: Duration::from_secs(5), max_attempts: None }
+    }
+}
+
+impl Reconnect {
+    /// The delay before attempt `n` (0-based): doubling from `initial_delay` up to `max_delay`.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        let factor = 1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX);
+        self.initial_delay.saturating_mul(factor).min(self.max_delay)
+    }
+}
+
+/// Client settings.
+#[derive(Debug, Clone)]
+pub struct ClientConfig {
+    /// The largest frame accepted, in bytes (default 16 MiB).
+    pub max_frame_len: u32,
+    /// The handshake order.
+    pub handshake: HandshakeOrder,
+    /// How long the handshake may take.
+    pub handshake_timeout: Duration,
+    /// How long a request waits for its reply.
+    pub request_timeout: Duration,
+    /// Reconnect (SERVE mode only). When set, the first connection is retried too, and a standing
+    /// `PollFacts` and `Subscribe` are sent again after each reconnection.
+    pub reconnect: Option<Reconnect>,
+    /// The prefix of the UIDs the client generates (`<prefix><n>`).
+    pub uid_prefix: String,
+    /// How many events may wait unread before newer ones are dropped (and counted in [`Event::Lagged`]).
+    pub event_capacity: usize,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            max_frame_len: DEFAULT_MAX_FRAME_LEN,
+            handshake: HandshakeOrder::default(),
+            handshake_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(10),
+            reconnect: None,
+            uid_prefix: "hmon-".to_owned(),
+            event_capacity: 1024,
+        }
+    }
+}
+
+/// Something the interpreter sent that no request was waiting for, or a change of connection state.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A response: polled `Facts`, `Notification`, `UserMessage`, an uncorrelated error response, ...
+    Message(Response),
+    /// A frame whose payload was not a valid message (the connection goes on).
+    InvalidPayload(PayloadError),
+    /// The connection was lost; with reconnect on, the client is trying again.
+    Disconnected {
+        /// Why.
+        reason: String,
+    },
+    /// The client reconnected (and re-sent its standing poll and subscription).
+    Reconnected,
+    /// Events were dropped because the stream was not read fast enough.
+    Lagged {
+        /// How many.
+        dropped: u64,
+    },
+}
+
+/// The stream of [`Event`]s of one connection; it ends when the connection ends for good.
+#[derive(Debug)]
+pub struct Events {
+    rx: mpsc::Receiver<Event>,
+}
+
+impl Stream for Events {
+    type Item = Event;
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Event>> {
+        self.rx.poll_recv(cx)
+    }
+}
+
+type ReplyTx = oneshot::Sender<Result<Response, Error>>;
+
+enum Command {
+    Send { request: Request, reply: Option<(String, ReplyTx)> },
+}
+
+/// A handle to one interpreter connection. Cheap to clone; the connection closes when the last handle
+/// is dropped.
+#[derive(Debug, Clone)]
+pub struct Client {
+    commands: mpsc::Sender<Command>,
+    config: Arc<ClientConfig>,
+    next_uid: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Send { request, .. } => f.debug_struct("Send").field("request", &request.name()).finish(),
+        }
+    }
+}
+
+impl Client {
+    /// Connects to an interpreter in SERVE mode and completes the handshake.
+    pub async fn connect(addr: impl Into<String>, config: ClientConfig) -> Result<(Client, Events), Error> {
+        let addr = addr.into();
+        let framed = match &config.reconnect {
+            None => open(&addr, &config).await?,
+            Some(policy) => {
+                let mut attempt = 0;
+                loop {
+                    match open(&addr, &config).await {
+                        Ok(framed) => break framed,
+                        Err(e) if policy.max_attempts.is_some_and(|max| attempt + 1 >= max) => return Err(e),
+                        Err(e) => {
+                            let delay = policy.delay(attempt);
+                            tracing::info!(%addr, error = %e, ?delay, "connect failed; retrying");
+                            tokio::time::sleep(delay).await;
+                            attempt += 1;
+                        }
+                    }
+                }
+            }
+        };
+        Ok(Self::spawn(framed, Some(addr), config))
+    }
+
+    /// Runs the client over a stream that is already connected (for example a Unix socket or a test
+    /// pipe), doing the handshake first. There is no reconnecting.
+    pub async fn over<S>(stream: S, config: ClientConfig) -> Result<(Client, Events), Error>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
+        handshake(&mut framed, &config).await?;
+        Ok(Self::spawn(framed, None, config))
+    }
+
+    fn spawn<S>(framed: Framed<S, ClientCodec>, addr: Option<String>, config: ClientConfig) -> (Client, Events)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        Framed<S, ClientCodec>: Into<Conn>,
+    {
+        let (commands, command_rx) = mpsc::channel(64);
+        let (event_tx, event_rx) = mpsc::channel(config.event_capacity.max(1));
+        let config = Arc::new(config);
+        let task = Connection {
+            conn: framed.into(),
+            addr,
+            config: config.clone(),
+            commands: command_rx,
+            events: EventSender { tx: event_tx, dropped: 0 },
+            pending: HashMap::new(),
+            standing_poll: None,
+            standing_subscribe: None,
+        };
+        tokio::spawn(task.run());
+        (Client { commands, config, next_uid: Arc::new(AtomicU64::new(1)) }, Events { rx: event_rx })
+    }
+
+    fn fresh_uid(&self) -> String {
+        format!("{}{}", self.config.uid_prefix, self.next_uid.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Sends a request without waiting for anything (its replies, if any, arrive as events).
+    ///
+    /// `Ok` means the request was handed to the connection, not that the interpreter has read it.
+    pub async fn send(&self, request: Request) -> Result<(), Error> {
+        self.commands
+            .send(Command::Send { request, reply: None })
+            .await
+            .map_err(|_| Error::Closed { reason: None })
+    }
+
+    /// Sends a request with a fresh UID (replacing any) and waits for the response echoing it.
+    pub async fn request(&self, mut request: Request) -> Result<Response, Error> {
+        let uid = self.fresh_uid();
+        set_uid(&mut request, uid.clone());
+        let name = request.name().to_owned();
+        let (tx, rx) = oneshot::channel();
+        self.commands
+            .send(Command::Send { request, reply: Some((uid, tx)) })
+            .await
+            .map_err(|_| Error::Closed { reason: None })?;
+        let timeout = self.config.request_timeout;
+        let reply = match tokio::time::timeout(timeout, rx).await {
+            Err(_) => return Err(Error::Timeout { what: "reply", after: timeout }),
+            Ok(Err(_)) => return Err(Error::Closed { reason: None }),
+            Ok(Ok(reply)) => reply?,
+        };
+        if reply.is_error() {
+            return Err(Error::Rejected { name: reply.name().to_owned(), request: name });
+        }
+        Ok(reply)
+    }
+
+    /// `GetFacts`: the facts, once.
+    pub async fn get_facts<I, F>(&self, facts: I) -> Result<Facts, Error>
+    where
+        I: IntoIterator<Item = F>,
+        F: Into<IdOrName>,
+    {
+        let request = Request::GetFacts(GetFacts {
+            facts: Some(facts.into_iter().map(Into::into).collect()),
+            ..Default::default()
+        });
+        match self.request(request).await? {
+            Response::Facts(f) => Ok(f),
+            other => Err(unexpected("Facts", other)),
+        }
+    }
+
+    /// `GetLastKnownState`: answered even when the interpreter is busy.
+    pub async fn last_known_state(&self) -> Result<LastKnownState, Error> {
+        match self.request(Request::GetLastKnownState(GetLastKnownState::default())).await? {
+            Response::LastKnownState(s) => Ok(s),
+            other => Err(unexpected("LastKnownState", other)),
+        }
+    }
+
+    /// `Subscribe`: replaces the subscribed events; later `Notification`s arrive as events.
+    pub async fn subscribe<I, E>(&self, events: I) -> Result<Subscribed, Error>
+    where
+        I: IntoIterator<Item = E>,
+        E: Into<IdOrName>,
+    {
+        let request = Request::Subscribe(Subscribe {
+            events: Some(events.into_iter().map(Into::into).collect()),
+            ..Default::default()
+        });
+        match self.request(request).await? {
+            Response::Subscribed(s) => Ok(s),
+            other => Err(unexpected("Subscribed", other)),
+        }
+    }
+
+    /// `ConnectRide` (20.0): connect RIDE to `address:port`, or disconnect it with `None`.
+    pub async fn connect_ride(&self, target: Option<(&str, u16)>) -> Result<RideConnection, Error> {
+        let mut args = ConnectRide::default();
+        if let Some((address, port)) = target {
+            args.address = Some(address.into());
+            args.port = Some(port.into());
+        }
+        match self.request(Request::ConnectRide(args)).await? {
+            Response::RideConnection(r) => Ok(r),
+            other => Err(unexpected("RideConnection", other)),
+        }
+    }
+
+    /// `PollFacts`: the facts now and then every `interval` (the interpreter's default when `None`).
+    /// Returns the poll's UID, which every polled `Facts` event carries.
+    pub async fn poll_facts<I, F>(&self, facts: I, interval: Option<Duration>) -> Result<String, Error>
+    where
+        I: IntoIterator<Item = F>,
+        F: Into<IdOrName>,
+    {
+        let uid = self.fresh_uid();
+        let request = Request::PollFacts(PollFacts {
+            uid: Some(uid.clone()),
+            facts: Some(facts.into_iter().map(Into::into).collect()),
+            interval: interval.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+            ..Default::default()
+        });
+        self.send(request).await?;
+        Ok(uid)
+    }
+
+    /// `StopFacts`: stop polling (the reply, `Facts` with `Interval` 0, arrives as an event).
+    pub async fn stop_facts(&self) -> Result<(), Error> {
+        self.send(Request::StopFacts(StopFacts::default())).await
+    }
+
+    /// `BumpFacts`: the next poll reply now.
+    pub async fn bump_facts(&self) -> Result<(), Error> {
+        self.send(Request::BumpFacts(BumpFacts::default())).await
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+}
+
+fn unexpected(expected: &'static str, got: Response) -> Error {
+    Error::UnexpectedReply { expected, got: got.name().to_owned(), uid: got.uid().unwrap_or_default().to_owned() }
+}
+
+fn set_uid(request: &mut Request, uid: String) {
+    match request {
+        Request::GetFacts(a) => a.uid = Some(uid),
+        Request::PollFacts(a) => a.uid = Some(uid),
+        Request::StopFacts(a) => a.uid = Some(uid),
+        Request::BumpFacts(a) => a.uid = Some(uid),
+        Request::Subscribe(a) => a.uid = Some(uid),
+        Request::GetLastKnownState(a) => a.uid = Some(uid),
+        Request::ConnectRide(a) => a.uid = Some(uid),
+        Request::Unknown { args, .. } => {
+            args.insert("UID".into(), uid.into());
+        }
+    }
+}
+
+/// A boxed transport, so one connection task serves TCP and anything else.
+type BoxedIo = Pin<Box<dyn AsyncReadWrite>>;
+trait AsyncReadWrite: AsyncRead + AsyncWrite + Send {}
+impl<T: AsyncRead + AsyncWrite + Send> AsyncReadWrite for T {}
+
+/// A framed connection over a boxed transport.
+#[doc(hidden)]
+pub struct Conn(Framed<BoxedIo, ClientCodec>);
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> From<Framed<S, ClientCodec>> for Conn {
+    fn from(framed: Framed<S, ClientCodec>) -> Self {
+        let parts = framed.into_parts();
+        let io: BoxedIo = Box::pin(parts.io);
+        let mut new = tokio_util::codec::FramedParts::new::<Payload<Request>>(io, parts.codec);
+        new.read_buf = parts.read_buf;
+        new.write_buf = parts.write_buf;
+        Conn(Framed::from_parts(new))
+    }
+}
+
+async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, ClientCodec>, Error> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|source| Error::Connect { addr: addr.to_owned(), source })?;
+    let _ = stream.set_nodelay(true);
+    let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
+    handshake(&mut framed, config).await?;
+    Ok(framed)
+}
+
+/// Does the monitor's side of the handshake on `framed`.
+pub async fn handshake<S>(framed: &mut Framed<S, ClientCodec>, config: &ClientConfig) -> Result<(), Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let after = config.handshake_timeout;
+    tokio::time::timeout(after, handshake_steps(framed, config.handshake))
+        .await
+        .map_err(|_| Error::Timeout { what: "handshake", after })?
+}
+
+async fn handshake_steps<S>(framed: &mut Framed<S, ClientCodec>, order: HandshakeOrder) -> Result<(), Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match order {
+        HandshakeOrder::Pipelined => {
+            framed.feed(Payload::Handshake(Handshake::supported())).await?;
+            framed.send(Payload::Handshake(Handshake::using())).await?;
+            let (mut supported, mut using) = (false, false);
+            while !(supported && using) {
+                match next_handshake(framed).await? {
+                    Handshake::SupportedProtocols(list) if !supported => {
+                        check_supported(list)?;
+                        supported = true;
+                    }
+                    Handshake::UsingProtocol(v) if !using => {
+                        check_using(v)?;
+                        using = true;
+                    }
+                    other => return Err(HandshakeError::Unexpected(other.to_string()).into()),
+                }
+            }
+        }
+        HandshakeOrder::Lockstep => {
+            match next_handshake(framed).await? {
+                Handshake::SupportedProtocols(list) => check_supported(list)?,
+                other => return Err(HandshakeError::Unexpected(other.to_string()).into()),
+            }
+            framed.send(Payload::Handshake(Handshake::supported())).await?;
+            match next_handshake(framed).await? {
+                Handshake::UsingProtocol(v) => check_using(v)?,
+                other => return Err(HandshakeError::Unexpected(other.to_string()).into()),
+            }
+            framed.send(Payload::Handshake(Handshake::using())).await?;
+        }
+    }
+    Ok(())
+}
+
+fn check_supported(list: Vec<u32>) -> Result<(), HandshakeError> {
+    if list.contains(&PROTOCOL_VERSION) {
+        Ok(())
+    } else {
+        Err(HandshakeError::Unsupported { offered: list })
+    }
+}
+
+fn check_using(v: u32) -> Result<(), HandshakeError> {
+    if v == PROTOCOL_VERSION {
+        Ok(())
+    } else {
+        Err(HandshakeError::WrongProtocol(v))
+    }
+}
+
+async fn next_handshake<S>(framed: &mut Framed<S, ClientCodec>) -> Result<Handshake, Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    match framed.next().await {
+        None => Err(Error::Closed { reason: Some("peer closed during the handshake".into()) }),
+        Some(Err(e)) => Err(e.into()),
+        Some(Ok(Err(e))) => Err(HandshakeError::Payload(e).into()),
+        Some(Ok(Ok(Payload::Handshake(h)))) => Ok(h),
+        Some(Ok(Ok(Payload::Message(m)))) => Err(HandshakeError::MessageBeforeHandshake(m.name().to_owned()).into()),
+    }
+}
+
+/// Accepts interpreters that connect in POLL mode (`POLL:address:port`), one [`Client`] per interpreter.
+#[derive(Debug)]
+pub struct Listener {
+    listener: TcpListener,
+    config: ClientConfig,
+}
+
+impl Listener {
+    /// Listens on `addr`.
+    pub async fn bind(addr: impl ToSocketAddrs, config: ClientConfig) -> std::io::Result<Listener> {
+        Ok(Listener { listener: TcpListener::bind(addr).await?, config })
+    }
+
+    /// Wraps a bound listener.
+    pub fn from_listener(listener: TcpListener, config: ClientConfig) -> Listener {
+        Listener { listener, config }
+    }
+
+    /// The address listened on.
+    pub fn local_addr(&self) -> std::io::Result<std::net::SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Waits for the next interpreter and does the handshake with it (the roles are as in SERVE mode:
+    /// the interpreter speaks first and the monitor sends requests). An error concerns that one
+    /// connection; the listener can go on accepting.
+    pub async fn accept(&self) -> Result<(Client, Events, std::net::SocketAddr), Error> {
+        let (stream, peer) = self
+            .listener
+            .accept()
+            .await
+            .map_err(|source| Error::Connect { addr: "listener".into(), source })?;
+        let _ = stream.set_nodelay(true);
+        let mut config = self.config.clone();
+        config.reconnect = None;
+        let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
+        handshake(&mut framed, &config).await?;
+        let (client, events) = Client::spawn(framed, None, config);
+        Ok((client, events, peer))
+    }
+}
+
+struct EventSender {
+    tx: mpsc::Sender<Event>,
+    dropped: u64,
+}
+
+impl EventSender {
+    fn send(&mut self, event: Event) {
+        if self.dropped > 0 {
+            match self.tx.try_send(Event::Lagged { dropped: self.dropped }) {
+                Ok(()) => self.dropped = 0,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    self.dropped += 1;
+                    return;
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+        }
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(event) {
+            self.dropped += 1;
+        }
+    }
+}
+
+struct Pending {
+    tx: ReplyTx,
+}
+
+struct Connection {
+    conn: Conn,
+    addr: Option<String>,
+    config: Arc<ClientConfig>,
+    commands: mpsc::Receiver<Command>,
+    events: EventSender,
+    pending: HashMap<String, Pending>,
+    standing_poll: Option<Request>,
+    standing_subscribe: Option<Request>,
+}
+
+enum Step {
+    Continue,
+    Lost(String),
+    Done,
+}
+
+impl Connection {
+    async fn run(mut self) {
+        loop {
+            let reason = loop {
+                match self.step().await {
+                    Step::Continue => {}
+                    Step::Lost(reason) => break reason,
+                    Step::Done => return,
+                }
+            };
+            tracing::info!(%reason, "hmon connection lost");
+            for (_, p) in self.pending.drain() {
+                let _ = p.tx.send(Err(Error::Closed { reason: Some(reason.clone()) }));
+            }
+            self.events.send(Event::Disconnected { reason });
+            if !self.reconnect().await {
+                return;
+            }
+        }
+    }
+
+    async fn step(&mut self) -> Step {
+        tokio::select! {
+            command = self.commands.recv() => match command {
+                None => Step::Done,
+                Some(Command::Send { request, reply }) => {
+                    self.pending.retain(|_, p| !p.tx.is_closed());
+                    self.remember(&request);
+                    if let Some((uid, tx)) = reply {
+                        self.pending.insert(uid, Pending { tx });
+                    }
+                    match self.conn.0.send(Payload::Message(request)).await {
+                        Ok(()) => Step::Continue,
+                        Err(e) => Step::Lost(e.to_string()),
+                    }
+                }
+            },
+            item = self.conn.0.next() => match item {
+                None => Step::Lost("closed by the interpreter".into()),
+                Some(Err(FrameError::Io(e))) => Step::Lost(e.to_string()),
+                Some(Err(e)) => Step::Lost(e.to_string()),
+                Some(Ok(Err(e))) => {
+                    self.events.send(Event::InvalidPayload(e));
+                    Step::Continue
+                }
+                Some(Ok(Ok(Payload::Handshake(h)))) => {
+                    tracing::debug!(%h, "late handshake frame ignored");
+                    Step::Continue
+                }
+                Some(Ok(Ok(Payload::Message(response)))) => {
+                    self.route(response);
+                    Step::Continue
+                }
+            },
+        }
+    }
+
+    fn route(&mut self, response: Response) {
+        // `InvalidSyntax` never carries a UID, so it can never complete a request (notes, rule 22).
+        if let Some(pending) = response.uid().and_then(|uid| self.pending.remove(uid)) {
+            if let Err(Ok(response)) = pending.tx.send(Ok(response)) {
+                // The caller gave up (timeout); the late reply is still worth showing.
+                self.events.send(Event::Message(response));
+            }
+            return;
+        }
+        self.events.send(Event::Message(response));
+    }
+
+    /// Reconnects with backoff; `false` when reconnecting is off, gave up, or the client is gone.
+    ///
+    /// Requests made meanwhile fail at once with [`Error::Closed`]; a `PollFacts`, `StopFacts` or
+    /// `Subscribe` sent meanwhile updates what is re-sent once connected.
+    async fn reconnect(&mut self) -> bool {
+        let (Some(addr), Some(policy)) = (self.addr.clone(), self.config.reconnect.clone()) else { return false };
+        let mut attempt = 0u32;
+        loop {
+            let sleep = tokio::time::sleep(policy.delay(attempt));
+            tokio::pin!(sleep);
+            loop {
+                tokio::select! {
+                    _ = &mut sleep => break,
+                    command = self.commands.recv() => match command {
+                        None => return false,
+                        Some(Command::Send { request, reply }) => {
+                            self.remember(&request);
+                            if let Some((_, tx)) = reply {
+                                let _ = tx.send(Err(Error::Closed { reason: Some("reconnecting".into()) }));
+                            }
+                        }
+                    },
+                }
+            }
+            match open(&addr, &self.config).await {
+                Ok(framed) => {
+                    self.conn = framed.into();
+                    for request in [self.standing_poll.clone(), self.standing_subscribe.clone()].into_iter().flatten() {
+                        if self.conn.0.feed(Payload::Message(request)).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = self.conn.0.flush().await;
+                    self.events.send(Event::Reconnected);
+                    return true;
+                }
+                Err(e) => {
+                    tracing::info!(%addr, error = %e, "reconnect failed");
+                    attempt += 1;
+                    if policy.max_attempts.is_some_and(|max| attempt >= max) {
+                        return false;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps the standing poll and subscription up to date, to re-send them after a reconnection.
+    fn remember(&mut self, request: &Request) {
+        match request {
+            Request::PollFacts(_) => self.standing_poll = Some(request.clone()),
+            Request::StopFacts(_) => self.standing_poll = None,
+            Request::Subscribe(_) => self.standing_subscribe = Some(request.clone()),
+            _ => {}
+        }
+    }
+}

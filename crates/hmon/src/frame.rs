@@ -1,0 +1,128 @@
+//! Sans-IO framing: `u32 BE total length | "HMON" | payload`.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::error::FrameError;
+
+/// The magic after the length field.
+pub const MAGIC: [u8; 4] = *b"HMON";
+/// The size of the length field plus the magic.
+pub const HEADER_LEN: usize = 8;
+/// The default maximum total length of one frame (16 MiB).
+pub const DEFAULT_MAX_FRAME_LEN: u32 = 16 * 1024 * 1024;
+
+/// Takes one complete frame's payload off the front of `buf`.
+///
+/// Returns `Ok(None)` when more bytes are needed. The length is checked as soon as its 4 bytes are
+/// there, before anything is reserved, so a huge length costs nothing but the error; the magic is
+/// checked as soon as 8 bytes are there. On success the payload is split off without copying.
+pub fn decode_frame(buf: &mut BytesMut, max_len: u32) -> Result<Option<Bytes>, FrameError> {
+    let Some(len) = peek_len(buf) else { return Ok(None) };
+    check_len(len, max_len)?;
+    if buf.len() >= HEADER_LEN {
+        let found: [u8; 4] = [buf[4], buf[5], buf[6], buf[7]];
+        if found != MAGIC {
+            return Err(FrameError::BadMagic { found });
+        }
+    }
+    let total = len as usize;
+    if buf.len() < total {
+        // Room for the rest of this frame, which the check above bounded.
+        buf.reserve(total - buf.len());
+        return Ok(None);
+    }
+    let mut frame = buf.split_to(total);
+    frame.advance(HEADER_LEN);
+    Ok(Some(frame.freeze()))
+}
+
+fn peek_len(buf: &[u8]) -> Option<u32> {
+    buf.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// Validates a total length against the rules and the maximum.
+pub fn check_len(len: u32, max_len: u32) -> Result<(), FrameError> {
+    match len {
+        0..=7 => Err(FrameError::TooShort { len }),
+        8 => Err(FrameError::EmptyPayload),
+        _ if len > max_len => Err(FrameError::TooLarge { len, max: max_len }),
+        _ => Ok(()),
+    }
+}
+
+/// Appends one frame holding `payload` to `buf`, or fails if the payload is empty or too large for a u32.
+pub fn encode_frame(payload: &[u8], buf: &mut BytesMut) -> Result<(), FrameError> {
+    let total = payload
+        .len()
+        .checked_add(HEADER_LEN)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or(FrameError::TooLarge { len: u32::MAX, max: u32::MAX })?;
+    if payload.is_empty() {
+        return Err(FrameError::EmptyPayload);
+    }
+    buf.reserve(total as usize);
+    buf.put_u32(total);
+    buf.put_slice(&MAGIC);
+    buf.put_slice(payload);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_anywhere_gives_the_same_frame() {
+        let mut whole = BytesMut::new();
+        encode_frame(b"UsingProtocol=2", &mut whole).unwrap();
+        for cut in 0..whole.len() {
+            let mut buf = BytesMut::from(&whole[..cut]);
+            assert!(decode_frame(&mut buf, DEFAULT_MAX_FRAME_LEN).unwrap().is_none(), "cut {cut}");
+            buf.extend_from_slice(&whole[cut..]);
+            assert_eq!(&decode_frame(&mut buf, DEFAULT_MAX_FRAME_LEN).unwrap().unwrap()[..], b"UsingProtocol=2");
+            assert!(buf.is_empty());
+        }
+    }
+
+    #[test]
+    fn too_large_is_refused_on_the_header_without_reserving() {
+        let mut buf = BytesMut::with_capacity(16);
+        buf.put_u32(20 * 1024 * 1024);
+        let cap = buf.capacity();
+        let err = decode_frame(&mut buf, DEFAULT_MAX_FRAME_LEN).unwrap_err();
+        assert!(matches!(err, FrameError::TooLarge { len: 20971520, max: 16777216 }), "{err}");
+        assert_eq!(buf.capacity(), cap, "nothing was reserved for the frame");
+    }
+
+    #[test]
+    fn max_u32_length_is_refused() {
+        let mut buf = BytesMut::from(&[0xFF, 0xFF, 0xFF, 0xFF][..]);
+        assert!(matches!(decode_frame(&mut buf, u32::MAX - 1), Err(FrameError::TooLarge { .. })));
+    }
+
+    #[test]
+    fn short_lengths_are_errors() {
+        for len in 0..8u32 {
+            let mut buf = BytesMut::new();
+            buf.put_u32(len);
+            assert!(matches!(decode_frame(&mut buf, 100), Err(FrameError::TooShort { len: l }) if l == len));
+        }
+        let mut buf = BytesMut::new();
+        buf.put_u32(8);
+        buf.put_slice(b"HMON");
+        assert!(matches!(decode_frame(&mut buf, 100), Err(FrameError::EmptyPayload)));
+    }
+
+    #[test]
+    fn ride_magic_is_refused() {
+        let mut buf = BytesMut::from(&b"\x00\x00\x00\x17RIDEUsingProtocol=2"[..]);
+        let err = decode_frame(&mut buf, 100).unwrap_err();
+        assert!(matches!(err, FrameError::BadMagic { found } if &found == b"RIDE"));
+        assert!(err.to_string().contains("RIDE"));
+    }
+
+    #[test]
+    fn empty_payload_is_not_encoded() {
+        assert!(matches!(encode_frame(b"", &mut BytesMut::new()), Err(FrameError::EmptyPayload)));
+    }
+}
