@@ -1,0 +1,238 @@
+//! The host transport: rvOS channels carried over one Unix-socket or TCP stream.
+//!
+//! rvOS has no sockets; a process talks through channel handles, and capabilities (channel ends) move
+//! inside messages. On a host, one stream stands for one client process and the kernel side together,
+//! and every frame names the channel it belongs to:
+//!
+//! ```text
+//! frame   = kind:u8  channel:u32le  body
+//! kind 1  MESSAGE  body = sender_pid:u64le  cap_count:u8  caps:u32le × cap_count  len:u16le  data[len]
+//! kind 2  CLOSE    body = (empty)           "I dropped my end of this channel"
+//!
+//! limits  cap_count <= 4 (MAX_CAPS), len <= 1024 (MAX_MSG_SIZE): checked on the header, before buffering,
+//!         so a frame is at most 1 + 4 + 8 + 1 + 16 + 2 + 1024 = 1056 bytes.
+//! ```
+//!
+//! Rules, modelled on the rvOS kernel:
+//! * Channel 0 exists from the start: the boot channel to init.
+//! * Channel ids are chosen by the server (the "kernel") and never reused on one stream. A channel end
+//!   reaches the client only as a capability: `ConnectService` on channel 0 is answered by
+//!   `BootResponse::Ok` whose `caps[0]` is a **new** channel id; from then on frames on that id belong to
+//!   it. A cap sent by the client hands its end over (the client must not use that id again).
+//! * `CLOSE` says one side dropped its end. Messages sent before it are still delivered first (the stream
+//!   is ordered), then the peer's receive reports "closed", as rvOS's does after the queue drains.
+//!   Closing the stream closes every channel on it.
+//! * The server stamps `sender_pid` with the real sender's pid; the client's value is ignored.
+
+use bytes::{Buf, BufMut, BytesMut};
+
+use crate::message::{ChannelId, Message, MAX_CAPS};
+use crate::wire::MAX_MSG_SIZE;
+
+/// The frame kind byte of a message.
+pub const KIND_MESSAGE: u8 = 1;
+/// The frame kind byte of a close.
+pub const KIND_CLOSE: u8 = 2;
+/// The largest frame: kind, channel, pid, cap count, four caps, length and 1024 data bytes.
+pub const MAX_FRAME_SIZE: usize = 1 + 4 + 8 + 1 + 4 * MAX_CAPS + 2 + MAX_MSG_SIZE;
+
+/// One unit on the host transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Frame {
+    /// A message on a channel.
+    Message {
+        /// The channel it travels on.
+        channel: ChannelId,
+        /// The message.
+        message: Message,
+    },
+    /// The sender dropped its end of `channel`.
+    Close {
+        /// The channel that was closed.
+        channel: ChannelId,
+    },
+}
+
+impl Frame {
+    /// The channel this frame belongs to.
+    pub fn channel(&self) -> ChannelId {
+        match self {
+            Frame::Message { channel, .. } | Frame::Close { channel } => *channel,
+        }
+    }
+}
+
+/// A frame that breaks the transport's rules.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TransportError {
+    /// The kind byte is neither MESSAGE nor CLOSE.
+    #[error("unknown frame kind {0} (0x{0:02x})")]
+    UnknownKind(u8),
+    /// More caps than a message can carry.
+    #[error("frame on channel {channel} carries {count} caps, at most {max} allowed")]
+    TooManyCaps {
+        /// The channel.
+        channel: u32,
+        /// The count in the header.
+        count: u8,
+        /// [`MAX_CAPS`].
+        max: usize,
+    },
+    /// More data than a message can carry.
+    #[error("frame on channel {channel} carries {len} data bytes, at most {max} allowed")]
+    DataTooLong {
+        /// The channel.
+        channel: u32,
+        /// The length in the header.
+        len: usize,
+        /// [`MAX_MSG_SIZE`].
+        max: usize,
+    },
+    /// The stream ended in the middle of a frame.
+    #[error("stream ended inside a frame ({buffered} bytes buffered)")]
+    Truncated {
+        /// How many bytes of the partial frame had arrived.
+        buffered: usize,
+    },
+    /// The socket failed.
+    #[error("transport I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Appends the encoding of `frame`.
+pub fn encode_frame(frame: &Frame, dst: &mut BytesMut) {
+    match frame {
+        Frame::Message { channel, message } => {
+            dst.reserve(1 + 4 + 8 + 1 + 4 * message.caps().len() + 2 + message.len());
+            dst.put_u8(KIND_MESSAGE);
+            dst.put_u32_le(channel.0);
+            dst.put_u64_le(message.sender_pid());
+            // A Message never holds more than MAX_CAPS caps or MAX_MSG_SIZE bytes.
+            dst.put_u8(message.caps().len() as u8);
+            for cap in message.caps() {
+                dst.put_u32_le(cap.0);
+            }
+            dst.put_u16_le(message.len() as u16);
+            dst.put_slice(message.data());
+        }
+        Frame::Close { channel } => {
+            dst.put_u8(KIND_CLOSE);
+            dst.put_u32_le(channel.0);
+        }
+    }
+}
+
+/// Decodes one frame from the front of `src`: `Ok(None)` means more bytes are needed.
+///
+/// Limits are checked as soon as their header field has arrived, before anything is buffered for the body.
+pub fn decode_frame(src: &mut BytesMut) -> Result<Option<Frame>, TransportError> {
+    let Some(&kind) = src.first() else { return Ok(None) };
+    if kind != KIND_MESSAGE && kind != KIND_CLOSE {
+        return Err(TransportError::UnknownKind(kind));
+    }
+    if src.len() < 5 {
+        return Ok(None);
+    }
+    let channel = u32::from_le_bytes([src[1], src[2], src[3], src[4]]);
+    if kind == KIND_CLOSE {
+        src.advance(5);
+        return Ok(Some(Frame::Close { channel: ChannelId(channel) }));
+    }
+    const CAP_COUNT_AT: usize = 1 + 4 + 8;
+    let Some(&cap_count) = src.get(CAP_COUNT_AT) else { return Ok(None) };
+    if usize::from(cap_count) > MAX_CAPS {
+        return Err(TransportError::TooManyCaps { channel, count: cap_count, max: MAX_CAPS });
+    }
+    let len_at = CAP_COUNT_AT + 1 + 4 * usize::from(cap_count);
+    if src.len() < len_at + 2 {
+        return Ok(None);
+    }
+    let len = usize::from(u16::from_le_bytes([src[len_at], src[len_at + 1]]));
+    if len > MAX_MSG_SIZE {
+        return Err(TransportError::DataTooLong { channel, len, max: MAX_MSG_SIZE });
+    }
+    let total = len_at + 2 + len;
+    if src.len() < total {
+        src.reserve(total - src.len());
+        return Ok(None);
+    }
+    let mut frame = src.split_to(total);
+    frame.advance(5);
+    let sender_pid = frame.get_u64_le();
+    frame.advance(1);
+    let mut message = Message::with_data(&frame[4 * usize::from(cap_count) + 2..])
+        .expect("length checked against MAX_MSG_SIZE")
+        .with_sender(sender_pid);
+    for _ in 0..cap_count {
+        message.push_cap(ChannelId(frame.get_u32_le())).expect("count checked against MAX_CAPS");
+    }
+    Ok(Some(Frame::Message { channel: ChannelId(channel), message }))
+}
+
+/// The [`tokio_util::codec`] face of [`encode_frame`] / [`decode_frame`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostCodec;
+
+impl tokio_util::codec::Decoder for HostCodec {
+    type Item = Frame;
+    type Error = TransportError;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, TransportError> {
+        decode_frame(src)
+    }
+
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, TransportError> {
+        match decode_frame(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.is_empty() => Ok(None),
+            None => Err(TransportError::Truncated { buffered: src.len() }),
+        }
+    }
+}
+
+impl tokio_util::codec::Encoder<Frame> for HostCodec {
+    type Error = TransportError;
+
+    fn encode(&mut self, frame: Frame, dst: &mut BytesMut) -> Result<(), TransportError> {
+        encode_frame(&frame, dst);
+        Ok(())
+    }
+}
+
+impl tokio_util::codec::Encoder<&Frame> for HostCodec {
+    type Error = TransportError;
+
+    fn encode(&mut self, frame: &Frame, dst: &mut BytesMut) -> Result<(), TransportError> {
+        encode_frame(frame, dst);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limits_are_checked_on_the_header() {
+        let mut b = BytesMut::from(&[1u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5][..]);
+        assert!(matches!(decode_frame(&mut b), Err(TransportError::TooManyCaps { count: 5, .. })));
+        let mut b = BytesMut::from(&[1u8, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff][..]);
+        assert!(matches!(decode_frame(&mut b), Err(TransportError::DataTooLong { len: 65535, .. })));
+        let mut b = BytesMut::from(&[9u8][..]);
+        assert!(matches!(decode_frame(&mut b), Err(TransportError::UnknownKind(9))));
+    }
+
+    #[test]
+    fn a_message_with_caps_round_trips() {
+        let mut m = Message::with_data(&b"\x00"[..]).unwrap().with_sender(3);
+        m.push_cap(ChannelId(7)).unwrap();
+        let frame = Frame::Message { channel: ChannelId::BOOT, message: m };
+        let mut b = BytesMut::new();
+        encode_frame(&frame, &mut b);
+        encode_frame(&Frame::Close { channel: ChannelId(7) }, &mut b);
+        assert_eq!(decode_frame(&mut b).unwrap(), Some(frame));
+        assert_eq!(decode_frame(&mut b).unwrap(), Some(Frame::Close { channel: ChannelId(7) }));
+        assert_eq!(decode_frame(&mut b).unwrap(), None);
+    }
+}

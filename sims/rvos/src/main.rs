@@ -1,0 +1,106 @@
+//! `rvos-sim`: a fake rvOS init server and sysinfo service on the host transport (TCP or a Unix socket).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Parser;
+use rvos_sim::{Config, SystemConfig, DEFAULT_ADDR};
+
+/// A fake rvOS init server and sysinfo service, for `telemon sysinfo` and the sysinfo-wire client.
+#[derive(Debug, Parser)]
+#[command(name = "rvos-sim", version, about)]
+struct Args {
+    /// TCP address to listen on (loopback only).
+    #[arg(long, default_value = DEFAULT_ADDR, conflicts_with = "socket")]
+    listen: String,
+    /// Listen on this Unix socket path instead (a stale socket there is replaced).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// How long the service waits for the request on a new channel (`0` waits forever).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    deadline: Duration,
+    /// Turn the watchdog off (`Watchdog: disabled`).
+    #[arg(long)]
+    no_watchdog: bool,
+    /// Watchdog timeout.
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    watchdog_timeout: Duration,
+    /// Processes at boot (idle and init included).
+    #[arg(long, default_value_t = 12)]
+    processes: usize,
+    /// Trace entries recorded at boot (the ring holds 16384).
+    #[arg(long, default_value_t = 16384)]
+    trace_prefill: usize,
+    /// Trace ring capacity.
+    #[arg(long, default_value_t = 16384)]
+    trace_capacity: usize,
+    /// Simulated time per step of the system.
+    #[arg(long, default_value = "100ms", value_parser = humantime::parse_duration)]
+    tick: Duration,
+    /// Random seed.
+    #[arg(long, default_value_t = 0x5157_1bf0)]
+    seed: u64,
+    /// Channels one client may hold at once before init answers "no channels".
+    #[arg(long, default_value_t = 32)]
+    max_channels: usize,
+}
+
+#[tokio::main]
+async fn main() -> anyhow_free::Result {
+    sim_common::init_tracing();
+    let args = Args::parse();
+    let config = Config {
+        request_deadline: (!args.deadline.is_zero()).then_some(args.deadline),
+        max_channels_per_client: args.max_channels,
+        system: SystemConfig {
+            processes: args.processes,
+            trace_capacity: args.trace_capacity,
+            trace_prefill: args.trace_prefill,
+            watchdog: !args.no_watchdog,
+            watchdog_timeout: args.watchdog_timeout,
+            tick: args.tick.max(Duration::from_millis(1)),
+            seed: args.seed,
+        },
+    };
+    let shutdown = sim_common::shutdown_on_ctrl_c();
+    match args.socket {
+        Some(path) => {
+            if path.exists() {
+                use std::os::unix::fs::FileTypeExt;
+                if std::fs::symlink_metadata(&path)?.file_type().is_socket() {
+                    std::fs::remove_file(&path)?;
+                }
+            }
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir)?;
+            }
+            let listener = tokio::net::UnixListener::bind(&path)?;
+            tracing::info!(path = %path.display(), "rvos-sim listening");
+            rvos_sim::run(sim_common::NumberedUnixListener::new(listener), config, shutdown).await?;
+            let _ = std::fs::remove_file(&path);
+        }
+        None => {
+            let addr: std::net::SocketAddr = args.listen.parse().map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("--listen {}: {e}", args.listen),
+                )
+            })?;
+            if !addr.ip().is_loopback() {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("--listen {addr}: only loopback addresses are allowed"),
+                ));
+            }
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            tracing::info!(addr = %listener.local_addr()?, "rvos-sim listening");
+            rvos_sim::run(listener, config, shutdown).await?;
+        }
+    }
+    Ok(())
+}
+
+mod anyhow_free {
+    /// `main`'s result: an I/O error is printed by the runtime and exits with 1.
+    pub type Result = std::io::Result<()>;
+}
