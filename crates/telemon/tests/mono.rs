@@ -1,0 +1,200 @@
+//! `telemon mono` end to end: the real binary against the fake agent, started in-process.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use mono_agent_sim::{AgentConfig, Backoff, DuplicateAdd, ValueMode};
+use sim_common::Shutdown;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+
+/// A safety net so a broken test fails instead of hanging; never a timing assertion.
+async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(30), fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} never happened"))
+}
+
+struct Telemon {
+    child: Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+    stderr: Lines<BufReader<ChildStderr>>,
+}
+
+fn telemon(args: &[&str]) -> Telemon {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_telemon"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("telemon starts");
+    let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
+    Telemon { child, stdout, stderr }
+}
+
+impl Telemon {
+    /// Reads stderr until a line contains `needle`; returns that line.
+    async fn stderr_line(&mut self, needle: &str) -> String {
+        within(needle, async {
+            loop {
+                let line = self
+                    .stderr
+                    .next_line()
+                    .await
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("no {needle:?} on stderr"));
+                if line.contains(needle) {
+                    return line;
+                }
+            }
+        })
+        .await
+    }
+
+    /// `telemon mono listen 127.0.0.1:0 ...` prints where it listens.
+    async fn listening_on(&mut self) -> std::net::SocketAddr {
+        let line = self.stderr_line("listening for Mono agents on ").await;
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    }
+
+    async fn finish(mut self) -> (i32, Vec<String>, Vec<String>) {
+        let status = within("telemon to exit", self.child.wait()).await.unwrap();
+        let mut out = Vec::new();
+        while let Some(line) = self.stdout.next_line().await.unwrap() {
+            out.push(line);
+        }
+        let mut err = Vec::new();
+        while let Some(line) = self.stderr.next_line().await.unwrap() {
+            err.push(line);
+        }
+        (status.code().unwrap_or(-1), out, err)
+    }
+}
+
+fn agent(options: &str, tweak: impl FnOnce(&mut AgentConfig)) -> Shutdown {
+    let mut config = AgentConfig::from_options(options).unwrap();
+    config.values = ValueMode::Fixed;
+    config.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
+    tweak(&mut config);
+    let shutdown = Shutdown::new();
+    tokio::spawn(mono_agent_sim::run(config, shutdown.clone()));
+    shutdown
+}
+
+const TWO: &str = "Mono JIT/Compiled methods;Mono System/Working Set";
+
+#[tokio::test]
+async fn listen_lists_adds_removes_and_prints_json_state() {
+    let mut t = telemon(&[
+        "mono",
+        "listen",
+        "127.0.0.1:0",
+        "--list",
+        "--add",
+        "Mono System/User Time",
+        "--add",
+        "Mono JIT/Nope",
+        "--remove",
+        "0",
+        "--count",
+        "4",
+        "--json",
+    ]);
+    let addr = t.listening_on().await;
+    let _agent = agent(&format!("address={addr},counters={TWO},interval=5"), |_| {});
+    let (code, out, err) = t.finish().await;
+    assert_eq!(code, 0, "stderr: {err:?}");
+    let lines: Vec<serde_json::Value> = out.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 5, "the list, then 4 samples: {out:?}");
+    let counters = lines[0]["counters"].as_array().unwrap();
+    assert!(counters.iter().any(|c| c == "Mono System/Page Faults"));
+    assert!(err.iter().any(|l| l.contains("added Mono System/User Time as index 2")), "{err:?}");
+    assert!(err.iter().any(|l| l.contains("Mono JIT/Nope: the agent has no such counter")), "{err:?}");
+    assert!(err.iter().any(|l| l.contains("removed index 0")), "{err:?}");
+    for sample in &lines[1..] {
+        assert!(sample["timestamp"].as_i64().unwrap() > 0);
+    }
+    // The last sample holds the full current state: removed counter gone, added one present.
+    let last = lines.last().unwrap()["values"].as_object().unwrap();
+    let keys: Vec<_> = last.keys().map(String::as_str).collect();
+    assert_eq!(keys, ["Mono System/User Time", "Mono System/Working Set"]);
+    assert!(last["Mono System/Working Set"].is_i64(), "{last:?}");
+}
+
+#[tokio::test]
+async fn listen_prints_a_table_with_units() {
+    let mut t = telemon(&["mono", "listen", "127.0.0.1:0", "--count", "2"]);
+    let addr = t.listening_on().await;
+    let _agent = agent(&format!("address={addr},counters={TWO};Mono System/User Time,interval=5"), |c| {
+        c.overrides.set("Mono System/Working Set", mono_counters::CounterValue::Long(52_428_800));
+        c.overrides.set("Mono System/User Time", mono_counters::CounterValue::Long(15_000_000));
+    });
+    let (code, out, err) = t.finish().await;
+    assert_eq!(code, 0, "stderr: {err:?}");
+    assert!(out[0].contains("Mono System/Working Set [bytes]"), "{out:?}");
+    assert!(out[0].contains("Mono System/User Time [time]"), "{out:?}");
+    assert!(out[1].contains("50.0 MiB") && out[1].contains("1.500 s"), "{out:?}");
+    assert_eq!(out.len(), 3, "one header, two rows: {out:?}");
+}
+
+#[tokio::test]
+async fn duplicate_add_answered_existing() {
+    let mut t =
+        telemon(&["mono", "listen", "127.0.0.1:0", "--add", "Mono JIT/Compiled methods", "--count", "1"]);
+    let addr = t.listening_on().await;
+    let _agent = agent(&format!("address={addr},counters={TWO},interval=5"), |_| {});
+    let (code, _out, err) = t.finish().await;
+    assert_eq!(code, 0);
+    assert!(err.iter().any(|l| l.contains("add Mono JIT/Compiled methods: already sampled")), "{err:?}");
+}
+
+#[tokio::test]
+async fn duplicate_add_dropped_by_a_real_agent_then_it_reconnects() {
+    let mut t =
+        telemon(&["mono", "listen", "127.0.0.1:0", "--add", "Mono JIT/Compiled methods", "--count", "1"]);
+    let addr = t.listening_on().await;
+    let agent = agent(&format!("address={addr},counters={TWO},interval=5"), |c| {
+        c.duplicate_add = DuplicateAdd::DropConnection
+    });
+    t.stderr_line("closed the connection on add Mono JIT/Compiled methods").await;
+    t.stderr_line("connected").await;
+    agent.cancel();
+    t.child.kill().await.unwrap();
+}
+
+#[tokio::test]
+async fn read_a_file_written_in_file_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counters.bin");
+    let mut config =
+        AgentConfig::from_options(&format!("address=file://{},counters={TWO},interval=1", path.display()))
+            .unwrap();
+    config.values = ValueMode::Fixed;
+    config.max_samples = Some(3);
+    mono_agent_sim::run(config, Shutdown::new()).await.unwrap();
+
+    let (code, out, err) = telemon(&["mono", "read", path.to_str().unwrap(), "--json"]).finish().await;
+    assert_eq!(code, 0, "{err:?}");
+    assert_eq!(out.len(), 3);
+    for line in &out {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        assert_eq!(v["values"]["Mono JIT/Compiled methods"], 0, "fixed value: its position in the List");
+        assert!(v["values"]["Mono System/Working Set"].is_i64(), "every sample holds the full state");
+    }
+
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+    let (code, out, err) = telemon(&["mono", "read", path.to_str().unwrap()]).finish().await;
+    assert_eq!(code, 1, "a record cut short is an error");
+    assert_eq!(out.len(), 3, "header and the two complete records: {out:?}");
+    assert!(err.iter().any(|l| l.contains("stream ended inside a message")), "{err:?}");
+}
+
+#[tokio::test]
+async fn usage_errors_exit_2() {
+    let (code, _, _) = telemon(&["mono", "listen", "127.0.0.1:0", "--add", "no-slash"]).finish().await;
+    assert_eq!(code, 2);
+}
