@@ -91,10 +91,12 @@ impl std::str::FromStr for SysinfoCommand {
             "schedlat" => SysinfoCommand::SchedLatency,
             "ipclat" => SysinfoCommand::IpcLatency,
             "watchdog" => SysinfoCommand::Watchdog,
-            _ => return Err(format!(
+            _ => {
+                return Err(format!(
                 "unknown report {s:?}: expected ps, memstat, trace, trace-clear, kstat, channels, schedlat, \
                      ipclat or watchdog"
-            )),
+            ))
+            }
         })
     }
 }

@@ -204,7 +204,8 @@ impl PsRow {
             cpu_1m,
             mem_kib,
             blocked_on: BlockedOn::parse(blocked),
-            name: name.to_owned(),
+            // The spec's examples put one space too many before the name; rvOS names never start with one.
+            name: name.trim_start_matches(' ').to_owned(),
         })
     }
 
