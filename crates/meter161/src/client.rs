@@ -221,7 +221,7 @@ enum WatchState {
     Connecting {
         delay: Duration,
     },
-    Connected(Client),
+    Connected(Box<Client>),
     Finished,
 }
 
@@ -249,7 +249,10 @@ pub fn watch(
                         match Client::connect_path(&path, &config).await {
                             Ok(client) => {
                                 let header = Arc::clone(client.header());
-                                return Some((Ok(Event::Connected(header)), WatchState::Connected(client)));
+                                return Some((
+                                    Ok(Event::Connected(header)),
+                                    WatchState::Connected(Box::new(client)),
+                                ));
                             }
                             Err(e) if !config.reconnect || is_wrong_version(&e) => {
                                 return Some((Err(e), WatchState::Finished));

@@ -1,0 +1,358 @@
+//! `sys161-sim`: a fake System/161 meter socket that behaves like the real sys161.
+//!
+//! It serves `DIR/.sockets/meter` (folder mode 0700, a stale socket replaced) to any number of clients.
+//! Each client gets `HELLO 2`, `HEAD`, `WIDTH` and an immediate `DATA`, then a `DATA` every interval of
+//! its own in simulated time; `INTERVAL n` takes effect after the next already-scheduled `DATA`.
+//! Commands are checked with sys161's exact rules and `BAD` texts ([`meter161::ServerCodec`]); unlike
+//! sys161 a command split across reads still works, and a client that stops reading is dropped once
+//! its bounded queue ([`sim_common::ClientWriter`]) is full instead of freezing everyone.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use futures::StreamExt;
+//!
+//! let dir = tempfile::tempdir()?;
+//! let (listener, _path) = sys161_sim::bind(dir.path())?;
+//! let shutdown = sim_common::Shutdown::new();
+//! let sim = tokio::spawn(sys161_sim::run(listener, sys161_sim::Config::default(), shutdown.clone()));
+//!
+//! let mut client = meter161::Client::connect(dir.path(), &meter161::Config::default()).await?;
+//! let sample = client.next().await.unwrap()?;
+//! assert_eq!(sample.header().names(), meter161::SYS161_FIELDS);
+//! shutdown.cancel();
+//! sim.await??;
+//! # Ok(()) }
+//! ```
+#![warn(missing_docs)]
+
+mod machine;
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::BytesMut;
+use futures::StreamExt;
+use meter161::{ClientMessage, IntervalRange, ServerCodec, ServerMessage, DEFAULT_INTERVAL_NS};
+use sim_common::{ClientWriter, NumberedUnixListener, SendError, Shutdown, UnixPeer};
+use tokio::io::AsyncWrite;
+use tokio::net::{UnixListener, UnixStream};
+use tokio::time::Instant;
+use tokio_util::codec::FramedRead;
+use tokio_util::sync::CancellationToken;
+
+pub use machine::Machine;
+
+/// Which document the server follows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// The real sys161: intervals 10 us to 2 s, silence on success.
+    #[default]
+    Sys161,
+    /// The protocol text: intervals 100 ns to 2 s, `OK` on success.
+    SpecText,
+}
+
+impl Mode {
+    /// The intervals accepted in this mode.
+    pub fn range(self) -> IntervalRange {
+        match self {
+            Mode::Sys161 => IntervalRange::SYS161,
+            Mode::SpecText => IntervalRange::SPEC_TEXT,
+        }
+    }
+}
+
+/// How the fake server behaves.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// sys161's behaviour or the protocol text's.
+    pub mode: Mode,
+    /// Simulated time per wall time (2.0 runs the machine twice as fast as the clock on the wall).
+    pub speed: f64,
+    /// Simulated nanoseconds at start-up.
+    pub start_nsec: u64,
+    /// The counters' model.
+    pub machine: Machine,
+    /// Messages a client may leave unread before it is dropped.
+    pub queue_capacity: usize,
+    /// The most `DATA` lines sent at once to catch up with simulated time; beyond that, ticks are
+    /// skipped (the next `DATA` then covers several intervals, as a busy sys161's may).
+    pub max_burst: usize,
+    /// The version announced in `HELLO` (sys161: 2); another one tests how clients refuse it.
+    pub version: u32,
+    /// Send `ERROR` and close after this many `DATA` lines on each connection (0: instead of the
+    /// greeting, like sys161 when `malloc` fails on accept).
+    pub error_after: Option<u64>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mode: Mode::Sys161,
+            speed: 1.0,
+            start_nsec: 0,
+            machine: Machine::default(),
+            queue_capacity: 256,
+            max_burst: 4096,
+            version: meter161::PROTOCOL_VERSION,
+            error_after: None,
+        }
+    }
+}
+
+/// Creates `dir/.sockets/meter` as sys161 does (folder mode 0700, a stale socket unlinked first).
+pub fn bind(dir: &Path) -> io::Result<(UnixListener, PathBuf)> {
+    sim_common::bind_unix_replacing_stale(dir, "meter")
+}
+
+/// Simulated time: `start_nsec` at `origin`, advancing `speed` times as fast as the (tokio) clock.
+#[derive(Debug, Clone, Copy)]
+struct SimClock {
+    origin: Instant,
+    start_nsec: u64,
+    speed: f64,
+}
+
+impl SimClock {
+    fn now_nsec(&self) -> u64 {
+        let wall = self.origin.elapsed().as_nanos() as f64;
+        self.start_nsec.saturating_add((wall * self.speed) as u64)
+    }
+
+    fn instant_at(&self, nsec: u64) -> Instant {
+        let wall = nsec.saturating_sub(self.start_nsec) as f64 / self.speed;
+        self.origin + Duration::from_nanos(wall.min(u64::MAX as f64 / 2.0) as u64)
+    }
+}
+
+/// One client's reporting schedule, in simulated nanoseconds.
+#[derive(Debug, Clone, Copy)]
+struct Schedule {
+    next: u64,
+    interval: u64,
+}
+
+impl Schedule {
+    /// Fires the due event: returns its time and schedules the next one with the interval in force
+    /// now, so a new interval applies after the event that was already scheduled (as in sys161).
+    fn fire(&mut self) -> u64 {
+        let at = self.next;
+        self.next = at.saturating_add(self.interval);
+        at
+    }
+
+    /// Skips the events due by `now`; returns how many.
+    fn skip_to(&mut self, now: u64) -> u64 {
+        if self.next > now {
+            return 0;
+        }
+        let skipped = (now - self.next) / self.interval + 1;
+        self.next = self.next.saturating_add(skipped.saturating_mul(self.interval));
+        skipped
+    }
+}
+
+struct Shared {
+    config: Config,
+    clock: SimClock,
+}
+
+/// Serves the meter socket until `shutdown` is cancelled. Clients are served concurrently; one that
+/// misbehaves or stops reading is dropped without affecting the others.
+pub async fn run(listener: UnixListener, config: Config, shutdown: Shutdown) -> io::Result<()> {
+    if !(config.speed.is_finite() && config.speed > 0.0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("speed {} is not > 0", config.speed),
+        ));
+    }
+    let clock = SimClock { origin: Instant::now(), start_nsec: config.start_nsec, speed: config.speed };
+    let shared = Arc::new(Shared { config, clock });
+    let clients = shutdown.clone();
+    sim_common::accept_loop(NumberedUnixListener::new(listener), shutdown, move |stream, peer| {
+        serve(stream, peer, Arc::clone(&shared), clients.clone())
+    })
+    .await
+}
+
+/// Why a client's connection ended early.
+#[derive(Debug)]
+enum Dropped {
+    Lagged(SendError),
+    Io(io::Error),
+}
+
+impl std::fmt::Display for Dropped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dropped::Lagged(e) => write!(f, "{e}; dropped it so the others are not held up"),
+            Dropped::Io(e) => write!(f, "read failed: {e}"),
+        }
+    }
+}
+
+fn encode(msg: &ServerMessage, out: &mut BytesMut) {
+    meter161::encode_server(msg, out).expect("the sim only sends encodable messages");
+}
+
+async fn serve(
+    stream: UnixStream,
+    peer: UnixPeer,
+    shared: Arc<Shared>,
+    shutdown: Shutdown,
+) -> Result<(), Dropped> {
+    let Shared { config, clock } = &*shared;
+    let (read, write) = stream.into_split();
+    // Ending this handler, whatever the reason, cuts the connection, even when its writer is blocked
+    // on a client that stopped reading. Only the ERROR path lets the writer flush first.
+    let cut = CancellationToken::new();
+    let cut_on_exit = cut.clone().drop_guard();
+    let writer = ClientWriter::spawn(Severable::new(write, cut), config.queue_capacity, peer);
+    let send = |out: &mut BytesMut| -> Result<(), Dropped> {
+        match writer.send(out.split().freeze()) {
+            Err(e @ SendError::Lagged { .. }) => {
+                tracing::warn!(%peer, capacity = config.queue_capacity, "client stopped reading; dropping it");
+                Err(Dropped::Lagged(e))
+            }
+            // The writer has ended: the client went away; the reader will see it too.
+            Err(SendError::Closed { .. }) | Ok(()) => Ok(()),
+        }
+    };
+    let mut out = BytesMut::with_capacity(256);
+    if config.error_after == Some(0) {
+        encode(&ServerMessage::Error(None), &mut out);
+        send(&mut out)?;
+        cut_on_exit.disarm();
+        return Ok(());
+    }
+    let [_, head, width] = ServerMessage::sys161_greeting();
+    for msg in [ServerMessage::Hello(config.version), head, width] {
+        encode(&msg, &mut out);
+    }
+    let mut schedule = Schedule { next: clock.now_nsec(), interval: DEFAULT_INTERVAL_NS };
+    let mut sent: u64 = 0;
+    // The timer fired (or the connection is new): at least one DATA is due, whatever float rounding
+    // in the clock says.
+    let mut due = true;
+    let mut commands = FramedRead::new(read, ServerCodec::new(config.mode.range()));
+    loop {
+        // Send what is due: the immediate first DATA, or the ticks whose time has come (at most a burst).
+        let now = clock.now_nsec();
+        let mut burst = 0;
+        while (due || schedule.next <= now) && burst < config.max_burst {
+            due = false;
+            let at = schedule.fire();
+            encode(&ServerMessage::Data(config.machine.counters_at(at).to_vec()), &mut out);
+            burst += 1;
+            sent += 1;
+            if config.error_after == Some(sent) {
+                encode(&ServerMessage::Error(None), &mut out);
+                send(&mut out)?;
+                tracing::info!(%peer, "sent ERROR as configured; closing");
+                cut_on_exit.disarm();
+                return Ok(());
+            }
+        }
+        let skipped = schedule.skip_to(now);
+        if skipped > 0 {
+            tracing::debug!(%peer, skipped, "simulated time outran the sends; skipped ticks");
+        }
+        if !out.is_empty() {
+            send(&mut out)?;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            _ = writer.closed() => return Ok(()),
+            _ = tokio::time::sleep_until(clock.instant_at(schedule.next)) => due = true,
+            command = commands.next() => match command {
+                None => return Ok(()),
+                Some(Err(e)) => return Err(Dropped::Io(e)),
+                Some(Ok(Ok(ClientMessage::Interval(ns)))) => {
+                    tracing::debug!(%peer, ns, "interval changed");
+                    schedule.interval = ns;
+                    if config.mode == Mode::SpecText {
+                        encode(&ServerMessage::Ok, &mut out);
+                    }
+                }
+                Some(Ok(Ok(other))) => {
+                    tracing::debug!(%peer, ?other, "command not served");
+                    encode(&meter161::BadReason::InvalidCommand.reply(), &mut out);
+                }
+                Some(Ok(Err(rejected))) => {
+                    tracing::debug!(%peer, error = %rejected, "command rejected");
+                    encode(&rejected.reason().reply(), &mut out);
+                }
+            },
+        }
+    }
+}
+
+/// A writer that another task can cut off: once cut, writes fail with `BrokenPipe`, including one
+/// waiting on a peer that stopped reading, so the writer task ends and the socket closes.
+struct Severable<W> {
+    inner: W,
+    cut: CancellationToken,
+    cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
+}
+
+impl<W> Severable<W> {
+    fn new(inner: W, cut: CancellationToken) -> Self {
+        let cancelled = Box::pin(cut.clone().cancelled_owned());
+        Severable { inner, cut, cancelled }
+    }
+
+    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        if self.cut.is_cancelled() || self.cancelled.as_mut().poll(cx).is_ready() {
+            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "connection cut by the server"));
+        }
+        Ok(())
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for Severable<W> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        self.check(cx)?;
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.check(cx)?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if self.check(cx).is_err() {
+            return Poll::Ready(Ok(()));
+        }
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_interval_applies_after_the_scheduled_event() {
+        let mut s = Schedule { next: 0, interval: 200 };
+        assert_eq!(s.fire(), 0);
+        s.interval = 1000; // arrives between the first DATA and the already-scheduled second one
+        assert_eq!(s.fire(), 200);
+        assert_eq!(s.fire(), 1200);
+        assert_eq!(s.fire(), 2200);
+    }
+
+    #[test]
+    fn skipping_keeps_the_grid() {
+        let mut s = Schedule { next: 1000, interval: 100 };
+        assert_eq!(s.skip_to(999), 0);
+        assert_eq!(s.skip_to(1250), 3);
+        assert_eq!(s.next, 1300);
+    }
+}
