@@ -50,7 +50,11 @@ pub struct Reconnect {
 
 impl Default for Reconnect {
     fn default() -> Self {
-        Reconnect { initial_delay: Duration::from_millis(100), max_delay: Duration::from_secs(5), max_attempts: None }
+        Reconnect {
+            initial_delay: Duration::from_millis(100),
+            max_delay: Duration::from_secs(5),
+            max_attempts: None,
+        }
     }
 }
 
@@ -149,7 +153,9 @@ pub struct Client {
 impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Command::Send { request, .. } => f.debug_struct("Send").field("request", &request.name()).finish(),
+            Command::Send { request, .. } => {
+                f.debug_struct("Send").field("request", &request.name()).finish()
+            }
         }
     }
 }
@@ -190,7 +196,11 @@ impl Client {
         Ok(Self::spawn(framed, None, config))
     }
 
-    fn spawn<S>(framed: Framed<S, ClientCodec>, addr: Option<String>, config: ClientConfig) -> (Client, Events)
+    fn spawn<S>(
+        framed: Framed<S, ClientCodec>,
+        addr: Option<String>,
+        config: ClientConfig,
+    ) -> (Client, Events)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
         Framed<S, ClientCodec>: Into<Conn>,
@@ -336,7 +346,11 @@ impl Client {
 }
 
 fn unexpected(expected: &'static str, got: Response) -> Error {
-    Error::UnexpectedReply { expected, got: got.name().to_owned(), uid: got.uid().unwrap_or_default().to_owned() }
+    Error::UnexpectedReply {
+        expected,
+        got: got.name().to_owned(),
+        uid: got.uid().unwrap_or_default().to_owned(),
+    }
 }
 
 fn set_uid(request: &mut Request, uid: String) {
@@ -375,9 +389,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> From<Framed<S, ClientCo
 }
 
 async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, ClientCodec>, Error> {
-    let stream = TcpStream::connect(addr)
-        .await
-        .map_err(|source| Error::Connect { addr: addr.to_owned(), source })?;
+    let stream =
+        TcpStream::connect(addr).await.map_err(|source| Error::Connect { addr: addr.to_owned(), source })?;
     let _ = stream.set_nodelay(true);
     let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
     handshake(&mut framed, config).await?;
@@ -459,7 +472,9 @@ where
         Some(Err(e)) => Err(e.into()),
         Some(Ok(Err(e))) => Err(HandshakeError::Payload(e).into()),
         Some(Ok(Ok(Payload::Handshake(h)))) => Ok(h),
-        Some(Ok(Ok(Payload::Message(m)))) => Err(HandshakeError::MessageBeforeHandshake(m.name().to_owned()).into()),
+        Some(Ok(Ok(Payload::Message(m)))) => {
+            Err(HandshakeError::MessageBeforeHandshake(m.name().to_owned()).into())
+        }
     }
 }
 
@@ -623,7 +638,9 @@ impl Connection {
     /// Requests made meanwhile fail at once with [`Error::Closed`]; a `PollFacts`, `StopFacts` or
     /// `Subscribe` sent meanwhile updates what is re-sent once connected.
     async fn reconnect(&mut self) -> bool {
-        let (Some(addr), Some(policy)) = (self.addr.clone(), self.config.reconnect.clone()) else { return false };
+        let (Some(addr), Some(policy)) = (self.addr.clone(), self.config.reconnect.clone()) else {
+            return false;
+        };
         let mut attempt = 0u32;
         loop {
             let sleep = tokio::time::sleep(policy.delay(attempt));
@@ -645,7 +662,9 @@ impl Connection {
             match open(&addr, &self.config).await {
                 Ok(framed) => {
                     self.conn = framed.into();
-                    for request in [self.standing_poll.clone(), self.standing_subscribe.clone()].into_iter().flatten() {
+                    for request in
+                        [self.standing_poll.clone(), self.standing_subscribe.clone()].into_iter().flatten()
+                    {
                         if self.conn.0.feed(Payload::Message(request)).await.is_err() {
                             break;
                         }

@@ -42,7 +42,9 @@ impl Handshake {
 
     /// Parses a handshake payload, or returns `None` when the payload is not one (then it is JSON).
     pub fn parse(payload: &[u8]) -> Option<Result<Handshake, PayloadError>> {
-        let bad = || PayloadError::Handshake { text: String::from_utf8_lossy(&payload[..payload.len().min(64)]).into() };
+        let bad = || PayloadError::Handshake {
+            text: String::from_utf8_lossy(&payload[..payload.len().min(64)]).into(),
+        };
         if let Some(list) = payload.strip_prefix(SUPPORTED_PROTOCOLS.as_bytes()) {
             let parsed = std::str::from_utf8(list).ok().and_then(|list| {
                 let items: Vec<&str> = list.split(',').collect();

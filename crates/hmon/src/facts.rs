@@ -344,7 +344,9 @@ fn body_json(v: &FactValue) -> Result<Value, serde_json::Error> {
         FactValue::Workspace(w) => serde_json::to_value(w),
         FactValue::Threads(t) | FactValue::SuspendedThreads(t) => serde_json::to_value(t),
         FactValue::ThreadCount(c) => serde_json::to_value(c),
-        FactValue::Raw { value, values } => Ok(value.clone().or_else(|| values.clone()).unwrap_or(Value::Null)),
+        FactValue::Raw { value, values } => {
+            Ok(value.clone().or_else(|| values.clone()).unwrap_or(Value::Null))
+        }
     }
 }
 
@@ -356,7 +358,9 @@ impl<'de> DeserializeSeed<'de> for TypedBody {
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<FactValue, D::Error> {
         Ok(match self.0 {
             FactKind::Host => FactValue::Host(Box::new(Host::deserialize(d)?)),
-            FactKind::AccountInformation => FactValue::AccountInformation(AccountInformation::deserialize(d)?),
+            FactKind::AccountInformation => {
+                FactValue::AccountInformation(AccountInformation::deserialize(d)?)
+            }
             FactKind::Workspace => FactValue::Workspace(Workspace::deserialize(d)?),
             FactKind::Threads => FactValue::Threads(Vec::deserialize(d)?),
             FactKind::SuspendedThreads => FactValue::SuspendedThreads(Vec::deserialize(d)?),
@@ -366,7 +370,11 @@ impl<'de> DeserializeSeed<'de> for TypedBody {
 }
 
 /// Types a body that was buffered because the ID came after it, or that used the other key.
-fn type_buffered(kind: FactKind, body: Value, canonical: bool) -> Result<FactValue, (Value, serde_json::Error)> {
+fn type_buffered(
+    kind: FactKind,
+    body: Value,
+    canonical: bool,
+) -> Result<FactValue, (Value, serde_json::Error)> {
     let body = match (canonical, kind.is_list(), body) {
         (true, _, body) => body,
         // `"Values":[obj]` for an object fact.
@@ -438,21 +446,31 @@ impl<'de> Deserialize<'de> for Fact {
                         t
                     }
                     (None, Some(kind)) => {
-                        let (canonical, other) =
-                            if kind.is_list() { (values.take(), value.take()) } else { (value.take(), values.take()) };
+                        let (canonical, other) = if kind.is_list() {
+                            (values.take(), value.take())
+                        } else {
+                            (value.take(), values.take())
+                        };
                         match (canonical, other) {
                             (Some(body), other) => match type_buffered(kind, body, true) {
                                 Ok(t) => {
                                     if let Some(o) = other {
-                                        extra.insert(if kind.is_list() { "Value" } else { "Values" }.into(), o);
+                                        extra.insert(
+                                            if kind.is_list() { "Value" } else { "Values" }.into(),
+                                            o,
+                                        );
                                     }
                                     t
                                 }
-                                Err((_, e)) => return Err(de::Error::custom(format_args!("{kind} fact: {e}"))),
+                                Err((_, e)) => {
+                                    return Err(de::Error::custom(format_args!("{kind} fact: {e}")))
+                                }
                             },
                             (None, Some(body)) => match type_buffered(kind, body, false) {
                                 Ok(t) => t,
-                                Err((body, _)) if kind.is_list() => FactValue::Raw { value: Some(body), values: None },
+                                Err((body, _)) if kind.is_list() => {
+                                    FactValue::Raw { value: Some(body), values: None }
+                                }
                                 Err((body, _)) => FactValue::Raw { value: None, values: Some(body) },
                             },
                             (None, None) => FactValue::Raw { value: None, values: None },
@@ -474,8 +492,9 @@ mod tests {
 
     #[test]
     fn value_before_id_is_still_typed() {
-        let f: Fact = serde_json::from_str(r#"{"Value":{"Total":2,"Suspended":1},"Name":"ThreadCount","ID":6}"#)
-            .unwrap();
+        let f: Fact =
+            serde_json::from_str(r#"{"Value":{"Total":2,"Suspended":1},"Name":"ThreadCount","ID":6}"#)
+                .unwrap();
         assert_eq!(
             f.value,
             FactValue::ThreadCount(ThreadCount { total: Some(2), suspended: Some(1), ..Default::default() })

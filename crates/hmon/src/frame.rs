@@ -79,7 +79,10 @@ mod tests {
             let mut buf = BytesMut::from(&whole[..cut]);
             assert!(decode_frame(&mut buf, DEFAULT_MAX_FRAME_LEN).unwrap().is_none(), "cut {cut}");
             buf.extend_from_slice(&whole[cut..]);
-            assert_eq!(&decode_frame(&mut buf, DEFAULT_MAX_FRAME_LEN).unwrap().unwrap()[..], b"UsingProtocol=2");
+            assert_eq!(
+                &decode_frame(&mut buf, DEFAULT_MAX_FRAME_LEN).unwrap().unwrap()[..],
+                b"UsingProtocol=2"
+            );
             assert!(buf.is_empty());
         }
     }

@@ -90,8 +90,9 @@ async fn main() -> anyhow::Result<()> {
     let sim = Sim::new(config);
     match mode {
         Mode::Serve => {
-            let listener =
-                tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr}"))?;
             tracing::info!(addr = %listener.local_addr()?, access_level = args.access_level, "dyalog-sim serving");
             sim.serve(listener, shutdown).await?;
         }

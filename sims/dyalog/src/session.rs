@@ -6,10 +6,11 @@ use anyhow::{anyhow, bail, Context as _};
 use futures::StreamExt;
 use hmon::poll::{effective_interval, PollTimer};
 use hmon::{
-    command_error, frame_bytes, AccountInformation, CommsLayer, Dmx, EventId, EventKind, EventState, Exception,
-    Fact, FactKind, FactValue, Facts, Handshake, Host, IdOrName, Interpreter, LastKnownState, Machine, Message,
-    Notification, Payload, PayloadError, Request, Response, Ride, RideConnection, ServerCodec, StackEntry,
-    Subscribed, Thread, ThreadCount, Timestamp, UserMessage, Workspace, PROTOCOL_VERSION,
+    command_error, frame_bytes, AccountInformation, CommsLayer, Dmx, EventId, EventKind, EventState,
+    Exception, Fact, FactKind, FactValue, Facts, Handshake, Host, IdOrName, Interpreter, LastKnownState,
+    Machine, Message, Notification, Payload, PayloadError, Request, Response, Ride, RideConnection,
+    ServerCodec, StackEntry, Subscribed, Thread, ThreadCount, Timestamp, UserMessage, Workspace,
+    PROTOCOL_VERSION,
 };
 use sim_common::{ClientWriter, SendError, Shutdown};
 use tokio::net::tcp::OwnedReadHalf;
@@ -89,7 +90,9 @@ async fn handshake(sim: &Sim, writer: &ClientWriter, frames: &mut Frames) -> any
                     send(writer, Payload::Handshake(Handshake::using()))?;
                 }
             }
-            Payload::Handshake(Handshake::UsingProtocol(v)) if supported || sim.config.handshake == HandshakeStyle::Eager => {
+            Payload::Handshake(Handshake::UsingProtocol(v))
+                if supported || sim.config.handshake == HandshakeStyle::Eager =>
+            {
                 if v != PROTOCOL_VERSION {
                     bail!("monitor uses protocol {v}");
                 }
@@ -159,7 +162,8 @@ impl Session {
         let request = match incoming {
             Ok(Payload::Message(request)) => request,
             // A handshake text after the handshake is not JSON.
-            Ok(Payload::Handshake(_)) | Err(PayloadError::InvalidSyntax { .. } | PayloadError::Handshake { .. }) => {
+            Ok(Payload::Handshake(_))
+            | Err(PayloadError::InvalidSyntax { .. } | PayloadError::Handshake { .. }) => {
                 return Ok(self.reply(Response::InvalidSyntax(Default::default()))?);
             }
             Err(PayloadError::Malformed { name, uid, .. }) => {
@@ -200,7 +204,11 @@ impl Session {
             }
             Request::StopFacts(_) => {
                 self.poll.stop();
-                Some(Response::Facts(Facts { interval: Some(0), facts: Some(Vec::new()), ..Default::default() }))
+                Some(Response::Facts(Facts {
+                    interval: Some(0),
+                    facts: Some(Vec::new()),
+                    ..Default::default()
+                }))
             }
             Request::BumpFacts(_) => {
                 self.poll.bump(Instant::now());
@@ -253,14 +261,23 @@ impl Session {
 
     fn send_poll(&self) -> anyhow::Result<()> {
         let interval = self.poll.interval().map(|d| d.as_millis() as i64);
-        let facts = Facts { uid: self.poll_uid.clone(), interval, facts: Some(self.facts(&self.poll_facts)), ..Default::default() };
+        let facts = Facts {
+            uid: self.poll_uid.clone(),
+            interval,
+            facts: Some(self.facts(&self.poll_facts)),
+            ..Default::default()
+        };
         Ok(self.reply(Response::Facts(facts))?)
     }
 
     fn on_world_event(&self, event: WorldEvent) -> anyhow::Result<()> {
         match event {
             WorldEvent::UserMessage { uid, text } => {
-                self.reply(Response::UserMessage(UserMessage { uid, message: Some(text), ..Default::default() }))?;
+                self.reply(Response::UserMessage(UserMessage {
+                    uid,
+                    message: Some(text),
+                    ..Default::default()
+                }))?;
             }
             WorldEvent::Event { kind, tid, stack, dmx, size } => {
                 if !self.subscribed[kind as usize - 1] {
@@ -269,12 +286,18 @@ impl Session {
                 let signal = matches!(kind, EventKind::TrappedSignal | EventKind::UntrappedSignal);
                 let notification = Notification {
                     uid: self.subscribe_uid.clone(),
-                    event: Some(EventId { id: Some(kind.id()), name: Some(kind.name().to_owned()), ..Default::default() }),
+                    event: Some(EventId {
+                        id: Some(kind.id()),
+                        name: Some(kind.name().to_owned()),
+                        ..Default::default()
+                    }),
                     size,
                     tid,
                     stack: stack.map(|s| self.stack(&s)),
                     dmx: signal.then(|| dmx.map(|d| self.redact_dmx(d))),
-                    exception: signal.then(|| None),
+                    exception: signal.then(|| {
+                        self.restricted().then(|| Exception { restricted: Some(true), ..Default::default() })
+                    }),
                     ..Default::default()
                 };
                 self.reply(Response::Notification(notification))?;
@@ -316,14 +339,13 @@ impl Session {
             ..Default::default()
         };
         if t.suspended {
-            out.dmx = Some(t.dmx.clone().map(|d| self.redact_dmx(d)));
-            out.exception = Some(t.exception.clone().map(|e| {
-                if self.restricted() {
-                    Exception { restricted: Some(true), ..Default::default() }
-                } else {
-                    e
-                }
-            }));
+            if self.restricted() {
+                out.dmx = Some(Some(Dmx { restricted: Some(true), ..Default::default() }));
+                out.exception = Some(Some(Exception { restricted: Some(true), ..Default::default() }));
+            } else {
+                out.dmx = Some(t.dmx.clone());
+                out.exception = Some(t.exception.clone());
+            }
         }
         out
     }
@@ -342,7 +364,9 @@ impl Session {
                             pid: Some(i64::from(std::process::id())),
                             desc: Some(config.desc.clone().unwrap_or_else(|| match config.version {
                                 Version::V19 => serde_json::Value::String(String::new()),
-                                Version::V20 => serde_json::json!({"Application": "dyalog-sim", "Role": ["demo", 1]}),
+                                Version::V20 => {
+                                    serde_json::json!({"Application": "dyalog-sim", "Role": ["demo", 1]})
+                                }
                             })),
                             access_level: Some(i64::from(config.access_level)),
                             ..Default::default()
@@ -355,7 +379,8 @@ impl Session {
                             bit_width: Some(64),
                             is_unicode: Some(true),
                             is_runtime: Some(false),
-                            session_uuid: (config.version == Version::V20).then(|| session_uuid(&state.started)),
+                            session_uuid: (config.version == Version::V20)
+                                .then(|| session_uuid(&state.started)),
                             ..Default::default()
                         }),
                         comms_layer: Some(CommsLayer {
@@ -422,7 +447,12 @@ impl Session {
             uid,
             ts: Some(Timestamp::now()),
             activity: Some(hmon::Activity { code: Some(code), ts: Some(since), ..Default::default() }),
-            location: Some(hmon::Location { function: Some(function), line: Some(line), ts: Some(at), ..Default::default() }),
+            location: Some(hmon::Location {
+                function: Some(function),
+                line: Some(line),
+                ts: Some(at),
+                ..Default::default()
+            }),
             ws_full: state.ws_full.map(|ts| hmon::WsFull { ts: Some(ts), ..Default::default() }),
             ..Default::default()
         }

@@ -204,7 +204,8 @@ impl World {
             }
             if n % 4 == 0 {
                 // Grow in even steps, shrink back every fourth resize.
-                s.workspace.size = if n % 16 == 0 { INITIAL_SIZE } else { s.workspace.size + 8 * 1024 * 1024 };
+                s.workspace.size =
+                    if n % 16 == 0 { INITIAL_SIZE } else { s.workspace.size + 8 * 1024 * 1024 };
                 out.push(WorldEvent::Event {
                     kind: EventKind::WorkspaceResize,
                     tid: None,
