@@ -156,6 +156,8 @@ const TRACE_LABELS: [&str; 10] = [
     "virtio-blk-done",
     "fs:open:/usr/share/doc/ñandú-çédille.txt",
 ];
+/// The sysinfo service's slot in the process table (its pid; `BOOT_NAMES[3]`).
+const SYSINFO_SLOT: usize = crate::SYSINFO_PID as usize;
 const SLOTS: [&str; 4] = ["init", "console", "timer", "sysinfo"];
 
 // Kstat indexes, in KSTAT_COUNTERS order.
@@ -541,11 +543,17 @@ impl System {
             .filter_map(|(pid, p)| p.as_ref().map(|p| (pid, p)))
             .map(|(pid, p)| PsRow {
                 pid: pid as u64,
-                state: p.state,
+                // Whoever formats Ps is the process on the CPU: the sysinfo service itself.
+                state: match p.state {
+                    _ if pid == SYSINFO_SLOT => ProcState::Running,
+                    ProcState::Running => ProcState::Ready,
+                    state => state,
+                },
                 cpu_1s: CpuShare::from_ewma(p.ewma_1s),
                 cpu_1m: CpuShare::from_ewma(p.ewma_1m),
                 mem_kib: p.pages * 4,
                 blocked_on: match p.block {
+                    _ if pid == SYSINFO_SLOT => BlockedOn::Nothing,
                     Block::None => BlockedOn::Nothing,
                     Block::Recv(ep) => BlockedOn::Recv { ep },
                     Block::Send(ep) => BlockedOn::Send { ep },
