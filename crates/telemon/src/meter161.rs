@@ -1,0 +1,214 @@
+//! `telemon meter161`: watch a System/161 simulator's meter socket, like stat161.
+//!
+//! The default output is stat161's table of per-interval deltas (the first row after each connect shows
+//! the cumulative values), with the header reprinted every 22 rows. `--json` prints one object per
+//! `DATA` line: each `HEAD` field with its cumulative value, and a `"delta"` object (absent on the first
+//! row after a connect). Status and per-line errors go to stderr.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::meter161::{ClientError, Event, Header, Sample};
+use futures::StreamExt;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+
+use crate::output::{self, CliError, CliResult, Countdown};
+
+/// stat161 reprints its header when more than this many rows were printed since.
+const ROWS_PER_HEADER: usize = 22;
+
+/// Watch a System/161 simulator (`DIR/.sockets/meter`), like stat161.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The directory sys161 runs in; its socket is DIR/.sockets/meter.
+    #[arg(long, default_value = ".")]
+    dir: PathBuf,
+    /// Reporting interval in simulated time, 10us to 2s (e.g. 1s, 250ms, 0.5); default sys161's 0.2s.
+    #[arg(long, value_parser = parse_interval)]
+    interval: Option<Duration>,
+    /// Exit after N samples.
+    #[arg(long)]
+    count: Option<u64>,
+    /// One JSON object per sample instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Connect once: fail if no simulator is there, stop when it disconnects (default: wait and
+    /// reconnect, like stat161).
+    #[arg(long)]
+    once: bool,
+}
+
+fn parse_interval(s: &str) -> Result<Duration, String> {
+    let interval = output::parse_duration(s)?;
+    meter161::interval_ns(interval).map_err(|e| e.to_string())?;
+    Ok(interval)
+}
+
+/// Runs the subcommand.
+pub async fn run(args: Args) -> CliResult {
+    let mut countdown = Countdown::new(args.count);
+    if countdown.is_done() {
+        return Ok(());
+    }
+    let config =
+        meter161::Config { interval: args.interval, reconnect: !args.once, ..meter161::Config::default() };
+    let path = meter161::socket_path(&args.dir);
+    eprintln!("telemon: meter161: connecting to {}...", path.display());
+    let mut events = std::pin::pin!(meter161::watch(&args.dir, config));
+    let mut table = Table::default();
+    let mut samples = 0u64;
+    let mut last_error: Option<ClientError> = None;
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(Event::Connected(header)) => {
+                eprintln!("telemon: meter161: connected");
+                table.reset(header);
+            }
+            Ok(Event::Sample(sample)) => {
+                if args.json {
+                    output::print_json_line(&JsonRow(&sample))?;
+                } else {
+                    table.print(&sample)?;
+                }
+                samples += 1;
+                if countdown.tick() {
+                    return Ok(());
+                }
+            }
+            Ok(Event::Disconnected) => eprintln!("telemon: meter161: disconnected"),
+            Ok(other) => tracing::debug!(?other, "event not shown"),
+            Err(e) if e.is_fatal() => {
+                eprintln!("telemon: meter161: {e}");
+                last_error = Some(e);
+            }
+            Err(e) => eprintln!("telemon: meter161: {e}"),
+        }
+    }
+    // The watch ended: a wrong version, or (with --once) a failed connect or a disconnect.
+    match (last_error, args.count) {
+        (Some(e), _) => Err(CliError::peer(e)),
+        (None, Some(count)) => {
+            Err(CliError::Peer(format!("disconnected after {samples} of {count} samples")))
+        }
+        (None, None) => Ok(()),
+    }
+}
+
+/// stat161's table: columns `max(WIDTH, name)` wide, growing to fit values, each followed by a blank.
+#[derive(Debug, Default)]
+struct Table {
+    header: Option<Arc<Header>>,
+    widths: Vec<usize>,
+    rows_since_header: usize,
+}
+
+impl Table {
+    /// Starts over with `header` (after a connect, or when the header changes).
+    fn reset(&mut self, header: Arc<Header>) {
+        self.widths =
+            header.names().iter().zip(header.widths()).map(|(name, &w)| name.len().max(w as usize)).collect();
+        self.header = Some(header);
+        self.rows_since_header = usize::MAX;
+    }
+
+    fn print(&mut self, sample: &Sample) -> CliResult {
+        if !self.header.as_ref().is_some_and(|h| Arc::ptr_eq(h, sample.header())) {
+            self.reset(Arc::clone(sample.header()));
+        }
+        let shown = sample.deltas().unwrap_or(sample.values());
+        if self.rows_since_header >= ROWS_PER_HEADER {
+            let names = sample.header().names();
+            output::print_line("")?;
+            output::print_line(self.line(names))?;
+            self.rows_since_header = 0;
+        }
+        // Like stat161, a column grows to fit a wider value from that row on (the header keeps its
+        // spacing until it is reprinted).
+        let cells: Vec<String> = shown.iter().map(u64::to_string).collect();
+        for (width, cell) in self.widths.iter_mut().zip(&cells) {
+            *width = (*width).max(cell.len());
+        }
+        output::print_line(self.line(&cells))?;
+        self.rows_since_header += 1;
+        Ok(())
+    }
+
+    fn line(&self, cells: &[impl AsRef<str>]) -> String {
+        cells.iter().zip(&self.widths).map(|(cell, &w)| format!("{:<w$} ", cell.as_ref())).collect()
+    }
+}
+
+/// `{"nsec": 1, ..., "delta": {"nsec": 1, ...}}`, in `HEAD` order.
+struct JsonRow<'a>(&'a Sample);
+
+struct Fields<'a>(&'a [String], &'a [u64]);
+
+impl Serialize for Fields<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(self.0.len()))?;
+        for (name, value) in self.0.iter().zip(self.1) {
+            map.serialize_entry(name, value)?;
+        }
+        map.end()
+    }
+}
+
+impl Serialize for JsonRow<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let names = self.0.header().names();
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in names.iter().zip(self.0.values()) {
+            map.serialize_entry(name, value)?;
+        }
+        if let Some(deltas) = self.0.deltas() {
+            map.serialize_entry("delta", &Fields(names, deltas))?;
+        }
+        map.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(values: &[&[u64]]) -> Vec<Sample> {
+        let mut session = meter161::Session::new();
+        session.handle(meter161::ServerMessage::Head(vec!["nsec".into(), "irqs".into()])).unwrap();
+        session.handle(meter161::ServerMessage::Width(vec![11, 4])).unwrap();
+        values
+            .iter()
+            .map(|v| match session.handle(meter161::ServerMessage::Data(v.to_vec())).unwrap() {
+                Some(meter161::Update::Sample(s)) => s,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn json_rows_keep_head_order_and_add_deltas_after_the_first() {
+        let rows = sample(&[&[100, 4294967290], &[300, 5]]);
+        assert_eq!(serde_json::to_string(&JsonRow(&rows[0])).unwrap(), r#"{"nsec":100,"irqs":4294967290}"#);
+        assert_eq!(
+            serde_json::to_string(&JsonRow(&rows[1])).unwrap(),
+            r#"{"nsec":300,"irqs":5,"delta":{"nsec":200,"irqs":11}}"#
+        );
+    }
+
+    #[test]
+    fn table_columns_are_as_wide_as_stat161s() {
+        let rows = sample(&[&[788289383, 0]]);
+        let mut table = Table::default();
+        table.reset(Arc::clone(rows[0].header()));
+        assert_eq!(table.line(rows[0].header().names()), "nsec        irqs ");
+        assert_eq!(table.line(&["788289383", "0"]), "788289383   0    ");
+    }
+
+    #[test]
+    fn intervals_are_checked_on_the_command_line() {
+        assert_eq!(parse_interval("1s"), Ok(Duration::from_secs(1)));
+        assert_eq!(parse_interval("10us"), Ok(Duration::from_micros(10)));
+        assert!(parse_interval("9us").is_err());
+        assert!(parse_interval("3s").is_err());
+    }
+}
