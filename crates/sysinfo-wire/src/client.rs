@@ -15,6 +15,9 @@ use crate::report::Report;
 use crate::transport::{Frame, HostCodec, TransportError};
 use crate::wire::{self, WireError};
 
+/// Where `rvos-sim` listens and `telemon sysinfo` connects by default (TCP, loopback).
+pub const DEFAULT_ADDR: &str = "127.0.0.1:7461";
+
 /// The default time one request may take, from asking init for a channel to the sentinel.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 

@@ -66,7 +66,9 @@ pub mod report;
 pub mod transport;
 pub mod wire;
 
-pub use client::{Client, ClientConfig, ClientError, Endpoint, Response, DEFAULT_REQUEST_TIMEOUT};
+pub use client::{
+    Client, ClientConfig, ClientError, Endpoint, Response, DEFAULT_ADDR, DEFAULT_REQUEST_TIMEOUT,
+};
 pub use message::{
     BootRequest, BootResponse, ChannelId, Message, NewConnection, SysinfoCommand, BOOT_ERRORS, MAX_CAPS,
     SYSINFO_SERVICE, UNKNOWN_COMMAND_TEXT,

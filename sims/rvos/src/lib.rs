@@ -59,7 +59,7 @@ use tokio_util::codec::FramedRead;
 pub use system::{System, SystemConfig, TICKS_PER_SEC};
 
 /// The address `rvos-sim` and `telemon sysinfo` use by default.
-pub const DEFAULT_ADDR: &str = "127.0.0.1:7461";
+pub use sysinfo_wire::DEFAULT_ADDR;
 /// The service's default request deadline (`pet_interval`: half the 10 s watchdog timeout).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(5);
 /// A channel's queue depth (`MAX_QUEUE_DEPTH`): also the per-connection outgoing frame queue.
