@@ -9,13 +9,14 @@ use crate::message::{Request, Response};
 /// The frame limit the fuzz targets use (small, so huge lengths are exercised cheaply).
 pub const FUZZ_MAX_FRAME_LEN: u32 = 1 << 20;
 
-/// `hmon_frame`: arbitrary bytes, fed whole and split at every point the first byte picks, must decode
-/// to the same frames (or the same error) without panicking; each decoded payload re-encodes and
-/// re-decodes equal.
+/// `hmon_frame`: the first byte picks a split point, the rest is a byte stream. Fed whole and in two
+/// parts split there, it must decode to the same frames (or the same error) without panicking; each
+/// decoded payload that decodes as a message re-encodes and re-decodes equal.
 pub fn frame(data: &[u8]) {
-    let whole = frames_of(&[data]);
-    let split = data.first().map(|b| *b as usize % (data.len() + 1)).unwrap_or(0);
-    let parts = frames_of(&[&data[..split], &data[split..]]);
+    let Some((&selector, stream)) = data.split_first() else { return };
+    let whole = frames_of(&[stream]);
+    let split = selector as usize % (stream.len() + 1);
+    let parts = frames_of(&[&stream[..split], &stream[split..]]);
     assert_eq!(whole, parts, "splitting the input at {split} changed the result");
     for payload in whole.0 {
         check_payload::<Response>(&payload);
