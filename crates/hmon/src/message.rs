@@ -254,6 +254,9 @@ macro_rules! message_enum {
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq)]
         #[non_exhaustive]
+        // A message is decoded once and moved a few times; boxing the big ones would only make every
+        // construction and match noisier.
+        #[allow(clippy::large_enum_variant)]
         pub enum $enum {
             $( $(#[$vmeta])* $variant($args), )*
             /// A message this crate does not know, kept as sent.

@@ -9,7 +9,8 @@ use hmon::{ConfigAddress, InterfaceConfig, Mode};
 
 /// A fake Dyalog APL interpreter speaking the Health Monitor (HMON) protocol.
 #[derive(Debug, Parser)]
-#[command(name = "dyalog-sim", version, about)]
+/// (`--version` picks the interpreter version to imitate, as the issue asks, so there is no version flag.)
+#[command(name = "dyalog-sim", about, disable_version_flag = true)]
 struct Args {
     /// SERVE mode: listen on HOST:PORT (loopback by default; `*:PORT` listens on every interface).
     #[arg(long, value_name = "ADDR", conflicts_with_all = ["poll", "hmon_init"])]
@@ -107,6 +108,15 @@ async fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn command_line_is_well_formed() {
+        use clap::CommandFactory;
+        Args::command().debug_assert();
+        let args = Args::try_parse_from(["dyalog-sim", "--version", "20", "--access-level", "3"]).unwrap();
+        assert_eq!((args.version, args.access_level), (Version::V20, 3));
+        assert!(Args::try_parse_from(["dyalog-sim", "--access-level", "4"]).is_err());
+    }
 
     #[test]
     fn serve_addresses() {

@@ -294,7 +294,7 @@ impl Session {
                     size,
                     tid,
                     stack: stack.map(|s| self.stack(&s)),
-                    dmx: signal.then(|| dmx.map(|d| self.redact_dmx(d))),
+                    dmx: signal.then(|| dmx.map(|d| self.redact_dmx(*d))),
                     exception: signal.then(|| {
                         self.restricted().then(|| Exception { restricted: Some(true), ..Default::default() })
                     }),

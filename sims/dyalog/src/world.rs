@@ -42,7 +42,7 @@ pub enum WorldEvent {
         /// Its stack (compaction and signals).
         stack: Option<Vec<String>>,
         /// `⎕DMX` (signals).
-        dmx: Option<Dmx>,
+        dmx: Option<Box<Dmx>>,
         /// The new size (resize).
         size: Option<i64>,
     },
@@ -219,7 +219,7 @@ impl World {
                     kind: EventKind::TrappedSignal,
                     tid: Some(0),
                     stack: Some(main_stack.clone()),
-                    dmx: Some(dmx(11, "DOMAIN ERROR", &main_stack[0])),
+                    dmx: Some(Box::new(dmx(11, "DOMAIN ERROR", &main_stack[0]))),
                     size: None,
                 });
             }
@@ -237,7 +237,7 @@ impl World {
                         kind: EventKind::UntrappedSignal,
                         tid: Some(t.tid),
                         stack: Some(t.stack.clone()),
-                        dmx: Some(d),
+                        dmx: Some(Box::new(d)),
                         size: None,
                     });
                 }
