@@ -1,0 +1,179 @@
+//! 64 counters sampled 10,000 times with small deltas: smon encode/decode against the `tsz` crate
+//! (Gorilla compression) on the same series, in the same run.
+//!
+//! `cargo bench -p smon-codec -- --warm-up-time 1 --measurement-time 3`
+//! Throughput is in values (elements) per second; bytes per value are printed once at start.
+
+use bytes::BytesMut;
+use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use smon_codec::{
+    DecoderConfig, EncoderConfig, StreamDecoder, StreamEncoder, Update, UpdateRef, Value, ValueRef,
+};
+use tsz::stream::{BufferedReader, BufferedWriter};
+use tsz::{DataPoint, Decode, Encode, StdDecoder, StdEncoder};
+
+const COUNTERS: usize = 64;
+const SAMPLES: usize = 10_000;
+const VALUES: u64 = (COUNTERS * SAMPLES) as u64;
+const START: u64 = 1_100_000_000;
+const INTERVAL: u64 = 5;
+
+/// `series[c][s]`: counter `c` at sample `s`, monotonically rising by small pseudo-random deltas.
+fn series() -> Vec<Vec<u64>> {
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    (0..COUNTERS)
+        .map(|c| {
+            let mut v = (c as u64 + 1) * 1_000_003;
+            (0..SAMPLES)
+                .map(|_| {
+                    v += next() % 200;
+                    v
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn names() -> Vec<String> {
+    (0..COUNTERS).map(|c| format!("bench.counter.{c:02}")).collect()
+}
+
+/// One smon stream: per sample the `smon.time` timestamp, then the 64 counters.
+#[allow(clippy::needless_range_loop)] // samples are the outer loop, series[c][s] the data layout
+fn smon_encode(series: &[Vec<u64>], names: &[String]) -> BytesMut {
+    let mut enc = StreamEncoder::new(EncoderConfig::default());
+    let mut out = BytesMut::with_capacity(2 * VALUES as usize);
+    for s in 0..SAMPLES {
+        let t = Value::Unsigned(START + s as u64 * INTERVAL);
+        enc.encode_parts("smon.time", &[], &t, &mut out).unwrap();
+        for (c, name) in names.iter().enumerate() {
+            enc.encode_parts(name, &[], &Value::Unsigned(series[c][s]), &mut out).unwrap();
+        }
+    }
+    out
+}
+
+/// Decodes the stream with [`StreamDecoder::decode_with`] (borrowed updates, whole buffer per call),
+/// returning the number of counter values (timestamps excluded) and a checksum.
+fn smon_decode(wire: BytesMut) -> (u64, u64) {
+    let mut buf = wire;
+    let mut dec = StreamDecoder::new(DecoderConfig::default());
+    let (mut n, mut sum) = (0u64, 0u64);
+    dec.decode_with(&mut buf, |u| {
+        if let UpdateRef::Value { value: ValueRef::Unsigned(v), name, .. } = u {
+            if name != "smon.time" {
+                n += 1;
+                sum = sum.wrapping_add(v);
+            }
+        }
+    })
+    .unwrap();
+    assert!(buf.is_empty());
+    (n, sum)
+}
+
+/// One borrowed update per call, with [`StreamDecoder::decode_eof_ref`].
+fn smon_decode_ref(wire: BytesMut) -> (u64, u64) {
+    let mut buf = wire;
+    let mut dec = StreamDecoder::new(DecoderConfig::default());
+    let (mut n, mut sum) = (0u64, 0u64);
+    while let Some(u) = dec.decode_eof_ref(&mut buf).unwrap() {
+        if let UpdateRef::Value { value: ValueRef::Unsigned(v), name, .. } = u {
+            if name != "smon.time" {
+                n += 1;
+                sum = sum.wrapping_add(v);
+            }
+        }
+    }
+    (n, sum)
+}
+
+/// The same with owned [`Update`]s (a name `Arc` and an index `Vec` per value).
+fn smon_decode_owned(wire: BytesMut) -> (u64, u64) {
+    let mut buf = wire;
+    let mut dec = StreamDecoder::new(DecoderConfig::default());
+    let (mut n, mut sum) = (0u64, 0u64);
+    while let Some(u) = dec.decode_eof(&mut buf).unwrap() {
+        if let Update::Value { value: Value::Unsigned(v), name, .. } = u {
+            if &*name != "smon.time" {
+                n += 1;
+                sum = sum.wrapping_add(v);
+            }
+        }
+    }
+    (n, sum)
+}
+
+/// One Gorilla stream per counter (Gorilla compresses one series at a time), timestamps included.
+fn tsz_encode(series: &[Vec<u64>]) -> Vec<Box<[u8]>> {
+    series
+        .iter()
+        .map(|values| {
+            let mut enc = StdEncoder::new(START, BufferedWriter::new());
+            for (s, &v) in values.iter().enumerate() {
+                enc.encode(DataPoint::new(START + s as u64 * INTERVAL, v as f64));
+            }
+            enc.close()
+        })
+        .collect()
+}
+
+fn tsz_decode(streams: Vec<Box<[u8]>>) -> (u64, u64) {
+    let (mut n, mut sum) = (0u64, 0u64);
+    for bytes in streams {
+        let mut dec = StdDecoder::new(BufferedReader::new(bytes));
+        while let Ok(dp) = dec.next() {
+            n += 1;
+            sum = sum.wrapping_add(dp.get_value() as u64);
+        }
+    }
+    (n, sum)
+}
+
+fn bench(c: &mut Criterion) {
+    let series = series();
+    let names = names();
+    let smon = smon_encode(&series, &names);
+    let gorilla = tsz_encode(&series);
+    let expected: u64 = series.iter().flatten().fold(0u64, |a, &v| a.wrapping_add(v));
+    assert_eq!(smon_decode(smon.clone()), (VALUES, expected), "smon round trip");
+    assert_eq!(smon_decode_ref(smon.clone()), (VALUES, expected), "smon round trip (ref)");
+    assert_eq!(smon_decode_owned(smon.clone()), (VALUES, expected), "smon round trip (owned)");
+    assert_eq!(tsz_decode(gorilla.clone()), (VALUES, expected), "tsz round trip");
+    let smon_bpv = smon.len() as f64 / VALUES as f64;
+    let tsz_bytes: usize = gorilla.iter().map(|b| b.len()).sum();
+    let tsz_bpv = tsz_bytes as f64 / VALUES as f64;
+    println!(
+        "bytes/value: smon {smon_bpv:.3} ({} bytes), tsz {tsz_bpv:.3} ({tsz_bytes} bytes), smon/tsz {:.3}",
+        smon.len(),
+        smon_bpv / tsz_bpv
+    );
+
+    let mut group = c.benchmark_group("64x10000");
+    group.throughput(Throughput::Elements(VALUES));
+    group.sample_size(10);
+    group.bench_function("encode/smon", |b| b.iter(|| black_box(smon_encode(&series, &names)).len()));
+    group.bench_function("encode/tsz", |b| b.iter(|| black_box(tsz_encode(&series)).len()));
+    group.bench_function("decode/smon", |b| {
+        b.iter_batched(|| smon.clone(), |w| black_box(smon_decode(w)), BatchSize::LargeInput)
+    });
+    group.bench_function("decode_ref/smon", |b| {
+        b.iter_batched(|| smon.clone(), |w| black_box(smon_decode_ref(w)), BatchSize::LargeInput)
+    });
+    group.bench_function("decode_owned/smon", |b| {
+        b.iter_batched(|| smon.clone(), |w| black_box(smon_decode_owned(w)), BatchSize::LargeInput)
+    });
+    group.bench_function("decode/tsz", |b| {
+        b.iter_batched(|| gorilla.clone(), |g| black_box(tsz_decode(g)), BatchSize::LargeInput)
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,125 @@
+//! An async reader of updates from files (also while they grow), stdin and TCP streams.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+use crate::decoder::{DecoderConfig, StreamDecoder};
+use crate::error::DecodeError;
+use crate::message::Update;
+
+/// How many bytes one read asks for.
+pub const READ_CHUNK: usize = 16 * 1024;
+
+/// Reads [`Update`]s from any [`AsyncRead`]: a file (several runs appended to it decode as one stream,
+/// each run starting with a resync), stdin, or a TCP stream.
+///
+/// Unlike `FramedRead`, it goes on after a decode error: the error is yielded, the decoder skips to the
+/// next resync sequence, and reading continues. With [`UpdateReader::follow`] it waits at the end of the
+/// input for more to be appended, like `tail -f`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// use smon_codec::{DecoderConfig, Update, UpdateReader};
+///
+/// let two_runs: &[u8] = b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xfe\
+///                         \x00\x04uabc\x01\x05\
+///                         \xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xfe\
+///                         \x00\x04uabc\x01\x06";
+/// let mut reader = UpdateReader::new(two_runs, DecoderConfig::default());
+/// let mut values = Vec::new();
+/// while let Some(update) = reader.next().await {
+///     if let Update::Value { value, .. } = update.unwrap() {
+///         values.push(value.to_string());
+///     }
+/// }
+/// assert_eq!(values, ["5", "6"]);
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct UpdateReader<R> {
+    inner: R,
+    decoder: StreamDecoder,
+    buf: BytesMut,
+    follow: Option<Duration>,
+    eof: bool,
+    done: bool,
+}
+
+impl<R: AsyncRead + Unpin> UpdateReader<R> {
+    /// A reader decoding `inner` with `config`.
+    pub fn new(inner: R, config: DecoderConfig) -> Self {
+        UpdateReader {
+            inner,
+            decoder: StreamDecoder::new(config),
+            buf: BytesMut::with_capacity(READ_CHUNK),
+            follow: None,
+            eof: false,
+            done: false,
+        }
+    }
+
+    /// At the end of the input, wait `poll` and read again instead of stopping (for files that are
+    /// still being appended to). The stream then never ends by itself.
+    pub fn follow(mut self, poll: Duration) -> Self {
+        self.follow = Some(poll);
+        self
+    }
+
+    /// The decoder, for its token table and sync state.
+    pub fn decoder(&self) -> &StreamDecoder {
+        &self.decoder
+    }
+
+    /// The next update decodable from what is already buffered, without reading; `None` when more input
+    /// is needed (or the input is finished).
+    pub fn next_buffered(&mut self) -> Option<Result<Update, DecodeError>> {
+        if self.done {
+            return None;
+        }
+        let step = if self.eof {
+            self.decoder.decode_eof(&mut self.buf)
+        } else {
+            self.decoder.decode(&mut self.buf)
+        };
+        match step {
+            Ok(Some(update)) => Some(Ok(update)),
+            Ok(None) => {
+                if self.eof {
+                    self.done = true;
+                }
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The next update, reading as needed; `None` at the end of the input (never, when following).
+    ///
+    /// Cancel-safe: dropping the future loses no input.
+    pub async fn next(&mut self) -> Option<Result<Update, DecodeError>> {
+        loop {
+            if let Some(item) = self.next_buffered() {
+                return Some(item);
+            }
+            if self.done {
+                return None;
+            }
+            self.buf.reserve(READ_CHUNK);
+            match self.inner.read_buf(&mut self.buf).await {
+                Ok(0) => match self.follow {
+                    Some(poll) => tokio::time::sleep(poll).await,
+                    None => self.eof = true,
+                },
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.done = true;
+                    return Some(Err(e.into()));
+                }
+            }
+        }
+    }
+}
