@@ -1,0 +1,75 @@
+//! `smon-sim`: sample `/proc` every interval and write the smon stream to stdout, append it to a file,
+//! or serve it to TCP clients.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Parser;
+use smon_sim::{serve, write_stream, Config, ProcSource, DEFAULT_CLIENT_QUEUE, MIN_INTERVAL};
+
+/// A monitor in the spirit of Tino's `mon`: real /proc figures as an smon stream.
+#[derive(Debug, Parser)]
+#[command(name = "smon-sim", version, about)]
+struct Args {
+    /// Time between samples (`mon` uses 5 s; at least 10ms).
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    interval: Duration,
+    /// Append the stream to FILE (each run starts with a resync), like `mon >>mon.out`.
+    #[arg(long, value_name = "FILE", conflicts_with = "listen")]
+    out: Option<PathBuf>,
+    /// Serve the stream to TCP clients on ADDR (e.g. 127.0.0.1:7399) instead of writing it.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// Stop after N samples.
+    #[arg(long, value_name = "N")]
+    count: Option<u64>,
+    /// Where /proc is.
+    #[arg(long, default_value = "/proc", value_name = "DIR")]
+    proc: PathBuf,
+    /// Where /sys is (for interface numbers).
+    #[arg(long, default_value = "/sys", value_name = "DIR")]
+    sys: PathBuf,
+    /// Samples queued per TCP client before a slow client is dropped.
+    #[arg(long, default_value_t = DEFAULT_CLIENT_QUEUE, value_name = "N")]
+    queue: usize,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    sim_common::init_tracing();
+    let args = Args::parse();
+    if args.interval < MIN_INTERVAL {
+        eprintln!("smon-sim: --interval must be at least {}", humantime::format_duration(MIN_INTERVAL));
+        std::process::exit(2);
+    }
+    if !args.proc.join("stat").exists() {
+        bail!("{} does not look like /proc (no stat file)", args.proc.display());
+    }
+    let source = ProcSource::new(&args.proc, &args.sys);
+    let config =
+        Config { interval: args.interval, count: args.count, client_queue: args.queue.max(1), events: None };
+    let shutdown = sim_common::shutdown_on_ctrl_c();
+    if let Some(addr) = &args.listen {
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
+        tracing::info!(addr = %listener.local_addr()?, "serving smon");
+        serve(listener, source, config, shutdown).await?;
+    } else if let Some(path) = &args.out {
+        let file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .await
+            .with_context(|| format!("opening {}", path.display()))?;
+        write_stream(file, source, &config, shutdown).await?;
+    } else {
+        match write_stream(tokio::io::stdout(), source, &config, shutdown).await {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
+            other => {
+                other?;
+            }
+        }
+    }
+    Ok(())
+}
