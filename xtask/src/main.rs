@@ -218,15 +218,19 @@ fn fuzz(root: &Path, seconds: u64, replay: bool, only: Option<&str>) -> Result<(
     }
     for target in &targets {
         eprintln!("[xtask] fuzzing {target} for {seconds}s");
-        run(Command::new(cargo()).current_dir(root.join("fuzz")).args([
-            "fuzz",
-            "run",
-            target,
-            "-s",
-            "none",
-            "--",
-            &format!("-max_total_time={seconds}"),
-        ]))?;
+        // New inputs go to a git-ignored working corpus; the committed seed corpus is only read, so a
+        // run never floods the tree. Promote an input to the seeds by copying it there by hand.
+        let work = root.join("fuzz/artifacts").join(target).join("corpus");
+        std::fs::create_dir_all(&work)?;
+        let seeds = root.join("fuzz/corpus").join(target);
+        run(Command::new(cargo())
+            .current_dir(root.join("fuzz"))
+            .args(["fuzz", "run", target, "-s", "none"])
+            .arg(&work)
+            .arg(&seeds)
+            .arg("--")
+            .arg(format!("-max_total_time={seconds}"))
+            .arg(format!("-artifact_prefix={}/", work.parent().expect("has a parent").display())))?;
     }
     Ok(())
 }
