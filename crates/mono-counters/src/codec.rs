@@ -156,37 +156,61 @@ fn decode_with<T>(
     }
 }
 
-fn expected_size(kind: CounterType) -> Option<&'static [i16]> {
-    match kind {
-        CounterType::Int => Some(&[4]),
-        CounterType::Long | CounterType::Double => Some(&[8]),
-        CounterType::Word => Some(&[4, 8]),
-        CounterType::Unknown(_) => None,
-    }
-}
-
 fn kind_name(kind: CounterType) -> &'static str {
     kind.label().unwrap_or("raw")
 }
 
-fn value_data(kind: CounterType, bytes: &[u8]) -> ValueData {
-    let v = match (kind, bytes.len()) {
-        (CounterType::Int, 4) => CounterValue::Int(i32::from_le_bytes(bytes.try_into().unwrap_or_default())),
-        (CounterType::Long, 8) => {
-            CounterValue::Long(i64::from_le_bytes(bytes.try_into().unwrap_or_default()))
+fn fixed<const N: usize>(buf: &[u8], at: usize) -> Result<[u8; N], Incomplete> {
+    let bytes = buf.get(at..at + N).ok_or(Incomplete)?;
+    let mut out = [0; N];
+    out.copy_from_slice(bytes);
+    Ok(out)
+}
+
+/// The `[index][size][bytes]* [ff ff]` list of a Sampling message. This is the hot loop of a busy
+/// inspector, so it reads straight from the slice; each value's size is checked against its counter's
+/// type (INT 4, LONG/DOUBLE 8, WORD 4 or 8, unknown types any size kept raw) before its bytes are read.
+fn parse_values(
+    c: &mut Cursor<'_>,
+    limits: &Limits,
+    types: &[Option<CounterType>],
+) -> Parse<Vec<SampleValue>> {
+    let buf = c.buf;
+    let mut pos = c.pos;
+    let mut values = Vec::with_capacity(types.len().min(64));
+    loop {
+        let index = i16::from_le_bytes(fixed(buf, pos)?);
+        if index == END_OF_VALUES {
+            c.pos = pos + 2;
+            return Ok(values);
         }
-        (CounterType::Word, 4) => {
-            CounterValue::Word32(i32::from_le_bytes(bytes.try_into().unwrap_or_default()))
+        if index < 0 {
+            return Err(DecodeError::InvalidIndex(index).into());
         }
-        (CounterType::Word, 8) => {
-            CounterValue::Word64(i64::from_le_bytes(bytes.try_into().unwrap_or_default()))
+        if values.len() == limits.max_values {
+            return Err(DecodeError::TooManyValues { max: limits.max_values }.into());
         }
-        (CounterType::Double, 8) => {
-            CounterValue::Double(f64::from_le_bytes(bytes.try_into().unwrap_or_default()))
-        }
-        _ => return ValueData::Raw(bytes.to_vec()),
-    };
-    ValueData::Typed(v)
+        let kind = types.get(index as usize).copied().flatten().ok_or(DecodeError::UnknownIndex(index))?;
+        let size = i16::from_le_bytes(fixed(buf, pos + 2)?);
+        let at = pos + 4;
+        let bad = || Fail::Bad(DecodeError::BadValueSize { index, size, kind: kind_name(kind) });
+        let value = match kind {
+            CounterType::Int if size == 4 => CounterValue::Int(i32::from_le_bytes(fixed(buf, at)?)),
+            CounterType::Long if size == 8 => CounterValue::Long(i64::from_le_bytes(fixed(buf, at)?)),
+            CounterType::Double if size == 8 => CounterValue::Double(f64::from_le_bytes(fixed(buf, at)?)),
+            CounterType::Word if size == 8 => CounterValue::Word64(i64::from_le_bytes(fixed(buf, at)?)),
+            CounterType::Word if size == 4 => CounterValue::Word32(i32::from_le_bytes(fixed(buf, at)?)),
+            CounterType::Unknown(_) if size >= 0 => {
+                let raw = buf.get(at..at + size as usize).ok_or(Incomplete)?.to_vec();
+                pos = at + size as usize;
+                values.push(SampleValue { index, data: ValueData::Raw(raw) });
+                continue;
+            }
+            _ => return Err(bad()),
+        };
+        pos = at + size as usize;
+        values.push(SampleValue { index, data: ValueData::Typed(value) });
+    }
 }
 
 /// The inspector's decoder for what the agent sends, and its encoder for requests.
@@ -200,6 +224,99 @@ pub struct InspectorCodec {
     opcodes: RequestOpcodes,
     /// Counter types by index (indexes are small and dense: agents count them up from 0).
     types: Vec<Option<CounterType>>,
+    /// The layout of the last Sampling message, see [`Shape`].
+    shape: Shape,
+}
+
+/// The `[index][size]` layout of the last Sampling message.
+///
+/// Walking `[index][size][bytes]` values is a chain of dependent loads (each value's position comes
+/// from the previous size), which makes it slow. Consecutive samples usually have the same layout, so
+/// the decoder first decodes the next message as if it had the last layout, reading at known offsets,
+/// and keeps the result only if every `[index][size]` and the terminator match; otherwise it walks
+/// the chain. Both paths accept exactly the same messages and decode them to the same values; the
+/// layout is forgotten whenever a type is learnt.
+#[derive(Debug, Clone, Default)]
+struct Shape {
+    /// Per value: the expected `[index][size]` as one little-endian u32, and how to read the bytes.
+    entries: Vec<(u32, Slot)>,
+    /// The whole message's length: opcode, timestamp, values, terminator.
+    len: usize,
+}
+
+#[derive(Debug, Clone, Copy)]
+#[repr(u8)]
+enum Slot {
+    Int,
+    Long,
+    Double,
+    Word32,
+    Word64,
+    /// The size is the high half of the entry's `[index][size]`.
+    Raw,
+}
+
+impl Shape {
+    fn record(&mut self, values: &[SampleValue]) {
+        self.entries.clear();
+        self.len = 9 + 2;
+        for v in values {
+            let slot = match &v.data {
+                ValueData::Typed(CounterValue::Int(_)) => Slot::Int,
+                ValueData::Typed(CounterValue::Long(_)) => Slot::Long,
+                ValueData::Typed(CounterValue::Double(_)) => Slot::Double,
+                ValueData::Typed(CounterValue::Word32(_)) => Slot::Word32,
+                ValueData::Typed(CounterValue::Word64(_)) => Slot::Word64,
+                ValueData::Raw(_) => Slot::Raw,
+            };
+            let size = v.data.size();
+            self.entries.push((u32::from(v.index as u16) | (u32::from(size as u16) << 16), slot));
+            self.len += 4 + size;
+        }
+    }
+
+    /// The sample at the front of `buf` if it has exactly this layout.
+    fn decode(&self, buf: &[u8]) -> Option<(Sample, usize)> {
+        if self.entries.is_empty() {
+            return None;
+        }
+        let bytes = buf.get(..self.len)?;
+        if bytes.first() != Some(&agent_op::SAMPLING) {
+            return None;
+        }
+        let mut same = true;
+        let mut values = Vec::with_capacity(self.entries.len());
+        let mut at = 9;
+        for &(head, slot) in &self.entries {
+            same &= u32::from_le_bytes(array(bytes, at)?) == head;
+            at += 4;
+            let (value, size) = match slot {
+                Slot::Int => (CounterValue::Int(i32::from_le_bytes(array(bytes, at)?)), 4),
+                Slot::Long => (CounterValue::Long(i64::from_le_bytes(array(bytes, at)?)), 8),
+                Slot::Double => (CounterValue::Double(f64::from_le_bytes(array(bytes, at)?)), 8),
+                Slot::Word32 => (CounterValue::Word32(i32::from_le_bytes(array(bytes, at)?)), 4),
+                Slot::Word64 => (CounterValue::Word64(i64::from_le_bytes(array(bytes, at)?)), 8),
+                Slot::Raw => {
+                    let size = (head >> 16) as usize;
+                    let raw = bytes.get(at..at + size)?.to_vec();
+                    values.push(SampleValue { index: head as u16 as i16, data: ValueData::Raw(raw) });
+                    at += size;
+                    continue;
+                }
+            };
+            values.push(SampleValue { index: head as u16 as i16, data: ValueData::Typed(value) });
+            at += size;
+        }
+        if !same || array(bytes, at)? != [0xff, 0xff] {
+            return None;
+        }
+        let timestamp = i64::from_le_bytes(array(bytes, 1)?);
+        Some((Sample { timestamp, values }, self.len))
+    }
+}
+
+fn array<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+    bytes.get(at..at + N)?.try_into().ok()
 }
 
 impl InspectorCodec {
@@ -227,10 +344,15 @@ impl InspectorCodec {
             }
             self.types[i] = Some(header.kind);
         }
+        self.shape = Shape::default();
     }
 
     /// Decodes one agent message from the front of `buf`; `Ok(None)` means more bytes are needed.
     pub fn decode_message(&mut self, buf: &mut BytesMut) -> Result<Option<AgentMessage>, DecodeError> {
+        if let Some((sample, len)) = self.shape.decode(buf) {
+            buf.advance(len);
+            return Ok(Some(AgentMessage::Sampling(sample)));
+        }
         let limits = self.limits;
         let types = &self.types;
         let msg = decode_with(buf, &limits, |c| parse_agent_message(c, &limits, types))?;
@@ -240,6 +362,7 @@ impl InspectorCodec {
                 hello.headers.iter().for_each(|h| self.learn(h));
             }
             Some(AgentMessage::Add(AddResponse::Ok(h))) => self.learn(h),
+            Some(AgentMessage::Sampling(sample)) => self.shape.record(&sample.values),
             _ => {}
         }
         Ok(msg)
@@ -311,32 +434,7 @@ fn parse_agent_message(
         }
         agent_op::SAMPLING => {
             let timestamp = c.i64()?;
-            let mut values = Vec::with_capacity(types.len().min(64));
-            loop {
-                let index = c.i16()?;
-                if index == END_OF_VALUES {
-                    break;
-                }
-                if index < 0 {
-                    return Err(DecodeError::InvalidIndex(index).into());
-                }
-                if values.len() == limits.max_values {
-                    return Err(DecodeError::TooManyValues { max: limits.max_values }.into());
-                }
-                let kind =
-                    types.get(index as usize).copied().flatten().ok_or(DecodeError::UnknownIndex(index))?;
-                let size = c.i16()?;
-                let fits = match expected_size(kind) {
-                    Some(sizes) => sizes.contains(&size),
-                    None => size >= 0,
-                };
-                if !fits {
-                    return Err(DecodeError::BadValueSize { index, size, kind: kind_name(kind) }.into());
-                }
-                let data = value_data(kind, c.take(size as usize)?);
-                values.push(SampleValue { index, data });
-            }
-            AgentMessage::Sampling(Sample { timestamp, values })
+            AgentMessage::Sampling(Sample { timestamp, values: parse_values(c, limits, types)? })
         }
         other => return Err(DecodeError::UnknownAgentOpcode(other).into()),
     })

@@ -362,3 +362,33 @@ fn an_endless_message_hits_the_size_limit() {
     }
     assert_eq!(decode_err(&mut codec, &list), DecodeError::MessageTooLarge { max: 64 });
 }
+
+#[test]
+fn a_repeated_layout_decodes_the_same_as_a_new_one() {
+    // The decoder has a fast path for a sample with the previous sample's layout; it must agree with
+    // the slow path, and fall back to it (with its errors) whenever the layout differs.
+    let mut codec = codec_after_hello();
+    agent_roundtrip(&mut codec, &hex(FIRST_SAMPLE));
+    let same_layout =
+        hex("04 01 00 00 00 00 00 00 00 00 00 04 00 07 00 00 00 01 00 08 00 09 00 00 00 00 00 00 00 ff ff");
+    let AgentMessage::Sampling(s) = agent_roundtrip(&mut codec, &same_layout) else { panic!() };
+    assert_eq!(
+        s.values,
+        vec![
+            SampleValue { index: 0, data: CounterValue::Int(7).into() },
+            SampleValue { index: 1, data: CounterValue::Long(9).into() },
+        ]
+    );
+    let swapped =
+        hex("04 01 00 00 00 00 00 00 00 01 00 08 00 09 00 00 00 00 00 00 00 00 00 04 00 07 00 00 00 ff ff");
+    let AgentMessage::Sampling(s) = agent_roundtrip(&mut codec, &swapped) else { panic!() };
+    assert_eq!(s.values[0].index, 1);
+    let bad_size = hex("04 01 00 00 00 00 00 00 00 01 00 04 00 09 00 00 00 00 00 04 00 07 00 00 00 ff ff");
+    assert_eq!(
+        decode_err(&mut codec, &bad_size),
+        DecodeError::BadValueSize { index: 1, size: 4, kind: "long" }
+    );
+    let no_terminator =
+        hex("04 01 00 00 00 00 00 00 00 01 00 08 00 09 00 00 00 00 00 00 00 00 00 04 00 07 00 00 00 05 00");
+    assert_eq!(decode_err(&mut codec, &no_terminator), DecodeError::UnknownIndex(5));
+}
