@@ -62,51 +62,110 @@ fn text(words: impl Iterator<Item = impl AsRef<[u8]>>) -> Option<String> {
     (!out.is_empty()).then(|| lossy(&out))
 }
 
-const KEYWORDS: [&str; 7] = ["HELLO", "HEAD", "WIDTH", "DATA", "OK", "BAD", "ERROR"];
+// DATA first: it is nearly every line.
+const KEYWORDS: [&str; 7] = ["DATA", "HELLO", "HEAD", "WIDTH", "OK", "BAD", "ERROR"];
 
 fn known_keyword(word: &[u8]) -> Option<&'static str> {
-    KEYWORDS.into_iter().find(|k| k.as_bytes().eq_ignore_ascii_case(word))
+    KEYWORDS.into_iter().find(|k| k.len() == word.len() && k.as_bytes().eq_ignore_ascii_case(word))
 }
 
-/// Parses the words after a keyword as unsigned decimals of at most `max`.
-fn numbers<'a>(
-    rest: impl Iterator<Item = &'a [u8]>,
-    keyword: &'static str,
-    max_fields: usize,
-    max: u64,
-) -> Result<Vec<u64>, DecodeError> {
+const ONES: u64 = 0x0101_0101_0101_0101;
+const POW10: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
+
+/// The leading run of ASCII digits in 8 bytes: its value and length (0 to 8), without a branch per
+/// digit (SWAR: all 8 bytes are checked at once, then combined in pairs, fours and eights).
+fn digit_run(bytes: [u8; 8]) -> (u64, usize) {
+    // Little-endian: the first byte is the lowest. A digit byte becomes 0..=9.
+    let x = u64::from_le_bytes(bytes) ^ (0x30 * ONES);
+    // High bit set in each byte that is not a digit (>= 10 after the xor); no carries between bytes.
+    let non_digits = (((x & (0x7F * ONES)) + 0x76 * ONES) | x) & (0x80 * ONES);
+    let len = (non_digits.trailing_zeros() / 8) as usize;
+    if len == 0 {
+        return (0, 0);
+    }
+    // Keep the run and move it to the top, so the bytes below are leading zeros.
+    let digits = x << (8 * (8 - len));
+    let pairs = (digits.wrapping_mul(10).wrapping_add(digits >> 8)) & 0x00FF_00FF_00FF_00FF;
+    let fours = (pairs.wrapping_mul(100).wrapping_add(pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
+    ((fours.wrapping_mul(10_000).wrapping_add(fours >> 32)) & 0xFFFF_FFFF, len)
+}
+
+/// Parses the words in `rest` as unsigned decimals of at most `max`, in one pass over the bytes (this
+/// is the hot path: nearly every line is `DATA`).
+fn numbers(rest: &[u8], keyword: &'static str, max_fields: usize, max: u64) -> Result<Vec<u64>, DecodeError> {
+    // 19 decimal digits always fit in a u64, so shorter words need no overflow checks.
+    const SAFE_DIGITS: usize = 19;
     let bits = if max == u64::MAX { 64 } else { 32 };
     let mut values = Vec::with_capacity(16);
-    for (index, word) in rest.enumerate() {
+    let mut i = 0;
+    loop {
+        while i < rest.len() && is_blank(rest[i]) {
+            i += 1;
+        }
+        if i == rest.len() {
+            return Ok(values);
+        }
+        let start = i;
+        let mut value: u64 = 0;
+        while let Some(bytes) = rest.get(i..i + 8) {
+            let (run, len) = digit_run(bytes.try_into().expect("8 bytes"));
+            value = value.wrapping_mul(POW10[len]).wrapping_add(run);
+            i += len;
+            if len < 8 {
+                break;
+            }
+        }
+        if rest.len() - i < 8 {
+            // The line's last bytes: one digit at a time.
+            while let Some(digit) = rest.get(i).map(|b| b.wrapping_sub(b'0')).filter(|&d| d <= 9) {
+                value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
+                i += 1;
+            }
+        }
+        let digits_end = i;
+        while i < rest.len() && !is_blank(rest[i]) {
+            i += 1;
+        }
+        let word = &rest[start..i];
+        let index = values.len();
         if index >= max_fields {
             return Err(DecodeError::TooManyFields { keyword, max: max_fields });
         }
-        let value = parse_decimal(word, max).ok_or_else(|| DecodeError::InvalidNumber {
-            keyword,
-            index,
-            word: lossy(word),
-            bits,
-        })?;
+        let parsed = if digits_end != i {
+            None
+        } else if word.len() > SAFE_DIGITS {
+            parse_decimal(word, max)
+        } else {
+            (value <= max).then_some(value)
+        };
+        let value =
+            parsed.ok_or_else(|| DecodeError::InvalidNumber { keyword, index, word: lossy(word), bits })?;
         values.push(value);
     }
-    Ok(values)
 }
 
 /// Decodes one server line (without its LF). Blank lines give `Ok(None)`.
 pub fn decode_server_line(line: &[u8], max_fields: usize) -> Result<Option<ServerMessage>, DecodeError> {
-    let mut rest = words(line);
-    let Some(first) = rest.next() else { return Ok(None) };
+    // Nearly every line is "DATA ..." exactly as sys161 writes it.
+    if let [d, a, t, a2, blank, ..] = line {
+        if [*d, *a, *t, *a2].eq_ignore_ascii_case(b"DATA") && is_blank(*blank) {
+            return Ok(Some(ServerMessage::Data(numbers(&line[4..], "DATA", max_fields, u64::MAX)?)));
+        }
+    }
+    let Some(start) = line.iter().position(|&b| !is_blank(b)) else { return Ok(None) };
+    let line = &line[start..];
+    let end = line.iter().position(|&b| is_blank(b)).unwrap_or(line.len());
+    let (first, after) = line.split_at(end);
     let Some(keyword) = known_keyword(first) else {
-        return Ok(Some(ServerMessage::Unknown(
-            text(std::iter::once(first).chain(rest)).unwrap_or_default(),
-        )));
+        return Ok(Some(ServerMessage::Unknown(text(words(line)).unwrap_or_default())));
     };
+    let rest = words(after);
     let msg = match keyword {
-        "DATA" => ServerMessage::Data(numbers(rest, keyword, max_fields, u64::MAX)?),
+        "DATA" => ServerMessage::Data(numbers(after, keyword, max_fields, u64::MAX)?),
         "WIDTH" => ServerMessage::Width(
-            numbers(rest, keyword, max_fields, u32::MAX.into())?.into_iter().map(|v| v as u32).collect(),
+            numbers(after, keyword, max_fields, u32::MAX.into())?.into_iter().map(|v| v as u32).collect(),
         ),
-        "HELLO" => match numbers(rest, keyword, max_fields, u32::MAX.into())?.as_slice() {
+        "HELLO" => match numbers(after, keyword, max_fields, u32::MAX.into())?.as_slice() {
             &[version] => ServerMessage::Hello(version as u32),
             other => return Err(DecodeError::WrongArity { keyword, expected: 1, got: other.len() }),
         },
@@ -468,6 +527,26 @@ mod tests {
         assert_eq!(parse_decimal(b"+1", u64::MAX), None);
         assert_eq!(parse_decimal(b"12abc", u64::MAX), None);
         assert_eq!(parse_decimal(b"4294967296", u64::from(u32::MAX)), None);
+    }
+
+    #[test]
+    fn digit_runs_of_every_length() {
+        assert_eq!(digit_run(*b"12345678"), (12_345_678, 8));
+        assert_eq!(digit_run(*b"99999999"), (99_999_999, 8));
+        assert_eq!(digit_run(*b"00000000"), (0, 8));
+        assert_eq!(digit_run(*b"1234567 "), (1_234_567, 7));
+        assert_eq!(digit_run(*b"7 123456"), (7, 1));
+        assert_eq!(digit_run(*b" 1234567"), (0, 0));
+        assert_eq!(digit_run(*b"12:45678"), (12, 2));
+        assert_eq!(digit_run(*b"12/45678"), (12, 2));
+        assert_eq!(digit_run(*b"12\xb045678"), (12, 2));
+        for b in 0..=255u8 {
+            let mut bytes = *b"55555555";
+            bytes[3] = b;
+            let expected =
+                if b.is_ascii_digit() { (5550_5555 + u64::from(b - b'0') * 10_000, 8) } else { (555, 3) };
+            assert_eq!(digit_run(bytes), expected, "{b}");
+        }
     }
 
     #[test]
