@@ -11,7 +11,7 @@ fn trace_text() -> String {
         .map(|i| TraceEntry {
             timestamp: 123_456_789 + i * 1_337,
             pid: i % 23,
-            label: LABELS[(i % 5) as usize].to_owned(),
+            label: LABELS[(i % 5) as usize].into(),
         })
         .collect();
     Trace { entries, unknown: Vec::new() }.render()
@@ -27,7 +27,7 @@ fn ps_text() -> String {
             cpu_1m: CpuShare { tenths: (pid * 3 % 1001) as u32 },
             mem_kib: pid * 4 * 13,
             blocked_on: if pid % 4 == 2 { BlockedOn::Recv { ep: pid } } else { BlockedOn::Nothing },
-            name: format!("proc-{pid}"),
+            name: format!("proc-{pid}").into(),
         })
         .collect();
     Ps { processes, unknown: Vec::new() }.render()
@@ -58,6 +58,16 @@ fn bench(c: &mut Criterion) {
         group.throughput(Throughput::Bytes(text.len() as u64));
         group.bench_function("reassemble_parse", |b| {
             b.iter(|| reassemble_and_parse(command, black_box(&messages)))
+        });
+        group.bench_function("parse_only", |b| b.iter(|| Report::parse(command, black_box(&text))));
+        group.bench_function("reassemble_only", |b| {
+            b.iter(|| {
+                let mut r = Reassembler::default();
+                for m in black_box(&messages) {
+                    r.push(m.data()).unwrap();
+                }
+                r.finish()
+            })
         });
         group.bench_function("baseline_lines_count", |b| b.iter(|| black_box(text.as_str()).lines().count()));
         group.finish();

@@ -101,7 +101,7 @@ fn ps() -> impl Strategy<Value = Ps> {
             cpu_1m: CpuShare { tenths: b },
             mem_kib,
             blocked_on,
-            name,
+            name: name.into(),
         });
     prop::collection::vec(row, 0..30).prop_map(|processes| Ps { processes, unknown: vec![] })
 }
@@ -127,7 +127,7 @@ fn trace() -> impl Strategy<Value = Trace> {
     let entry = (any::<u64>(), any::<u64>(), "\\PC{0,32}").prop_map(|(timestamp, pid, label)| TraceEntry {
         timestamp,
         pid,
-        label,
+        label: label.into(),
     });
     prop::collection::vec(entry, 0..60).prop_map(|entries| Trace { entries, unknown: vec![] })
 }

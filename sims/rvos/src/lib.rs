@@ -222,6 +222,16 @@ where
         };
         match frame {
             None => break Ok(()),
+            // A client that hangs up with our last frames unread resets the connection: that is leaving.
+            Some(Err(TransportError::Io(e)))
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                tracing::debug!(%peer, error = %e, "client hung up");
+                break Ok(());
+            }
             Some(Err(e)) => {
                 shared.count(|s| s.protocol_errors += 1);
                 break Err(e.into());

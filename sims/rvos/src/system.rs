@@ -564,7 +564,7 @@ impl System {
                     Block::Debug => BlockedOn::Debug,
                     Block::SpawnSuspended => BlockedOn::SpawnSuspended,
                 },
-                name: p.name.clone(),
+                name: p.name.as_str().into(),
             })
             .collect();
         Ps { processes, unknown: Vec::new() }
@@ -607,7 +607,7 @@ impl System {
             .map(|e| TraceEntry {
                 timestamp: e.timestamp,
                 pid: e.pid,
-                label: std::str::from_utf8(&e.label).unwrap_or("???").to_owned(),
+                label: std::str::from_utf8(&e.label).unwrap_or("???").into(),
             })
             .collect();
         Trace { entries, unknown: Vec::new() }

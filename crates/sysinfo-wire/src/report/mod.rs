@@ -9,6 +9,7 @@ mod histogram;
 mod kstat;
 mod memstat;
 mod ps;
+mod short;
 mod trace;
 mod watchdog;
 
@@ -21,6 +22,7 @@ pub use histogram::{
 pub use kstat::{Counter, Kstat, KSTAT_COUNTERS};
 pub use memstat::{HeapSummary, HeapTag, Memstat, ProcessMemory, HEAP_TAGS};
 pub use ps::{BlockedOn, CpuShare, ProcState, Ps, PsRow};
+pub use short::{ProcessName, ShortStr, TraceLabel};
 pub use trace::{Trace, TraceEntry, NO_TRACE_ENTRIES, TRACE_LABEL_MAX};
 pub use watchdog::{CriticalProcess, Heartbeat, Watchdog};
 
@@ -170,18 +172,21 @@ impl<'a> Cursor<'a> {
     }
 
     /// Skips spaces.
+    #[inline]
     pub(crate) fn spaces(&mut self) -> &mut Self {
         self.s = self.s.trim_start_matches(' ');
         self
     }
 
     /// Takes `lit` or fails.
+    #[inline]
     pub(crate) fn lit(&mut self, lit: &str) -> Option<()> {
         self.s = self.s.strip_prefix(lit)?;
         Some(())
     }
 
     /// Takes a run of ASCII digits as a `u64` (at least one digit, no overflow).
+    #[inline]
     pub(crate) fn num(&mut self) -> Option<u64> {
         let bytes = self.s.as_bytes();
         let mut n: u64 = 0;
@@ -198,8 +203,10 @@ impl<'a> Cursor<'a> {
     }
 
     /// Takes everything up to the next space (or the end).
+    #[inline]
     pub(crate) fn word(&mut self) -> &'a str {
-        let end = self.s.find(' ').unwrap_or(self.s.len());
+        // Words here are a few bytes long: a plain scan beats setting up memchr.
+        let end = self.s.bytes().position(|b| b == b' ').unwrap_or(self.s.len());
         let (w, rest) = self.s.split_at(end);
         self.s = rest;
         w

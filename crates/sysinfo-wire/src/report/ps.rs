@@ -2,7 +2,7 @@
 
 use std::fmt::{self, Write as _};
 
-use super::{push_unknown, Cursor, UnknownLine};
+use super::{push_unknown, Cursor, ProcessName, UnknownLine};
 
 const HEADER: &str = "  PID  STATE     CPU1s  CPU1m  MEM     BLOCKED ON     NAME";
 const DASHES: &str = "  ---  --------  -----  -----  ------  -------------  ----------------";
@@ -167,8 +167,8 @@ pub struct PsRow {
     pub mem_kib: u64,
     /// What it waits for.
     pub blocked_on: BlockedOn,
-    /// The name (at most 16 bytes in rvOS).
-    pub name: String,
+    /// The name (at most 16 bytes in rvOS, kept inline).
+    pub name: ProcessName,
 }
 
 impl PsRow {
@@ -186,7 +186,7 @@ impl PsRow {
         let rest = c.s;
         let (blocked, name) = if rest.len() >= 15 && rest.as_bytes()[..15].iter().all(|&b| b == b' ') {
             ("", &rest[15..])
-        } else if let Some(gap) = rest.find("  ") {
+        } else if let Some(gap) = rest.as_bytes().windows(2).position(|w| w == b"  ") {
             let name_at = (gap.max(13) + 2).min(rest.len());
             if !rest.as_bytes()[gap..name_at].iter().all(|&b| b == b' ') {
                 return None;
@@ -205,7 +205,7 @@ impl PsRow {
             mem_kib,
             blocked_on: BlockedOn::parse(blocked),
             // The spec's examples put one space too many before the name; rvOS names never start with one.
-            name: name.trim_start_matches(' ').to_owned(),
+            name: ProcessName::new(name.trim_start_matches(' ')),
         })
     }
 
@@ -249,8 +249,10 @@ impl Ps {
     /// Parses Ps text.
     pub fn parse(text: &str) -> Self {
         let mut ps = Ps::default();
+        ps.processes.reserve(text.len() / 64);
         for (i, line) in text.lines().enumerate() {
-            if line == HEADER || line == DASHES {
+            // Rows have a digit or a space where the header and dashes have `P` and `-`.
+            if matches!(line.as_bytes().get(2), Some(b'P' | b'-')) && (line == HEADER || line == DASHES) {
                 continue;
             }
             match PsRow::parse(line) {

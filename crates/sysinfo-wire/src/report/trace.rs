@@ -2,7 +2,7 @@
 
 use std::fmt::Write as _;
 
-use super::{push_unknown, UnknownLine};
+use super::{push_unknown, TraceLabel, UnknownLine};
 
 /// The whole reply for an empty ring.
 pub const NO_TRACE_ENTRIES: &str = "(no trace entries)\n";
@@ -17,8 +17,8 @@ pub struct TraceEntry {
     pub timestamp: u64,
     /// The pid that recorded it (0 for the kernel).
     pub pid: u64,
-    /// The label; `???` when the kernel found invalid UTF-8.
-    pub label: String,
+    /// The label (at most 32 bytes from the kernel, kept inline); `???` when the kernel found invalid UTF-8.
+    pub label: TraceLabel,
 }
 
 /// The `Trace` report.
@@ -52,7 +52,7 @@ fn parse_entry(line: &str) -> Option<TraceEntry> {
     if !b[i..].starts_with(b" hit ") {
         return None;
     }
-    Some(TraceEntry { timestamp, pid, label: line[i + 5..].to_owned() })
+    Some(TraceEntry { timestamp, pid, label: TraceLabel::new(&line[i + 5..]) })
 }
 
 impl Trace {
@@ -62,8 +62,8 @@ impl Trace {
         if text == NO_TRACE_ENTRIES {
             return t;
         }
-        // Lines are ~35 bytes; reserving up front avoids regrowing a 16384-entry vector.
-        t.entries.reserve(text.len() / 40);
+        // Kernel lines are 30 to 70 bytes; reserving up front avoids regrowing a 16384-entry vector.
+        t.entries.reserve(text.len() / 30);
         for (i, line) in text.lines().enumerate() {
             match parse_entry(line) {
                 Some(e) => t.entries.push(e),

@@ -1,0 +1,141 @@
+//! Short text stored inline, as the kernel stores it: trace labels are `[u8; 32]` plus a length, process
+//! names at most 16 bytes. Parsing a 16384-entry trace then allocates nothing per entry.
+
+use std::fmt;
+use std::ops::Deref;
+
+/// Text of at most `N` bytes kept inline (no allocation); longer text, which the kernel never prints, is
+/// kept on the heap. `N` must be below 256. Derefs to `str` and compares with strings.
+#[derive(Clone)]
+pub struct ShortStr<const N: usize>(Repr<N>);
+
+#[derive(Clone)]
+enum Repr<const N: usize> {
+    Inline { len: u8, buf: [u8; N] },
+    Heap(Box<str>),
+}
+
+/// A trace label (the kernel keeps at most 32 bytes).
+pub type TraceLabel = ShortStr<32>;
+/// A process name (at most 16 bytes in rvOS).
+pub type ProcessName = ShortStr<16>;
+
+impl<const N: usize> ShortStr<N> {
+    /// Copies `s`.
+    #[inline]
+    pub fn new(s: &str) -> Self {
+        if s.len() <= N && N < 256 {
+            let mut buf = [0u8; N];
+            buf[..s.len()].copy_from_slice(s.as_bytes());
+            ShortStr(Repr::Inline { len: s.len() as u8, buf })
+        } else {
+            ShortStr(Repr::Heap(s.into()))
+        }
+    }
+
+    /// The text.
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // The bytes were copied from a `str` whole, so they are UTF-8.
+            Repr::Inline { len, buf } => std::str::from_utf8(&buf[..usize::from(*len)]).unwrap_or_default(),
+            Repr::Heap(s) => s,
+        }
+    }
+}
+
+impl<const N: usize> Default for ShortStr<N> {
+    fn default() -> Self {
+        ShortStr::new("")
+    }
+}
+
+impl<const N: usize> Deref for ShortStr<N> {
+    type Target = str;
+    fn deref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl<const N: usize> AsRef<str> for ShortStr<N> {
+    fn as_ref(&self) -> &str {
+        self.as_str()
+    }
+}
+
+impl<const N: usize> From<&str> for ShortStr<N> {
+    fn from(s: &str) -> Self {
+        ShortStr::new(s)
+    }
+}
+
+impl<const N: usize> From<String> for ShortStr<N> {
+    fn from(s: String) -> Self {
+        if s.len() <= N {
+            ShortStr::new(&s)
+        } else {
+            ShortStr(Repr::Heap(s.into_boxed_str()))
+        }
+    }
+}
+
+impl<const N: usize> fmt::Debug for ShortStr<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+impl<const N: usize> fmt::Display for ShortStr<N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self.as_str(), f)
+    }
+}
+
+impl<const N: usize> PartialEq for ShortStr<N> {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl<const N: usize> Eq for ShortStr<N> {}
+
+impl<const N: usize> std::hash::Hash for ShortStr<N> {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state)
+    }
+}
+
+impl<const N: usize> PartialEq<str> for ShortStr<N> {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl<const N: usize> PartialEq<&str> for ShortStr<N> {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl<const N: usize> serde::Serialize for ShortStr<N> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inline_and_heap_behave_the_same() {
+        let short = TraceLabel::new("process_list-enter");
+        let long = TraceLabel::from("x".repeat(40));
+        assert!(matches!(short.0, Repr::Inline { len: 18, .. }));
+        assert!(matches!(long.0, Repr::Heap(_)));
+        assert_eq!(short, "process_list-enter");
+        assert_eq!(long.len(), 40);
+        assert_eq!(TraceLabel::new("é").as_str(), "é");
+        assert_eq!(format!("{short:?}"), "\"process_list-enter\"");
+        assert_eq!(ProcessName::default(), "");
+    }
+}
