@@ -401,12 +401,17 @@ impl<'de> Deserialize<'de> for Fact {
                 let mut value: Option<Value> = None;
                 let mut values: Option<Value> = None;
                 let mut extra = Extra::new();
+                let (mut seen_value, mut seen_values) = (false, false);
                 while let Some(key) = map.next_key::<Key<'de>>()? {
                     match key.as_str() {
                         "ID" => id = Some(map.next_value::<i64>()?),
                         "Name" => name = Some(map.next_value::<String>()?),
                         k @ ("Value" | "Values") => {
                             let list_key = k == "Values";
+                            let seen = if list_key { &mut seen_values } else { &mut seen_value };
+                            if std::mem::replace(seen, true) {
+                                return Err(de::Error::duplicate_field(if list_key { "Values" } else { "Value" }));
+                            }
                             match kind_of(id, name.as_deref()) {
                                 Some(kind) if kind.is_list() == list_key && typed.is_none() => {
                                     typed = Some(map.next_value_seed(TypedBody(kind))?);
@@ -509,6 +514,16 @@ mod tests {
         assert!(matches!(&f.value, FactValue::ThreadCount(c) if c.total == Some(1)));
         let f: Fact = serde_json::from_str(r#"{"ID":6,"Values":[1,2]}"#).unwrap();
         assert_eq!(f.value, FactValue::Raw { value: None, values: Some(json!([1, 2])) });
+    }
+
+    #[test]
+    fn a_second_body_under_the_other_key_is_kept_and_duplicates_are_errors() {
+        let text = r#"{"ID":4,"Values":[],"Value":{"X":1}}"#;
+        let f: Fact = serde_json::from_str(text).unwrap();
+        assert_eq!(f.value, FactValue::Threads(vec![]));
+        assert_eq!(serde_json::to_value(&f).unwrap(), serde_json::from_str::<Value>(text).unwrap());
+        let err = serde_json::from_str::<Fact>(r#"{"ID":5,"Values":[],"Values":[1]}"#).unwrap_err();
+        assert!(err.to_string().contains("duplicate field `Values`"), "{err}");
     }
 
     #[test]

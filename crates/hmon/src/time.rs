@@ -12,7 +12,8 @@ pub const TIMESTAMP_FORMAT: &str = "%Y%m%dT%H%M%S%.3fZ";
 /// A UTC instant as HMON writes it, e.g. `20230111T144700.132Z`.
 ///
 /// Parsing accepts the trailing `Z` or its absence (the spec's prose example `20231231T235959.999` has
-/// none) and a fraction of any length or none; sending always writes milliseconds and the `Z`.
+/// none) and a fraction of any length or none, truncated to the wire's millisecond precision; sending
+/// always writes milliseconds and the `Z`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Timestamp(pub DateTime<Utc>);
 
@@ -44,7 +45,10 @@ impl FromStr for Timestamp {
     fn from_str(text: &str) -> Result<Self, TimestampError> {
         let body = text.strip_suffix('Z').unwrap_or(text);
         NaiveDateTime::parse_from_str(body, "%Y%m%dT%H%M%S%.f")
-            .map(|naive| Timestamp(naive.and_utc()))
+            .map(|naive| {
+                let utc = naive.and_utc();
+                Timestamp::from_millis(utc.timestamp_millis()).unwrap_or(Timestamp(utc))
+            })
             .map_err(|e| TimestampError { text: text.to_owned(), reason: e.to_string() })
     }
 }
@@ -86,6 +90,13 @@ mod tests {
     fn spec_prose_timestamp_without_z() {
         let ts: Timestamp = "20231231T235959.999".parse().unwrap();
         assert_eq!(ts.to_string(), "20231231T235959.999Z");
+    }
+
+    #[test]
+    fn finer_fractions_are_truncated_to_milliseconds() {
+        let ts: Timestamp = "20230106T144700.1032Z".parse().unwrap();
+        assert_eq!(ts.to_string(), "20230106T144700.103Z");
+        assert_eq!(ts.to_string().parse::<Timestamp>().unwrap(), ts);
     }
 
     #[test]
