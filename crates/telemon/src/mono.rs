@@ -35,7 +35,7 @@ struct ListenArgs {
     /// Ask each agent to sample this counter too ("Category/Name"); repeatable.
     #[arg(long = "add", value_name = "CATEGORY/NAME", value_parser = parse_counter)]
     add: Vec<CounterName>,
-    /// Ask each agent to stop sampling this index (-1: all of them); repeatable.
+    /// Ask each agent to stop sampling this index (-1: all of them; removes run before adds); repeatable.
     #[arg(long = "remove", value_name = "INDEX", allow_negative_numbers = true)]
     remove: Vec<i16>,
     /// Print every counter the agent can sample.
@@ -127,6 +127,15 @@ async fn watch(
         let counters = session.list().await.map_err(CliError::peer)?;
         printer.list(&counters)?;
     }
+    // Removes first, so that `--remove -1 --add X` means "sample only X".
+    for &index in &args.remove {
+        match session.remove(index).await.map_err(CliError::peer)? {
+            Status::Ok if index < 0 => eprintln!("telemon: removed every counter"),
+            Status::Ok => eprintln!("telemon: removed index {index}"),
+            Status::NotFound => eprintln!("telemon: remove {index}: no such index"),
+            other => eprintln!("telemon: remove {index}: {other}"),
+        }
+    }
     for name in &args.add {
         match session.add(name.clone()).await {
             Ok(AddResponse::Ok(h)) => eprintln!("telemon: added {name} as index {}", h.index),
@@ -139,14 +148,6 @@ async fn watch(
                 )))
             }
             Err(e) => return Err(CliError::peer(e)),
-        }
-    }
-    for &index in &args.remove {
-        match session.remove(index).await.map_err(CliError::peer)? {
-            Status::Ok if index < 0 => eprintln!("telemon: removed every counter"),
-            Status::Ok => eprintln!("telemon: removed index {index}"),
-            Status::NotFound => eprintln!("telemon: remove {index}: no such index"),
-            other => eprintln!("telemon: remove {index}: {other}"),
         }
     }
     while let Some(update) = session.next_sample().await.map_err(CliError::peer)? {
