@@ -13,6 +13,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use futures::{SinkExt, Stream, StreamExt};
+#[cfg(test)]
+use tokio::io::AsyncWriteExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot};
@@ -375,8 +377,7 @@ trait AsyncReadWrite: AsyncRead + AsyncWrite + Send {}
 impl<T: AsyncRead + AsyncWrite + Send> AsyncReadWrite for T {}
 
 /// A framed connection over a boxed transport.
-#[doc(hidden)]
-pub struct Conn(Framed<BoxedIo, ClientCodec>);
+struct Conn(Framed<BoxedIo, ClientCodec>);
 
 impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> From<Framed<S, ClientCodec>> for Conn {
     fn from(framed: Framed<S, ClientCodec>) -> Self {
@@ -693,5 +694,115 @@ impl Connection {
             Request::Subscribe(_) => self.standing_subscribe = Some(request.clone()),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::ServerCodec;
+    use crate::message::{Facts, UserMessage};
+
+    /// The interpreter's end of a pipe, driven by hand.
+    type Peer = Framed<tokio::io::DuplexStream, ServerCodec>;
+
+    fn pipe() -> (tokio::io::DuplexStream, Peer) {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        (a, Framed::new(b, ServerCodec::default()))
+    }
+
+    async fn peer_handshake(peer: &mut Peer, using: u32) {
+        peer.feed(Payload::Handshake(Handshake::supported())).await.unwrap();
+        peer.send(Payload::Handshake(Handshake::UsingProtocol(using))).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn wrong_protocol_is_a_handshake_error() {
+        let (ours, mut peer) = pipe();
+        peer_handshake(&mut peer, 3).await;
+        let err = Client::over(ours, ClientConfig::default()).await.unwrap_err();
+        assert!(matches!(err, Error::Handshake(HandshakeError::WrongProtocol(3))), "{err}");
+    }
+
+    #[tokio::test]
+    async fn json_before_the_handshake_is_an_error() {
+        let (ours, mut peer) = pipe();
+        peer.send(Payload::Message(Response::Facts(Facts::default()))).await.unwrap();
+        let err = Client::over(ours, ClientConfig::default()).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Handshake(HandshakeError::MessageBeforeHandshake(ref n)) if n == "Facts"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_peer_times_the_handshake_out() {
+        let (ours, _peer) = pipe();
+        let err = Client::over(ours, ClientConfig::default()).await.unwrap_err();
+        assert!(matches!(err, Error::Timeout { what: "handshake", .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn bad_payloads_and_uncorrelated_messages_are_events() {
+        let (ours, mut peer) = pipe();
+        peer_handshake(&mut peer, 2).await;
+        let (client, mut events) = Client::over(ours, ClientConfig::default()).await.unwrap();
+        // The client's handshake frames, in either order.
+        for _ in 0..2 {
+            assert!(matches!(peer.next().await, Some(Ok(Ok(Payload::Handshake(_))))));
+        }
+        let mut raw = bytes::BytesMut::new();
+        crate::frame::encode_frame(b"[\"Facts\",{", &mut raw).unwrap();
+        peer.get_mut().write_all(&raw).await.unwrap();
+        assert!(matches!(
+            events.next().await,
+            Some(Event::InvalidPayload(PayloadError::InvalidSyntax { .. }))
+        ));
+        peer.send(Payload::Message(Response::UserMessage(UserMessage {
+            message: Some("hi".into()),
+            ..Default::default()
+        })))
+        .await
+        .unwrap();
+        assert!(matches!(events.next().await, Some(Event::Message(Response::UserMessage(_)))));
+        drop(peer);
+        assert!(matches!(events.next().await, Some(Event::Disconnected { .. })));
+        assert!(events.next().await.is_none());
+        assert!(matches!(client.last_known_state().await, Err(Error::Closed { .. })));
+    }
+
+    #[tokio::test]
+    async fn events_that_nobody_reads_are_counted_not_buffered() {
+        let (ours, mut peer) = pipe();
+        peer_handshake(&mut peer, 2).await;
+        let config = ClientConfig { event_capacity: 2, ..ClientConfig::default() };
+        let (client, mut events) = Client::over(ours, config).await.unwrap();
+        for n in 0..5 {
+            let m = UserMessage { message: Some(n.to_string()), ..Default::default() };
+            peer.send(Payload::Message(Response::UserMessage(m))).await.unwrap();
+        }
+        // A correlated round trip proves the five were routed before we look.
+        let asking = client.clone();
+        let request = tokio::spawn(async move { asking.last_known_state().await });
+        for _ in 0..2 {
+            assert!(matches!(peer.next().await, Some(Ok(Ok(Payload::Handshake(_))))));
+        }
+        let Some(Ok(Ok(Payload::Message(Request::GetLastKnownState(r))))) = peer.next().await else {
+            panic!()
+        };
+        let reply = crate::message::LastKnownState { uid: r.uid, ..Default::default() };
+        peer.send(Payload::Message(Response::LastKnownState(reply))).await.unwrap();
+        request.await.unwrap().unwrap();
+        assert!(matches!(events.next().await, Some(Event::Message(_))));
+        assert!(matches!(events.next().await, Some(Event::Message(_))));
+        // The next event to fit is the count of what was dropped.
+        let m = UserMessage { message: Some("late".into()), ..Default::default() };
+        peer.send(Payload::Message(Response::UserMessage(m))).await.unwrap();
+        assert_eq!(events.next().await, Some(Event::Lagged { dropped: 3 }));
+        assert!(
+            matches!(events.next().await, Some(Event::Message(Response::UserMessage(m))) if m.message.as_deref() == Some("late"))
+        );
+        drop(client);
+        assert!(matches!(events.next().await, None), "dropping the last handle closes the connection");
     }
 }

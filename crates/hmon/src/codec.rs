@@ -8,7 +8,7 @@ use serde_json::Value;
 use tokio_util::codec::{Decoder, Encoder};
 
 use crate::error::{FrameError, PayloadError};
-use crate::frame::{check_len, decode_frame, DEFAULT_MAX_FRAME_LEN, HEADER_LEN, MAGIC};
+use crate::frame::{decode_frame, DEFAULT_MAX_FRAME_LEN, MAGIC};
 use crate::message::{Message, Request, Response};
 
 /// The only protocol version HMON has.
@@ -216,10 +216,10 @@ impl<In, Out: Message> Encoder<Payload<Out>> for Codec<In, Out> {
         let start = buf.len();
         encode_payload(&item, buf)?;
         let len = u32::try_from(buf.len() - start).unwrap_or(u32::MAX);
-        // Never send what the peer's default limit (or ours) would refuse.
-        if let Err(e) = check_len(len, self.max_frame_len.max(HEADER_LEN as u32 + 1)) {
+        // Never send what our own limit would refuse (the peer's default limit is the same).
+        if len > self.max_frame_len {
             buf.truncate(start);
-            return Err(e);
+            return Err(FrameError::TooLarge { len, max: self.max_frame_len });
         }
         Ok(())
     }
@@ -228,6 +228,17 @@ impl<In, Out: Message> Encoder<Payload<Out>> for Codec<In, Out> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_encoder_refuses_frames_over_its_limit() {
+        let mut codec = ClientCodec::new(64);
+        let mut buf = BytesMut::from(&b"kept"[..]);
+        let big = Request::Unknown { name: "X".repeat(100), args: Default::default() };
+        let err = codec.encode(Payload::Message(big), &mut buf).unwrap_err();
+        assert!(matches!(err, FrameError::TooLarge { max: 64, .. }), "{err}");
+        assert_eq!(&buf[..], b"kept", "nothing half-written");
+        codec.encode(Payload::Handshake(Handshake::supported()), &mut buf).unwrap();
+    }
 
     #[test]
     fn handshake_lists_are_parsed() {

@@ -410,7 +410,11 @@ impl<'de> Deserialize<'de> for Fact {
                             let list_key = k == "Values";
                             let seen = if list_key { &mut seen_values } else { &mut seen_value };
                             if std::mem::replace(seen, true) {
-                                return Err(de::Error::duplicate_field(if list_key { "Values" } else { "Value" }));
+                                return Err(de::Error::duplicate_field(if list_key {
+                                    "Values"
+                                } else {
+                                    "Value"
+                                }));
                             }
                             match kind_of(id, name.as_deref()) {
                                 Some(kind) if kind.is_list() == list_key && typed.is_none() => {
