@@ -141,12 +141,14 @@ pub mod fuzz {
 
     /// Wire values and host frames: decoding never panics; what decodes re-encodes and re-decodes equal.
     pub fn wire(data: &[u8]) {
-        reencodes::<SysinfoCommand>(data);
-        reencodes::<BootRequest>(data);
-        reencodes::<BootResponse>(data);
-        reencodes::<NewConnection>(data);
-        reencodes::<Option<u32>>(data);
-        reencodes::<String>(data);
+        // Wire values travel in one message's data, at most MAX_MSG_SIZE bytes.
+        let payload = &data[..data.len().min(crate::MAX_MSG_SIZE)];
+        reencodes::<SysinfoCommand>(payload);
+        reencodes::<BootRequest>(payload);
+        reencodes::<BootResponse>(payload);
+        reencodes::<NewConnection>(payload);
+        reencodes::<Option<u32>>(payload);
+        reencodes::<String>(payload);
 
         let mut src = BytesMut::from(data);
         let mut frames: Vec<Frame> = Vec::new();

@@ -238,7 +238,7 @@ where
             }
             Some(Ok(Frame::Message { channel: ChannelId::BOOT, message })) => {
                 channels.retain(|_, tx| !tx.is_closed());
-                let reply = boot(&shared, &message, channels.len()).map(|service| {
+                let reply = boot(&shared, &message, channels.len(), next_channel).map(|service| {
                     let id = ChannelId(next_channel);
                     next_channel += 1;
                     let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
@@ -301,10 +301,11 @@ type Service = fn(
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 /// Init's side of a boot request: the service to connect, or the error text.
-fn boot(shared: &Shared, message: &Message, open: usize) -> Result<Service, &'static str> {
+fn boot(shared: &Shared, message: &Message, open: usize, next: u32) -> Result<Service, &'static str> {
     match message.decode::<BootRequest>() {
         Ok(BootRequest::ConnectService { name }) if name == SYSINFO_SERVICE => {
-            if open >= shared.config.max_channels_per_client {
+            // Ids are never reused on a connection, so after 2^32 - 1 channels there are none left.
+            if open >= shared.config.max_channels_per_client || next == u32::MAX {
                 return Err("no channels");
             }
             shared.count(|s| s.channels_opened += 1);

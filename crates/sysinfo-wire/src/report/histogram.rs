@@ -112,6 +112,8 @@ impl Histogram {
                         h.unit = unit.to_owned();
                         true
                     }
+                    // An empty unit (only from a rendered report that had no header) leaves it empty.
+                    (Some("count"), Some("distribution"), None, None) => true,
                     _ => false,
                 }
             } else {
