@@ -803,6 +803,6 @@ mod tests {
             matches!(events.next().await, Some(Event::Message(Response::UserMessage(m))) if m.message.as_deref() == Some("late"))
         );
         drop(client);
-        assert!(matches!(events.next().await, None), "dropping the last handle closes the connection");
+        assert!(events.next().await.is_none(), "dropping the last handle closes the connection");
     }
 }
