@@ -234,10 +234,14 @@ impl SessionHandle {
 
     /// Sends Good Bye and closes our side; the agent closes without replying.
     pub async fn goodbye(&self) -> Result<(), Error> {
-        let mut writer = self.shared.writer.lock().await;
-        writer.send(InspectorMessage::GoodBye).await?;
-        writer.get_mut().shutdown().await?;
-        Ok(())
+        let after = self.shared.timeout;
+        let bye = async {
+            let mut writer = self.shared.writer.lock().await;
+            writer.send(InspectorMessage::GoodBye).await?;
+            writer.get_mut().shutdown().await?;
+            Ok(())
+        };
+        tokio::time::timeout(after, bye).await.map_err(|_| Error::Timeout { request: "good bye", after })?
     }
 
     /// Sends a message that expects no response (Good Bye, or an unknown command byte in tests).
@@ -252,7 +256,10 @@ impl SessionHandle {
         enqueue: impl FnOnce(&mut Pending),
         rx: oneshot::Receiver<T>,
     ) -> Result<T, Error> {
-        {
+        let after = self.shared.timeout;
+        let deadline = tokio::time::Instant::now() + after;
+        let timed_out = || Error::Timeout { request, after };
+        let send = async {
             // Holding the writer while enqueueing keeps the queue in the order requests hit the wire.
             let mut writer = self.shared.writer.lock().await;
             {
@@ -262,14 +269,15 @@ impl SessionHandle {
                 }
                 enqueue(&mut pending);
             }
-            writer.send(msg).await?;
-        }
-        let after = self.shared.timeout;
+            writer.send(msg).await
+        };
+        // A write that cannot finish (an agent that stopped reading) times out too.
+        tokio::time::timeout_at(deadline, send).await.map_err(|_| timed_out())??;
         // On timeout the queue slot stays: a late response must still line up with its request.
-        match tokio::time::timeout(after, rx).await {
+        match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(response)) => Ok(response),
             Ok(Err(_)) => Err(Error::Closed { request }),
-            Err(_) => Err(Error::Timeout { request, after }),
+            Err(_) => Err(timed_out()),
         }
     }
 }

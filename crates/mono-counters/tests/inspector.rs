@@ -173,3 +173,15 @@ async fn a_slow_consumer_misses_samples_but_not_state() {
         "state includes missed samples"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_request_the_agent_never_reads_times_out() {
+    let (inspector_side, mut agent) = tokio::io::duplex(64);
+    let hello = Hello { version: 1, headers: vec![] };
+    agent.write_all(&bytes(&[AgentMessage::Hello(hello)])).await.unwrap();
+    let config = InspectorConfig { request_timeout: Duration::from_secs(1), ..InspectorConfig::default() };
+    let session = Session::start(inspector_side, config).await.unwrap();
+    let long = "x".repeat(500);
+    let err = session.add(CounterName::new("Mono GC", long)).await.unwrap_err();
+    assert!(matches!(err, Error::Timeout { request: "add", .. }), "{err}");
+}
