@@ -109,6 +109,8 @@ mod message;
 mod reader;
 pub mod wire;
 
+/// The buffer types of this crate's API, re-exported for convenience.
+pub use bytes::{Bytes, BytesMut};
 pub use codec::SmonCodec;
 pub use decoder::{DecoderConfig, StreamDecoder, SyncState, TokenInfo, UpdateRef, ValueRef};
 pub use encoder::{EncoderConfig, StreamEncoder};
