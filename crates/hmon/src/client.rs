@@ -481,21 +481,26 @@ where
 }
 
 /// Accepts interpreters that connect in POLL mode (`POLL:address:port`), one [`Client`] per interpreter.
+///
+/// Handshakes run concurrently, so an interpreter that connects and says nothing does not hold up the
+/// others (it fails on its own after the handshake timeout).
 #[derive(Debug)]
 pub struct Listener {
     listener: TcpListener,
     config: ClientConfig,
+    handshakes: tokio::task::JoinSet<Result<(Client, Events, std::net::SocketAddr), Error>>,
 }
 
 impl Listener {
     /// Listens on `addr`.
     pub async fn bind(addr: impl ToSocketAddrs, config: ClientConfig) -> std::io::Result<Listener> {
-        Ok(Listener { listener: TcpListener::bind(addr).await?, config })
+        Ok(Self::from_listener(TcpListener::bind(addr).await?, config))
     }
 
     /// Wraps a bound listener.
-    pub fn from_listener(listener: TcpListener, config: ClientConfig) -> Listener {
-        Listener { listener, config }
+    pub fn from_listener(listener: TcpListener, mut config: ClientConfig) -> Listener {
+        config.reconnect = None; // the interpreter dials again by itself
+        Listener { listener, config, handshakes: tokio::task::JoinSet::new() }
     }
 
     /// The address listened on.
@@ -503,22 +508,29 @@ impl Listener {
         self.listener.local_addr()
     }
 
-    /// Waits for the next interpreter and does the handshake with it (the roles are as in SERVE mode:
-    /// the interpreter speaks first and the monitor sends requests). An error concerns that one
-    /// connection; the listener can go on accepting.
-    pub async fn accept(&self) -> Result<(Client, Events, std::net::SocketAddr), Error> {
-        let (stream, peer) = self
-            .listener
-            .accept()
-            .await
-            .map_err(|source| Error::Connect { addr: "listener".into(), source })?;
-        let _ = stream.set_nodelay(true);
-        let mut config = self.config.clone();
-        config.reconnect = None;
-        let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
-        handshake(&mut framed, &config).await?;
-        let (client, events) = Client::spawn(framed, None, config);
-        Ok((client, events, peer))
+    /// Waits for the next interpreter that completes its handshake (the roles are as in SERVE mode: the
+    /// interpreter speaks first and the monitor sends requests). An error concerns one connection; the
+    /// listener can go on accepting.
+    pub async fn accept(&mut self) -> Result<(Client, Events, std::net::SocketAddr), Error> {
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => {
+                    let (stream, peer) =
+                        accepted.map_err(|source| Error::Connect { addr: "listener".into(), source })?;
+                    let _ = stream.set_nodelay(true);
+                    let config = self.config.clone();
+                    self.handshakes.spawn(async move {
+                        let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
+                        handshake(&mut framed, &config).await?;
+                        let (client, events) = Client::spawn(framed, None, config);
+                        Ok((client, events, peer))
+                    });
+                }
+                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
+                    return done.unwrap_or_else(|e| Err(Error::Closed { reason: Some(e.to_string()) }));
+                }
+            }
+        }
     }
 }
 

@@ -182,7 +182,7 @@ async fn listen(addr: String, plan: Plan) -> CliResult {
     if countdown.is_done() {
         return Ok(());
     }
-    let listener = Listener::bind(&addr, plan.client_config(false))
+    let mut listener = Listener::bind(&addr, plan.client_config(false))
         .await
         .map_err(|e| CliError::Peer(format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr()?;

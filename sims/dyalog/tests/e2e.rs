@@ -546,7 +546,7 @@ async fn poll_mode_dials_the_monitor_and_retries_until_it_listens() {
     let shutdown = Shutdown::new();
     tokio::spawn(sim.clone().poll(addr.to_string(), shutdown.clone()));
     tokio::task::yield_now().await;
-    let listener = Listener::bind(addr, ClientConfig::default()).await.unwrap();
+    let mut listener = Listener::bind(addr, ClientConfig::default()).await.unwrap();
     let (client, mut events, _peer) = listener.accept().await.unwrap();
     let facts = client.get_facts([FactKind::Workspace]).await.unwrap();
     assert_eq!(facts.facts.unwrap().len(), 1);
@@ -558,6 +558,20 @@ async fn poll_mode_dials_the_monitor_and_retries_until_it_listens() {
     drop(events);
     let (again, _events, _) = listener.accept().await.unwrap();
     assert!(again.last_known_state().await.is_ok());
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_silent_connection_does_not_hold_up_other_interpreters() {
+    let config = ClientConfig { handshake_timeout: Duration::from_secs(600), ..ClientConfig::default() };
+    let mut listener = Listener::bind("127.0.0.1:0", config).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _silent = TcpStream::connect(addr).await.unwrap();
+    let sim = Sim::new(quiet(Config::default()));
+    let shutdown = Shutdown::new();
+    tokio::spawn(sim.poll(addr.to_string(), shutdown.clone()));
+    let (client, _events, _) = listener.accept().await.unwrap();
+    assert!(client.last_known_state().await.is_ok());
     shutdown.cancel();
 }
 
