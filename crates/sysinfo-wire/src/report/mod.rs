@@ -174,7 +174,8 @@ impl<'a> Cursor<'a> {
     /// Skips spaces.
     #[inline]
     pub(crate) fn spaces(&mut self) -> &mut Self {
-        self.s = self.s.trim_start_matches(' ');
+        let n = self.s.bytes().take_while(|&b| b == b' ').count();
+        self.s = &self.s[n..];
         self
     }
 

@@ -177,7 +177,21 @@ impl PsRow {
         c.lit("  ")?;
         let pid = c.spaces().num()?;
         c.lit("  ")?;
-        let state = ProcState::from_word(c.word())?;
+        // The state is padded to 8 columns; the four padded forms are tried first, as the kernel prints them.
+        let state = match c.s.get(..8) {
+            Some("Ready   ") => Some(ProcState::Ready),
+            Some("Running ") => Some(ProcState::Running),
+            Some("Blocked ") => Some(ProcState::Blocked),
+            Some("Dead    ") => Some(ProcState::Dead),
+            _ => None,
+        };
+        let state = match state {
+            Some(state) => {
+                c.s = &c.s[8..];
+                state
+            }
+            None => ProcState::from_word(c.word())?,
+        };
         let cpu_1s = parse_share(&mut c)?;
         let cpu_1m = parse_share(&mut c)?;
         let mem_kib = c.spaces().num()?;
