@@ -130,7 +130,7 @@ impl Histogram {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "  {}", self.title);
-        if self.buckets.is_empty() {
+        if self.buckets.is_empty() && self.unit.is_empty() {
             out.push_str(NO_DATA);
             out.push('\n');
         } else {
@@ -152,8 +152,9 @@ impl Histogram {
                     " ".repeat(HIST_BAR_WIDTH - len)
                 );
             }
-            let total =
-                self.total.unwrap_or_else(|| self.buckets.iter().fold(0u64, |a, b| a.wrapping_add(b.count)));
+        }
+        // The kernel prints a total exactly when there are buckets; a parsed report keeps what it had.
+        if let Some(total) = self.total {
             let _ = writeln!(out, "  total: {total}");
         }
         push_unknown(&mut out, &self.unknown);
