@@ -1,0 +1,90 @@
+//! The tokio-util codec and the async reader: framed reading and writing, errors mid-stream,
+//! following a growing file.
+
+use futures::{SinkExt, StreamExt};
+use smon_codec::{
+    DecodeError, DecoderConfig, EncoderConfig, Sample, SmonCodec, Update, UpdateReader, Value, RESYNC,
+};
+use tokio::io::AsyncWriteExt;
+use tokio_util::codec::{FramedRead, FramedWrite};
+
+fn samples() -> Vec<Sample> {
+    vec![
+        Sample::new("mon.version", [], "0.0.0"),
+        Sample::new("linux.cpu.idle", [0], 10),
+        Sample::new("linux.cpu.idle", [1], 20),
+        Sample::new("linux.cpu.idle", [0], 15),
+    ]
+}
+
+#[tokio::test]
+async fn framed_write_then_framed_read_round_trip() {
+    let mut wire = Vec::new();
+    {
+        let mut sink = FramedWrite::new(&mut wire, SmonCodec::default());
+        for s in samples() {
+            sink.send(s).await.unwrap();
+        }
+        SinkExt::<Sample>::close(&mut sink).await.unwrap();
+    }
+    assert!(wire.starts_with(&RESYNC));
+    let updates: Vec<Update> =
+        FramedRead::new(&wire[..], SmonCodec::default()).map(|u| u.unwrap()).collect().await;
+    assert_eq!(updates[0], Update::Resync);
+    let back: Vec<Sample> = updates.into_iter().filter_map(Update::into_sample).collect();
+    assert_eq!(back, samples());
+}
+
+#[tokio::test]
+async fn framed_read_reports_truncation_at_eof() {
+    let wire = b"\x00\x04ua.b\x01".to_vec();
+    let mut frames = FramedRead::new(&wire[..], SmonCodec::default());
+    let err = frames.next().await.unwrap().unwrap_err();
+    assert!(matches!(err, DecodeError::Truncated { offset: 0, pending: 7 }), "{err:?}");
+}
+
+#[tokio::test]
+async fn the_reader_goes_on_after_an_error_at_the_next_resync() {
+    let mut enc = smon_codec::StreamEncoder::new(EncoderConfig::default());
+    let mut good = smon_codec::BytesMut::new();
+    enc.encode(&Sample::new("a.b", [], 7), &mut good).unwrap();
+    let input = [b"\x09\x09junk".as_slice(), &good].concat();
+    let mut reader = UpdateReader::new(&input[..], DecoderConfig::default());
+    let first = reader.next().await.unwrap();
+    assert!(matches!(first, Err(DecodeError::UndefinedToken { token: 9, offset: 0 })), "{first:?}");
+    let mut rest = Vec::new();
+    while let Some(u) = reader.next().await {
+        rest.push(u.unwrap());
+    }
+    assert_eq!(rest[0], Update::Resync);
+    assert_eq!(
+        rest.last().unwrap(),
+        &Update::Value { token: 1, name: "a.b".into(), index: vec![], value: Value::Unsigned(7) }
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_reader_follows_a_growing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mon.out");
+    let mut writer = tokio::fs::File::create(&path).await.unwrap();
+    let mut enc = smon_codec::StreamEncoder::default();
+    let mut buf = smon_codec::BytesMut::new();
+    enc.encode(&Sample::new("a.b", [], 1), &mut buf).unwrap();
+    // Write the first sample, and only half of the second: the reader must wait for the rest.
+    enc.encode(&Sample::new("a.b", [], 300), &mut buf).unwrap();
+    let split = buf.len() - 2;
+    writer.write_all(&buf[..split]).await.unwrap();
+    writer.flush().await.unwrap();
+
+    let file = tokio::fs::File::open(&path).await.unwrap();
+    let mut reader =
+        UpdateReader::new(file, DecoderConfig::default()).follow(std::time::Duration::from_millis(50));
+    assert_eq!(reader.next().await.unwrap().unwrap(), Update::Resync);
+    assert!(matches!(reader.next().await.unwrap().unwrap(), Update::Define { .. }));
+    assert!(matches!(reader.next().await.unwrap().unwrap(), Update::Value { value: Value::Unsigned(1), .. }));
+    let pending = tokio::spawn(async move { reader.next().await.unwrap().unwrap() });
+    writer.write_all(&buf[split..]).await.unwrap();
+    writer.flush().await.unwrap();
+    assert!(matches!(pending.await.unwrap(), Update::Value { value: Value::Unsigned(300), .. }));
+}
