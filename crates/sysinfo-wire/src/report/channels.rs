@@ -77,7 +77,7 @@ impl Channels {
     /// Parses Channels text.
     pub fn parse(text: &str) -> Self {
         let mut ch = Channels::default();
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in super::lines(text).enumerate() {
             if line == HEADER || line == DASHES {
                 continue;
             }

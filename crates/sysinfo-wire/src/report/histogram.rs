@@ -90,7 +90,7 @@ impl Histogram {
     /// Parses histogram text.
     pub fn parse(text: &str) -> Self {
         let mut h = Histogram::default();
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in super::lines(text).enumerate() {
             let known = if i == 0 && line.starts_with("  ") {
                 h.title = line[2..].to_owned();
                 true

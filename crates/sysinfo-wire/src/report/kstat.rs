@@ -61,7 +61,7 @@ impl Kstat {
     /// Parses Kstat text.
     pub fn parse(text: &str) -> Self {
         let mut k = Kstat::default();
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in super::lines(text).enumerate() {
             match parse_counter(line) {
                 Some(c) => k.counters.push(c),
                 None => k.unknown.push(UnknownLine::new(i + 1, line)),

@@ -111,7 +111,7 @@ impl Memstat {
     pub fn parse(text: &str) -> Self {
         let mut m = Memstat::default();
         let mut in_processes = false;
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in super::lines(text).enumerate() {
             let known = match line {
                 TAG_HEADER | TAG_DASHES | PROCESS_HEADER | PROCESS_DASHES | "" => true,
                 PROCESS_TITLE => {

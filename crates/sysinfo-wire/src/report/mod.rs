@@ -56,7 +56,7 @@ impl Ack {
     /// Parses `"ok\n"`.
     pub fn parse(text: &str) -> Self {
         let mut ack = Ack::default();
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in lines(text).enumerate() {
             if line == "ok" && !ack.ok {
                 ack.ok = true;
             } else {
@@ -151,6 +151,12 @@ impl Report {
             Report::UnknownCommand => &[],
         }
     }
+}
+
+/// The lines of a reply: split at `\n`, with any trailing `\r`s dropped (saved reports may have CRLF endings;
+/// the kernel never prints `\r`).
+pub(crate) fn lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split_terminator('\n').map(|line| line.trim_end_matches('\r'))
 }
 
 /// Appends unknown lines back (for formatters, so that parse-then-render keeps everything).

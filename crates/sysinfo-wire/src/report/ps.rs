@@ -264,7 +264,7 @@ impl Ps {
     pub fn parse(text: &str) -> Self {
         let mut ps = Ps::default();
         ps.processes.reserve(text.len() / 64);
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in super::lines(text).enumerate() {
             // Rows have a digit or a space where the header and dashes have `P` and `-`.
             if matches!(line.as_bytes().get(2), Some(b'P' | b'-')) && (line == HEADER || line == DASHES) {
                 continue;

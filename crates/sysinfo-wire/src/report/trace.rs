@@ -64,7 +64,7 @@ impl Trace {
         }
         // Kernel lines are 30 to 70 bytes; reserving up front avoids regrowing a 16384-entry vector.
         t.entries.reserve(text.len() / 30);
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in super::lines(text).enumerate() {
             match parse_entry(line) {
                 Some(e) => t.entries.push(e),
                 None => t.unknown.push(UnknownLine::new(i + 1, line)),

@@ -99,7 +99,7 @@ impl Watchdog {
     pub fn parse(text: &str) -> Self {
         let mut w = Watchdog::default();
         let mut section = Section::Top;
-        for (i, line) in text.lines().enumerate() {
+        for (i, line) in super::lines(text).enumerate() {
             let known = match line {
                 "Watchdog: enabled" => {
                     w.enabled = true;
@@ -136,25 +136,25 @@ impl Watchdog {
     /// Formats as the kernel does.
     pub fn render(&self) -> String {
         let mut out = String::new();
-        if !self.enabled {
-            out.push_str("Watchdog: disabled\n");
-            push_unknown(&mut out, &self.unknown);
-            return out;
-        }
-        out.push_str("Watchdog: enabled\n");
+        out.push_str(if self.enabled { "Watchdog: enabled\n" } else { "Watchdog: disabled\n" });
+        // The kernel prints nothing more when disabled; a parsed report keeps whatever it had.
         if let (Some(s), Some(t)) = (self.timeout_secs, self.timeout_ticks) {
             let _ = writeln!(out, "  Timeout: {s}s ({t} ticks)");
         }
-        let _ = writeln!(out, "{KERNEL_TITLE}");
-        for h in &self.kernel_tasks {
-            let _ = writeln!(out, "    {:<12} last heartbeat {}ms ago", h.name, h.ago_ms);
+        if self.enabled || !self.kernel_tasks.is_empty() {
+            let _ = writeln!(out, "{KERNEL_TITLE}");
+            for h in &self.kernel_tasks {
+                let _ = writeln!(out, "    {:<12} last heartbeat {}ms ago", h.name, h.ago_ms);
+            }
         }
-        let _ = writeln!(out, "{CRITICAL_TITLE}");
-        if self.critical_processes.is_empty() {
-            let _ = writeln!(out, "{NONE_LINE}");
-        }
-        for p in &self.critical_processes {
-            let _ = writeln!(out, "    PID {:3} {:<16} last heartbeat {}ms ago", p.pid, p.name, p.ago_ms);
+        if self.enabled || !self.critical_processes.is_empty() {
+            let _ = writeln!(out, "{CRITICAL_TITLE}");
+            if self.critical_processes.is_empty() {
+                let _ = writeln!(out, "{NONE_LINE}");
+            }
+            for p in &self.critical_processes {
+                let _ = writeln!(out, "    PID {:3} {:<16} last heartbeat {}ms ago", p.pid, p.name, p.ago_ms);
+            }
         }
         push_unknown(&mut out, &self.unknown);
         out
