@@ -209,7 +209,7 @@ impl PsRow {
         } else if rest.starts_with(' ') {
             ("", rest.trim_start_matches(' '))
         } else {
-            (rest, "")
+            (rest.trim_end_matches(' '), "")
         };
         Some(PsRow {
             pid,
