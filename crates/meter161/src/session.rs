@@ -193,7 +193,10 @@ impl Session {
                     return Err(ProtocolError::FieldCount { expected: header.len(), got: values.len() });
                 }
                 let deltas = self.previous.as_deref().map(|prev| header.deltas(prev, &values));
-                self.previous = Some(values.clone());
+                // Reuse the previous row's buffer rather than allocating a copy per row.
+                let previous = self.previous.get_or_insert_with(|| Vec::with_capacity(values.len()));
+                previous.clear();
+                previous.extend_from_slice(&values);
                 Ok(Some(Update::Sample(Sample { header: Arc::clone(header), values, deltas })))
             }
             ServerMessage::Ok => Ok(None),
