@@ -1,5 +1,7 @@
 //! Decoding Sampling messages with 20 values, against tokio-util's `LengthDelimitedCodec` decoding
 //! frames of the same size, in the same run. Report: mono frames/s divided by length-delimited frames/s.
+//! The first mono case is the usual one (consecutive samples with the same layout); the second makes
+//! every message's layout differ from the previous one's, the decoder's worst case.
 
 use bytes::{BufMut, BytesMut};
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
@@ -23,11 +25,13 @@ fn hello() -> Hello {
     Hello { version: 1, headers }
 }
 
-fn sampling_stream() -> (BytesMut, usize) {
+/// `FRAMES` Sampling messages of 20 values; with `alternate`, every other message lists its values in
+/// reverse order, so no message has the previous one's layout (the decoder's slow path).
+fn sampling_stream(alternate: bool) -> (BytesMut, usize) {
     let mut wire = BytesMut::new();
     let mut frame_len = 0;
     for n in 0..FRAMES as i64 {
-        let values = (0..VALUES)
+        let mut values: Vec<SampleValue> = (0..VALUES)
             .map(|index| SampleValue {
                 index,
                 data: if index % 2 == 0 {
@@ -37,6 +41,9 @@ fn sampling_stream() -> (BytesMut, usize) {
                 },
             })
             .collect();
+        if alternate && n % 2 == 1 {
+            values.reverse();
+        }
         let before = wire.len();
         encode_sample(&Sample { timestamp: 635_400_000_000_000_000 + n * 10_000_000, values }, &mut wire)
             .unwrap();
@@ -55,7 +62,8 @@ fn length_delimited_stream(frame_len: usize) -> BytesMut {
 }
 
 fn bench(c: &mut Criterion) {
-    let (samples, frame_len) = sampling_stream();
+    let (samples, frame_len) = sampling_stream(false);
+    let (changing, _) = sampling_stream(true);
     assert_eq!(frame_len, 11 + 10 * (4 + 4) + 10 * (4 + 8), "20 values: 10 INT, 10 LONG");
     let delimited = length_delimited_stream(frame_len);
     assert_eq!(delimited.len(), samples.len(), "same bytes in both streams");
@@ -68,6 +76,18 @@ fn bench(c: &mut Criterion) {
         b.iter(|| {
             let mut codec = primed.clone();
             let mut buf = samples.clone();
+            let mut n = 0;
+            while let Some(msg) = codec.decode_message(&mut buf).unwrap() {
+                black_box(&msg);
+                n += 1;
+            }
+            assert_eq!(n, FRAMES);
+        })
+    });
+    group.bench_function("mono sampling, 20 values, layout changing every message", |b| {
+        b.iter(|| {
+            let mut codec = primed.clone();
+            let mut buf = changing.clone();
             let mut n = 0;
             while let Some(msg) = codec.decode_message(&mut buf).unwrap() {
                 black_box(&msg);

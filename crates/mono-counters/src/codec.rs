@@ -233,8 +233,8 @@ pub struct InspectorCodec {
 /// Walking `[index][size][bytes]` values is a chain of dependent loads (each value's position comes
 /// from the previous size), which makes it slow. Consecutive samples usually have the same layout, so
 /// the decoder first decodes the next message as if it had the last layout, reading at known offsets,
-/// and keeps the result only if every `[index][size]` and the terminator match; otherwise it walks
-/// the chain. Both paths accept exactly the same messages and decode them to the same values; the
+/// and gives up at the first `[index][size]` (or terminator) that does not match; then it walks the
+/// chain. Both paths accept exactly the same messages and decode them to the same values; the
 /// layout is forgotten whenever a type is learnt.
 #[derive(Debug, Clone, Default)]
 struct Shape {
@@ -284,11 +284,12 @@ impl Shape {
         if bytes.first() != Some(&agent_op::SAMPLING) {
             return None;
         }
-        let mut same = true;
         let mut values = Vec::with_capacity(self.entries.len());
         let mut at = 9;
         for &(head, slot) in &self.entries {
-            same &= u32::from_le_bytes(array(bytes, at)?) == head;
+            if u32::from_le_bytes(array(bytes, at)?) != head {
+                return None;
+            }
             at += 4;
             let (value, size) = match slot {
                 Slot::Int => (CounterValue::Int(i32::from_le_bytes(array(bytes, at)?)), 4),
@@ -307,7 +308,7 @@ impl Shape {
             values.push(SampleValue { index: head as u16 as i16, data: ValueData::Typed(value) });
             at += size;
         }
-        if !same || array(bytes, at)? != [0xff, 0xff] {
+        if array(bytes, at)? != [0xff, 0xff] {
             return None;
         }
         let timestamp = i64::from_le_bytes(array(bytes, 1)?);

@@ -62,7 +62,7 @@ impl CounterTable {
         self.counters.get(&index)
     }
 
-    /// The counter with this header name in this category label (`"Mono JIT"`, ...), if known.
+    /// The counter called `full_name` (`"Category/Name"`, see [`Header::full_name`]), if known.
     pub fn find(&self, full_name: &str) -> Option<&Reading> {
         self.counters.values().find(|r| r.header.full_name() == full_name)
     }
