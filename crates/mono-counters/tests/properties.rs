@@ -205,4 +205,47 @@ proptest! {
     fn arbitrary_inspector_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
         mono_counters::fuzz::inspector_stream(&data);
     }
+
+    #[test]
+    fn repeated_layouts_decode_like_fresh_ones((hello, samples) in session(), raw_flip in any::<u8>()) {
+        // Each sample twice, the second time with other values in the same layout (and a WORD or raw
+        // value possibly resized, which changes the layout): the layout fast path must agree with a
+        // decoder that has never seen the previous sample.
+        let mut primed = InspectorCodec::default();
+        let mut wire = BytesMut::new();
+        encode_agent_message(&AgentMessage::Hello(hello), &mut wire).unwrap();
+        decode_all(&mut primed, &wire);
+        let mut stream = Vec::new();
+        for s in samples {
+            let mut twin = s.clone();
+            twin.timestamp = twin.timestamp.wrapping_add(1);
+            for v in &mut twin.values {
+                v.data = match &v.data {
+                    ValueData::Typed(CounterValue::Int(x)) => CounterValue::Int(x ^ 0x5a5a).into(),
+                    ValueData::Typed(CounterValue::Long(x)) => CounterValue::Long(x ^ 0x5a5a_5a5a).into(),
+                    ValueData::Typed(CounterValue::Word32(x)) if raw_flip % 2 == 0 => CounterValue::Word64(i64::from(*x)).into(),
+                    ValueData::Typed(CounterValue::Double(x)) => CounterValue::Double(-x).into(),
+                    ValueData::Raw(b) if raw_flip % 3 == 0 => ValueData::Raw(b.iter().chain([&raw_flip]).copied().collect()),
+                    other => other.clone(),
+                };
+            }
+            stream.push(AgentMessage::Sampling(s));
+            stream.push(AgentMessage::Sampling(twin));
+        }
+        let mut bytes = BytesMut::new();
+        for m in &stream {
+            encode_agent_message(m, &mut bytes).unwrap();
+        }
+        let mut continuous = primed.clone();
+        let mut buf = bytes.clone();
+        for expected in &stream {
+            let fast = continuous.decode_message(&mut buf).unwrap().unwrap();
+            let mut alone = BytesMut::new();
+            encode_agent_message(expected, &mut alone).unwrap();
+            let slow = primed.clone().decode_message(&mut alone).unwrap().unwrap();
+            prop_assert_eq!(&fast, &slow);
+            prop_assert_eq!(&fast, expected);
+        }
+        prop_assert!(buf.is_empty());
+    }
 }
