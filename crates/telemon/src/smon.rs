@@ -91,7 +91,8 @@ fn decoder_config(view: &ViewArgs) -> DecoderConfig {
 }
 
 async fn read(path: &str, args: ViewArgs, follow: bool, poll: Duration) -> CliResult {
-    let mut view = View::new(&args);
+    // A file read once is shown once, as a whole table at the end; a followed one live.
+    let mut view = View::new(&args, follow);
     let config = decoder_config(&args);
     let end = if path == "-" {
         view.consume(UpdateReader::new(tokio::io::stdin(), config)).await?
@@ -104,7 +105,7 @@ async fn read(path: &str, args: ViewArgs, follow: bool, poll: Duration) -> CliRe
 }
 
 async fn connect(addr: &str, args: ViewArgs, wait: Duration, reconnect: bool) -> CliResult {
-    let mut view = View::new(&args);
+    let mut view = View::new(&args, true);
     loop {
         let stream = connect_with_retry(addr, wait).await?;
         let end = view.consume(UpdateReader::new(stream, decoder_config(&args))).await?;
@@ -169,6 +170,8 @@ enum JsonValue<'a> {
 struct View {
     json: bool,
     terminal: bool,
+    /// Show the table as updates come (else once, at the end).
+    live: bool,
     countdown: Countdown,
     limit: Option<u64>,
     table: BTreeMap<(String, Vec<u64>), String>,
@@ -178,9 +181,10 @@ struct View {
 }
 
 impl View {
-    fn new(args: &ViewArgs) -> Self {
+    fn new(args: &ViewArgs, live: bool) -> Self {
         View {
             json: args.json,
+            live,
             terminal: std::io::stdout().is_terminal(),
             countdown: Countdown::new(args.count),
             limit: args.count,
@@ -256,7 +260,7 @@ impl View {
 
     /// Shows what changed: on a terminal the whole table in place, elsewhere the changed rows.
     fn render(&mut self) -> CliResult {
-        if self.json || self.changed.is_empty() {
+        if self.json || self.changed.is_empty() || !self.live {
             return Ok(());
         }
         let mut out = std::io::stdout().lock();
@@ -280,7 +284,16 @@ impl View {
     }
 
     fn finish(&mut self, _end: End) -> CliResult {
-        self.render()?;
+        if self.live {
+            self.render()?;
+        } else if !self.json {
+            let mut out = std::io::stdout().lock();
+            Self::row(&mut out, "NAME", &[], "VALUE")?;
+            for ((name, index), value) in &self.table {
+                Self::row(&mut out, name, index, value)?;
+            }
+            out.flush()?;
+        }
         if self.errors > 0 {
             return Err(CliError::Peer(format!("{} decode error(s) in the stream", self.errors)));
         }

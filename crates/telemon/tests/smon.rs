@@ -162,10 +162,13 @@ async fn read_a_file_written_by_two_runs_whole() {
         .map(|l| l["value"].as_u64().unwrap())
         .collect();
     assert_eq!(idle0, [1001, 1002, 1001, 1002]);
-    // The human view shows the final table.
+    // The human view shows the final table once: a header and one row per name and index.
     let out = output(telemon(&["read", path.to_str().unwrap()])).await;
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.lines().any(|l| l.starts_with("linux.cpu.idle") && l.ends_with(" 1002")), "{text}");
+    let rows: Vec<&str> = text.lines().collect();
+    assert!(rows[0].starts_with("NAME"), "{text}");
+    assert_eq!(rows.len(), 1 + 5, "{text}"); // mon.version, mon.compiled, smon.time, idle[0], idle[1]
+    assert!(rows.iter().any(|l| l.starts_with("linux.cpu.idle") && l.ends_with(" 1002")), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
