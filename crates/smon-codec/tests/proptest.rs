@@ -34,12 +34,21 @@ fn index() -> impl Strategy<Value = Vec<u64>> {
 enum Raw {
     U(usize, Vec<u64>, u64),
     S(usize, Vec<u64>, bool, Vec<u8>),
+    /// Any name (`~` and at least 3 more bytes of any UTF-8, so never one of the fixed names); its
+    /// kind follows from the name, so it stays fixed.
+    Any(String, Vec<u64>, u64, Vec<u8>),
+}
+
+fn kind_is_text(name: &str) -> bool {
+    name.bytes().map(u32::from).sum::<u32>() % 2 == 1
 }
 
 fn raw() -> impl Strategy<Value = Raw> {
     prop_oneof![
         3 => (0..UNSIGNED.len(), index(), unsigned_value()).prop_map(|(n, i, v)| Raw::U(n, i, v)),
         1 => (0..TEXT.len(), index(), text_value()).prop_map(|(n, i, (ext, s))| Raw::S(n, i, ext, s)),
+        1 => ("[a-z]{1,4}\\.[a-z0-9_.]{1,12}|\\PC{3,12}", index(), unsigned_value(), text_value())
+            .prop_map(|(name, i, v, (_, s))| Raw::Any(format!("~{name}"), i, v, s)),
     ]
 }
 
@@ -55,6 +64,10 @@ fn samples() -> impl Strategy<Value = Vec<Sample>> {
                     last_text[n] = full.clone();
                     Sample { name: TEXT[n].into(), index, value: Value::Text(Bytes::from(full)) }
                 }
+                Raw::Any(name, index, _, s) if kind_is_text(&name) => {
+                    Sample { name: name.into(), index, value: Value::Text(Bytes::from(s)) }
+                }
+                Raw::Any(name, index, v, _) => Sample::new(name, index, v),
             })
             .collect()
     })
