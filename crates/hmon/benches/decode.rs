@@ -29,7 +29,7 @@ fn threads_payload() -> Vec<u8> {
                 state: Some(if suspended { "Suspended" } else { "Running" }.to_owned()),
                 flags: Some("Normal".to_owned()),
                 dmx: suspended.then(|| {
-                    Some(Dmx {
+                    Some(Box::new(Dmx {
                         restricted: Some(false),
                         category: Some("Domain".to_owned()),
                         dm: Some(vec!["DOMAIN ERROR".into(), "Step0[0] r←1÷0".into(), "           ∧".into()]),
@@ -41,7 +41,7 @@ fn threads_payload() -> Vec<u8> {
                         message: Some(String::new()),
                         os_error: Some(serde_json::json!([0, 0, ""])),
                         ..Default::default()
-                    })
+                    }))
                 }),
                 exception: suspended.then_some(None),
                 ..Default::default()

@@ -105,7 +105,6 @@ impl Default for ClientConfig {
 /// Something the interpreter sent that no request was waiting for, or a change of connection state.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
-#[allow(clippy::large_enum_variant)] // like `Response` itself, which it mostly carries
 pub enum Event {
     /// A response: polled `Facts`, `Notification`, `UserMessage`, an uncorrelated error response, ...
     Message(Response),

@@ -154,9 +154,9 @@ wire_object! {
         /// `Normal`, `Paused`, `Terminated`, ...
         flags: String = "Flags",
         /// `⎕DMX` of a suspended thread: `null` or an object.
-        dmx: Option<Dmx> = "DMX",
+        dmx: Option<Box<Dmx>> = "DMX",
         /// `⎕EXCEPTION` of a suspended thread: `null` or an object.
-        exception: Option<Exception> = "Exception",
+        exception: Option<Box<Exception>> = "Exception",
     }
 }
 

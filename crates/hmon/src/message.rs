@@ -144,9 +144,9 @@ wire_object! {
         /// Compaction and signal events: the SI stack.
         stack: Vec<crate::facts::StackEntry> = "Stack",
         /// Signal events: `⎕DMX`.
-        dmx: Option<crate::facts::Dmx> = "DMX",
+        dmx: Option<Box<crate::facts::Dmx>> = "DMX",
         /// Signal events: `⎕EXCEPTION`.
-        exception: Option<crate::facts::Exception> = "Exception",
+        exception: Option<Box<crate::facts::Exception>> = "Exception",
     }
 }
 
@@ -254,9 +254,6 @@ macro_rules! message_enum {
         $(#[$meta])*
         #[derive(Debug, Clone, PartialEq)]
         #[non_exhaustive]
-        // A message is decoded once and moved a few times; boxing the big ones would only make every
-        // construction and match noisier.
-        #[allow(clippy::large_enum_variant)]
         pub enum $enum {
             $( $(#[$vmeta])* $variant($args), )*
             /// A message this crate does not know, kept as sent.

@@ -85,15 +85,17 @@ fn stack() -> impl Strategy<Value = Vec<StackEntry>> {
     )
 }
 
-fn dmx() -> impl Strategy<Value = Option<Option<Dmx>>> {
+fn dmx() -> impl Strategy<Value = Option<Option<Box<Dmx>>>> {
     option::of(option::of(
         (option::of(any::<bool>()), option::of(vec(text(), 0..3)), option::of(any::<i64>())).prop_map(
-            |(restricted, dm, en)| Dmx {
-                restricted,
-                dm,
-                en,
-                os_error: Some(serde_json::json!([0, 0, ""])),
-                ..Default::default()
+            |(restricted, dm, en)| {
+                Box::new(Dmx {
+                    restricted,
+                    dm,
+                    en,
+                    os_error: Some(serde_json::json!([0, 0, ""])),
+                    ..Default::default()
+                })
             },
         ),
     ))

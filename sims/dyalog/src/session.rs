@@ -294,9 +294,10 @@ impl Session {
                     size,
                     tid,
                     stack: stack.map(|s| self.stack(&s)),
-                    dmx: signal.then(|| dmx.map(|d| self.redact_dmx(*d))),
+                    dmx: signal.then(|| dmx.map(|d| Box::new(self.redact_dmx(*d)))),
                     exception: signal.then(|| {
-                        self.restricted().then(|| Exception { restricted: Some(true), ..Default::default() })
+                        self.restricted()
+                            .then(|| Box::new(Exception { restricted: Some(true), ..Default::default() }))
                     }),
                     ..Default::default()
                 };
@@ -340,11 +341,12 @@ impl Session {
         };
         if t.suspended {
             if self.restricted() {
-                out.dmx = Some(Some(Dmx { restricted: Some(true), ..Default::default() }));
-                out.exception = Some(Some(Exception { restricted: Some(true), ..Default::default() }));
+                out.dmx = Some(Some(Box::new(Dmx { restricted: Some(true), ..Default::default() })));
+                out.exception =
+                    Some(Some(Box::new(Exception { restricted: Some(true), ..Default::default() })));
             } else {
-                out.dmx = Some(t.dmx.clone());
-                out.exception = Some(t.exception.clone());
+                out.dmx = Some(t.dmx.clone().map(Box::new));
+                out.exception = Some(t.exception.clone().map(Box::new));
             }
         }
         out
