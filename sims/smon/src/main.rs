@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use smon_sim::{serve, write_stream, Config, ProcSource, DEFAULT_CLIENT_QUEUE, MIN_INTERVAL};
+use smon_sim::{serve, write_stream, Config, ProcSource, DEFAULT_CLIENT_QUEUE, DEFAULT_LISTEN, MIN_INTERVAL};
 
 /// A monitor in the spirit of Tino's `mon`: real /proc figures as an smon stream.
 #[derive(Debug, Parser)]
@@ -18,8 +18,8 @@ struct Args {
     /// Append the stream to FILE (each run starts with a resync), like `mon >>mon.out`.
     #[arg(long, value_name = "FILE", conflicts_with = "listen")]
     out: Option<PathBuf>,
-    /// Serve the stream to TCP clients on ADDR (e.g. 127.0.0.1:7399) instead of writing it.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve the stream to TCP clients on ADDR instead of writing it (`--listen` alone: 127.0.0.1:7399).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = DEFAULT_LISTEN)]
     listen: Option<String>,
     /// Stop after N samples.
     #[arg(long, value_name = "N")]
