@@ -25,8 +25,10 @@ impl<const N: usize> ShortStr<N> {
     #[inline]
     pub fn new(s: &str) -> Self {
         if s.len() <= N && N < 256 {
-            let mut buf = [0u8; N];
-            buf[..s.len()].copy_from_slice(s.as_bytes());
+            // Built element by element (branch-free selects the compiler vectorises) rather than by a
+            // variable-length memcpy, whose narrow stores stall the wide loads that move the value next.
+            let bytes = s.as_bytes();
+            let buf = std::array::from_fn(|i| if i < bytes.len() { bytes[i] } else { 0 });
             ShortStr(Repr::Inline { len: s.len() as u8, buf })
         } else {
             ShortStr(Repr::Heap(s.into()))
