@@ -515,19 +515,37 @@ impl StreamDecoder {
     /// `Ok(None)` means more input is needed (everything left in `buf` is an incomplete item, or was
     /// skipped while out of sync). An error leaves the decoder [`SyncState::Lost`]; call again to skip to
     /// the next resync.
+    #[inline]
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Update>, DecodeError> {
+        if self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
+            if let Some(ev) = self.fast_pair(buf) {
+                return Ok(Some(self.owned(ev)));
+            }
+        }
         Ok(self.step(buf)?.map(|ev| self.owned(ev)))
     }
 
     /// Like [`StreamDecoder::decode`], at the end of the input: bytes left mid-pair are reported as
     /// [`DecodeError::Truncated`] (and dropped).
+    #[inline]
     pub fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Update>, DecodeError> {
+        if self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
+            if let Some(ev) = self.fast_pair(buf) {
+                return Ok(Some(self.owned(ev)));
+            }
+        }
         Ok(self.step_eof(buf)?.map(|ev| self.owned(ev)))
     }
 
     /// Like [`StreamDecoder::decode`], but borrows the update from the decoder: the fast path, with
     /// no allocation or reference counting per value.
+    #[inline]
     pub fn decode_ref(&mut self, buf: &mut BytesMut) -> Result<Option<UpdateRef<'_>>, DecodeError> {
+        if self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
+            if let Some(ev) = self.fast_pair(buf) {
+                return Ok(Some(self.view(ev)));
+            }
+        }
         match self.step(buf)? {
             Some(ev) => Ok(Some(self.view(ev))),
             None => Ok(None),
@@ -535,7 +553,13 @@ impl StreamDecoder {
     }
 
     /// Like [`StreamDecoder::decode_eof`], borrowing the update as [`StreamDecoder::decode_ref`] does.
+    #[inline]
     pub fn decode_eof_ref(&mut self, buf: &mut BytesMut) -> Result<Option<UpdateRef<'_>>, DecodeError> {
+        if self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
+            if let Some(ev) = self.fast_pair(buf) {
+                return Ok(Some(self.view(ev)));
+            }
+        }
         match self.step_eof(buf)? {
             Some(ev) => Ok(Some(self.view(ev))),
             None => Ok(None),
@@ -568,6 +592,7 @@ impl StreamDecoder {
         Update::Value { token, name: tok.name.clone(), index, value }
     }
 
+    #[inline]
     fn view(&mut self, ev: Event) -> UpdateRef<'_> {
         let token = match ev {
             Event::Resync => return UpdateRef::Resync,
