@@ -19,4 +19,65 @@ pub struct Sim {
 /// Every emulator that exists so far, in start-up order.
 pub const SIMS: &[Sim] = &[
     // one entry per protocol
+    Sim {
+        name: "smon",
+        package: "smon-sim",
+        bin: "smon-sim",
+        // Real /proc figures every second on a loopback port; telemon shows the changed rows of each
+        // sample, retrying while the emulator starts and reconnecting if it restarts.
+        args: &["--listen", "127.0.0.1:7399", "--interval", "1s"],
+        telemon: &["smon", "connect", "127.0.0.1:7399", "--wait", "60s", "--reconnect"],
+    },
+    Sim {
+        name: "dyalog",
+        package: "dyalog-sim",
+        bin: "dyalog-sim",
+        // SERVE on the loopback port of the docs' HMON_INIT example, with a UserMessage every 10 s;
+        // telemon polls two facts, prints two kinds of events, and keeps retrying until the emulator listens.
+        args: &["--serve", "127.0.0.1:4512", "--user-message-every", "10s"],
+        telemon: &[
+            "hmon",
+            "connect",
+            "127.0.0.1:4512",
+            "--reconnect",
+            "--poll",
+            "5s",
+            "--facts",
+            "Workspace,ThreadCount",
+            "--subscribe",
+            "WorkspaceResize,UntrappedSignal",
+        ],
+    },
+    Sim {
+        name: "rvos",
+        package: "rvos-sim",
+        bin: "rvos-sim",
+        // The host transport on TCP; telemon asks for a fresh process table every 2 s (and retries until
+        // the emulator listens).
+        args: &["--listen", "127.0.0.1:7461"],
+        telemon: &["sysinfo", "--connect", "127.0.0.1:7461", "--watch", "2s", "ps"],
+    },
+    Sim {
+        name: "sys161",
+        package: "sys161-sim",
+        bin: "sys161-sim",
+        // Like sys161, it serves .sockets/meter in its working directory (the workspace root).
+        args: &["--dir", "."],
+        telemon: &["meter161", "--dir", ".", "--interval", "1s"],
+    },
+    Sim {
+        name: "mono",
+        package: "mono-agent-sim",
+        bin: "mono-agent-sim",
+        // The real agent's default inspector address; the agent retries until telemon listens.
+        args: &[
+            "--address",
+            "127.0.0.1:8888",
+            "--interval",
+            "1000",
+            "--counters",
+            "Mono JIT/Compiled methods;Mono GC/Minor GC collections;Mono System/Working Set;Mono System/Total Time",
+        ],
+        telemon: &["mono", "listen", "127.0.0.1:8888", "--add", "Mono System/Page Faults"],
+    },
 ];

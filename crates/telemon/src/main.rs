@@ -9,6 +9,11 @@ use clap::{Parser, Subcommand};
 
 mod output;
 // protocol modules: one line each
+mod smon;
+mod hmon;
+mod sysinfo;
+mod meter161;
+mod mono;
 
 /// Watch running systems over their monitoring wire protocols.
 #[derive(Debug, Parser)]
@@ -21,6 +26,16 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     // protocol subcommands: one variant each
+    /// Tino's smon monitor stream: read a file or stdin, connect to a stream, or encode JSON lines.
+    Smon(smon::Args),
+    /// Dyalog APL Health Monitor: facts, polling, events and last known state (SERVE or POLL mode).
+    Hmon(hmon::Args),
+    /// rvOS sysinfo service (host transport): ps, memstat, trace, kstat, ...; or parse saved report text.
+    Sysinfo(sysinfo::Args),
+    /// System/161 metering (.sockets/meter): a stat161-like table of per-interval deltas, or JSON.
+    Meter161(meter161::Args),
+    /// Mono counters: listen for a Mono agent, or read its counters file.
+    Mono(mono::Args),
 }
 
 #[tokio::main]
@@ -35,6 +50,11 @@ async fn main() -> ExitCode {
     let cli = Cli::parse();
     let result: output::CliResult = match cli.command {
         // protocol dispatch: one arm each
+        Command::Smon(args) => smon::run(args).await,
+        Command::Hmon(args) => hmon::run(args).await,
+        Command::Sysinfo(args) => sysinfo::run(args).await,
+        Command::Meter161(args) => meter161::run(args).await,
+        Command::Mono(args) => mono::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
