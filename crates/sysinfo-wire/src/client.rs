@@ -311,7 +311,7 @@ impl Client {
         loop {
             match self.recv(channel).await? {
                 Some(chunk) => {
-                    if reassembler.push(chunk.data())? {
+                    if reassembler.push_owned(chunk.into_data())? {
                         break;
                     }
                 }

@@ -64,9 +64,13 @@ pub struct Reply {
 }
 
 /// Collects chunks until the sentinel or a close.
+///
+/// Chunks are kept as they came (owned chunks without a copy, see [`Reassembler::push_owned`]) and joined
+/// once, into an allocation of the exact size, when the reply is finished.
 #[derive(Debug, Clone)]
 pub struct Reassembler {
-    buf: Vec<u8>,
+    parts: Vec<Vec<u8>>,
+    len: usize,
     max: usize,
     chunks: usize,
     end: Option<End>,
@@ -81,32 +85,46 @@ impl Default for Reassembler {
 impl Reassembler {
     /// A reassembler that refuses replies over `max` bytes.
     pub fn new(max: usize) -> Self {
-        Reassembler { buf: Vec::new(), max, chunks: 0, end: None }
+        Reassembler { parts: Vec::new(), len: 0, max, chunks: 0, end: None }
     }
 
     /// Takes one chunk's data. An empty chunk is the sentinel: returns `Ok(true)` once the reply is complete.
     pub fn push(&mut self, chunk: &[u8]) -> Result<bool, ReassemblyError> {
+        self.accept(chunk.len())?;
+        if !chunk.is_empty() {
+            self.parts.push(chunk.to_vec());
+        }
+        Ok(self.end.is_some())
+    }
+
+    /// Like [`Reassembler::push`], keeping the chunk's buffer instead of copying it.
+    pub fn push_owned(&mut self, chunk: Vec<u8>) -> Result<bool, ReassemblyError> {
+        self.accept(chunk.len())?;
+        if !chunk.is_empty() {
+            self.parts.push(chunk);
+        }
+        Ok(self.end.is_some())
+    }
+
+    /// Checks a chunk of `len` bytes against the limits and the state, and counts it.
+    fn accept(&mut self, len: usize) -> Result<(), ReassemblyError> {
         if self.end.is_some() {
             return Err(ReassemblyError::AfterEnd);
         }
-        if chunk.is_empty() {
+        if len == 0 {
             self.end = Some(End::Sentinel);
-            return Ok(true);
+            return Ok(());
         }
-        if chunk.len() > MAX_MSG_SIZE {
-            return Err(ReassemblyError::ChunkTooLarge { len: chunk.len(), max: MAX_MSG_SIZE });
+        if len > MAX_MSG_SIZE {
+            return Err(ReassemblyError::ChunkTooLarge { len, max: MAX_MSG_SIZE });
         }
-        let len = self.buf.len() + chunk.len();
-        if len > self.max {
-            return Err(ReassemblyError::TooLarge { len, max: self.max });
+        let total = self.len + len;
+        if total > self.max {
+            return Err(ReassemblyError::TooLarge { len: total, max: self.max });
         }
-        if self.buf.is_empty() {
-            // Most replies are one chunk; big ones grow by doubling from here.
-            self.buf.reserve(MAX_MSG_SIZE.min(self.max));
-        }
-        self.buf.extend_from_slice(chunk);
+        self.len = total;
         self.chunks += 1;
-        Ok(false)
+        Ok(())
     }
 
     /// Records that the channel was closed (a no-op after the sentinel).
@@ -121,18 +139,22 @@ impl Reassembler {
 
     /// Bytes collected so far.
     pub fn len(&self) -> usize {
-        self.buf.len()
+        self.len
     }
 
     /// Whether nothing has been collected.
     pub fn is_empty(&self) -> bool {
-        self.buf.is_empty()
+        self.len == 0
     }
 
     /// The reply; if neither a sentinel nor a close was seen, it ended by [`End::Closed`].
-    pub fn finish(self) -> Reply {
+    pub fn finish(mut self) -> Reply {
         let end = self.end.unwrap_or(End::Closed);
-        let (text, lossy) = match String::from_utf8(self.buf) {
+        let bytes = match self.parts.len() {
+            1 => self.parts.pop().unwrap_or_default(),
+            _ => self.parts.concat(),
+        };
+        let (text, lossy) = match String::from_utf8(bytes) {
             Ok(text) => (text, false),
             Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
         };

@@ -196,16 +196,19 @@ impl<'a> Cursor<'a> {
     #[inline]
     pub(crate) fn num(&mut self) -> Option<u64> {
         let bytes = self.s.as_bytes();
-        let mut n: u64 = 0;
-        let mut i = 0;
-        while i < bytes.len() && bytes[i].is_ascii_digit() {
-            n = n.checked_mul(10)?.checked_add(u64::from(bytes[i] - b'0'))?;
-            i += 1;
-        }
-        if i == 0 {
+        let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+        if digits == 0 {
             return None;
         }
-        self.s = &self.s[i..];
+        let n = if digits <= 19 {
+            // Nineteen digits always fit in a u64: no overflow checks on the common path.
+            bytes[..digits].iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'))
+        } else {
+            bytes[..digits]
+                .iter()
+                .try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))?
+        };
+        self.s = &self.s[digits..];
         Some(n)
     }
 

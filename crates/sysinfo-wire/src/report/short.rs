@@ -22,7 +22,7 @@ pub type ProcessName = ShortStr<16>;
 
 impl<const N: usize> ShortStr<N> {
     /// Copies `s`.
-    #[inline]
+    #[inline(always)]
     pub fn new(s: &str) -> Self {
         if s.len() <= N && N < 256 {
             // Built element by element (branch-free selects the compiler vectorises) rather than by a
