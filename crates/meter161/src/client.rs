@@ -28,7 +28,8 @@ pub struct Config {
     /// The interval to ask for right after connecting (before `HELLO`, like stat161); `None` keeps the
     /// server's default (0.2 s).
     pub interval: Option<Duration>,
-    /// How long to wait for `HELLO`/`HEAD` after connecting.
+    /// How long to wait for `HELLO`/`HEAD` (and the `WIDTH` that sys161 sends right after) after
+    /// connecting.
     pub handshake_timeout: Duration,
     /// The longest line accepted, in bytes before the LF.
     pub max_line: usize,
@@ -181,6 +182,7 @@ impl Stream for Client {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = &mut *self;
         if let Some(item) = this.pending.pop_front() {
+            this.done |= item.as_ref().is_err_and(ClientError::is_fatal);
             return Poll::Ready(Some(item));
         }
         while !this.done {
@@ -194,9 +196,7 @@ impl Stream for Client {
                 Some(Ok(Some(Update::Sample(sample)))) => Ok(sample),
                 Some(Err(e)) => Err(e),
             };
-            if item.as_ref().is_err_and(ClientError::is_fatal) {
-                this.done = true;
-            }
+            this.done |= item.as_ref().is_err_and(ClientError::is_fatal);
             return Poll::Ready(Some(item));
         }
         this.done = true;
