@@ -67,8 +67,9 @@ pub fn builtin_counters() -> Vec<CounterDef> {
     ]
 }
 
-/// Values forced from outside, by `"Category/Name"`; they win over live and fixed values.
-/// Clones share the same map, so a test can change values while the agent runs.
+/// Values forced from outside, by `"Category/Name"`; they win over live and fixed values and are sent
+/// converted to the counter's type. Clones share the same map, so a test can change values while the
+/// agent runs.
 #[derive(Debug, Clone, Default)]
 pub struct ValueOverrides(Arc<Mutex<HashMap<String, CounterValue>>>);
 
@@ -154,7 +155,13 @@ impl ValueReader {
         let secs = self.started.elapsed().as_secs() as i64;
         defs.map(|(position, def)| {
             if let Some(v) = self.overrides.get(&def.name) {
-                return v;
+                // Sent with the counter's own type (and WORD size), whatever type it was given in.
+                return match (def.kind, v) {
+                    (CounterType::Double, v) => CounterValue::Double(v.as_f64()),
+                    (kind, CounterValue::Double(d)) => self.typed(kind, d as i64),
+                    (kind, CounterValue::Int(x) | CounterValue::Word32(x)) => self.typed(kind, i64::from(x)),
+                    (kind, CounterValue::Long(x) | CounterValue::Word64(x)) => self.typed(kind, x),
+                };
             }
             let n = match self.mode {
                 ValueMode::Fixed => position as i64,

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use mono_agent_sim::{parse_address, AgentConfig, DuplicateAdd, ValueMode};
-use mono_counters::{CounterName, RequestOpcodes};
+use mono_counters::{CounterName, CounterValue, RequestOpcodes};
 
 /// A fake Mono counters agent: connects to an inspector (or writes a file) and streams counters.
 #[derive(Debug, Parser)]
@@ -35,6 +35,9 @@ struct Args {
     /// Constant values instead of live /proc/self figures.
     #[arg(long)]
     fixed_values: bool,
+    /// Force a counter's value: "Category/Name=VALUE" (repeatable; sent in the counter's own type).
+    #[arg(long = "set", value_name = "CATEGORY/NAME=VALUE", value_parser = parse_set)]
+    set: Vec<(String, CounterValue)>,
     /// Stop after N samples per connection (or file).
     #[arg(long)]
     samples: Option<u64>,
@@ -89,6 +92,9 @@ fn configure(args: Args) -> Result<AgentConfig, mono_agent_sim::ConfigError> {
     if args.fixed_values {
         config.values = ValueMode::Fixed;
     }
+    for (name, value) in &args.set {
+        config.overrides.set(name, *value);
+    }
     config.max_samples = args.samples;
     config.reconnect = !args.no_reconnect;
     Ok(config)
@@ -100,4 +106,19 @@ fn parse_word_size(s: &str) -> Result<u8, String> {
         "8" => Ok(8),
         _ => Err(format!("word size must be 4 or 8, not {s:?}")),
     }
+}
+
+fn parse_set(s: &str) -> Result<(String, CounterValue), String> {
+    let (name, value) =
+        s.rsplit_once('=').ok_or_else(|| format!("expected Category/Name=VALUE, got {s:?}"))?;
+    let counter =
+        CounterName::parse(name.trim()).ok_or_else(|| format!("expected Category/Name, got {name:?}"))?;
+    let value = value.trim();
+    let value = match value.parse::<i64>() {
+        Ok(n) => CounterValue::Long(n),
+        Err(_) => {
+            CounterValue::Double(value.parse::<f64>().map_err(|_| format!("{value:?} is not a number"))?)
+        }
+    };
+    Ok((counter.to_string(), value))
 }

@@ -300,6 +300,10 @@ mod tests {
         config.overrides.set("Mono System/Working Set", CounterValue::Long(52428800));
         let third = s.sample();
         assert_eq!(third.values, vec![SampleValue { index: 1, data: CounterValue::Long(52428800).into() }]);
+        // An override in another type is sent in the counter's own type (Compiled methods is an INT).
+        config.overrides.set("Mono JIT/Compiled methods", CounterValue::Double(1234.0));
+        let fourth = s.sample();
+        assert_eq!(fourth.values, vec![SampleValue { index: 0, data: CounterValue::Int(1234).into() }]);
     }
 
     #[test]
