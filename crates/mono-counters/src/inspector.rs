@@ -195,8 +195,17 @@ impl Session {
     }
 
     /// See [`SessionHandle::add`].
-    pub async fn add(&self, counter: CounterName) -> Result<AddResponse, Error> {
-        self.handle.add(counter).await
+    pub async fn add(
+        &self,
+        category: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Result<AddResponse, Error> {
+        self.handle.add(category, name).await
+    }
+
+    /// See [`SessionHandle::add_counter`].
+    pub async fn add_counter(&self, counter: CounterName) -> Result<AddResponse, Error> {
+        self.handle.add_counter(counter).await
     }
 
     /// See [`SessionHandle::remove`].
@@ -221,7 +230,16 @@ impl SessionHandle {
     ///
     /// A duplicate is answered [`AddResponse::Existing`] by some agents, while the real agent closes the
     /// connection instead, which this reports as [`Error::Closed`].
-    pub async fn add(&self, counter: CounterName) -> Result<AddResponse, Error> {
+    pub async fn add(
+        &self,
+        category: impl Into<String>,
+        name: impl Into<String>,
+    ) -> Result<AddResponse, Error> {
+        self.add_counter(CounterName::new(category, name)).await
+    }
+
+    /// [`SessionHandle::add`] with the counter's name in one value.
+    pub async fn add_counter(&self, counter: CounterName) -> Result<AddResponse, Error> {
         let (tx, rx) = oneshot::channel();
         self.request("add", InspectorMessage::Add(counter), |p| p.add.push_back(tx), rx).await
     }

@@ -48,11 +48,7 @@ async fn responses_match_requests_fifo_per_kind_between_samples() {
     let (mut session, mut agent) = started(InspectorConfig::default()).await;
     let handle = session.handle();
     let adds = tokio::spawn(async move {
-        tokio::join!(
-            handle.add(CounterName::new("Mono GC", "b")),
-            handle.remove(0),
-            handle.add(CounterName::new("Mono GC", "c")),
-        )
+        tokio::join!(handle.add("Mono GC", "b"), handle.remove(0), handle.add("Mono GC", "c"),)
     });
     // Requests hit the wire in call order: Add b, Remove 0, Add c (join! polls in order).
     let mut req = BytesMut::new();
@@ -119,7 +115,7 @@ async fn a_request_times_out_and_a_late_answer_keeps_its_slot() {
 async fn eof_fails_pending_requests_and_ends_the_samples() {
     let (mut session, mut agent) = started(InspectorConfig::default()).await;
     let handle = session.handle();
-    let pending = tokio::spawn(async move { handle.add(CounterName::new("Mono GC", "a")).await });
+    let pending = tokio::spawn(async move { handle.add("Mono GC", "a").await });
     expect_request(&mut agent, &[1, 7, 0, 0, 0, b'M', b'o', b'n', b'o', b' ', b'G', b'C', 1, 0, 0, 0, b'a'])
         .await;
     drop(agent);
@@ -182,6 +178,6 @@ async fn a_request_the_agent_never_reads_times_out() {
     let config = InspectorConfig { request_timeout: Duration::from_secs(1), ..InspectorConfig::default() };
     let session = Session::start(inspector_side, config).await.unwrap();
     let long = "x".repeat(500);
-    let err = session.add(CounterName::new("Mono GC", long)).await.unwrap_err();
+    let err = session.add("Mono GC", long).await.unwrap_err();
     assert!(matches!(err, Error::Timeout { request: "add", .. }), "{err}");
 }

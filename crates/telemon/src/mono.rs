@@ -137,7 +137,7 @@ async fn watch(
         }
     }
     for name in &args.add {
-        match session.add(name.clone()).await {
+        match session.add_counter(name.clone()).await {
             Ok(AddResponse::Ok(h)) => eprintln!("telemon: added {name} as index {}", h.index),
             Ok(AddResponse::NotFound) => eprintln!("telemon: add {name}: the agent has no such counter"),
             Ok(AddResponse::Existing) => eprintln!("telemon: add {name}: already sampled"),

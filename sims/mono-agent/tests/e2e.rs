@@ -119,8 +119,8 @@ async fn list_add_remove_interleaved_with_sampling() {
     // Two adds and a list in flight at once: each response goes to its request, FIFO per kind.
     let handle = session.handle();
     let (a, b, l) = tokio::join!(
-        handle.add(CounterName::new("Mono System", "User Time")),
-        handle.add(CounterName::new("Mono GC", "Heap size")),
+        handle.add("Mono System", "User Time"),
+        handle.add("Mono GC", "Heap size"),
         handle.list(),
     );
     let AddResponse::Ok(a) = a.unwrap() else { panic!("add User Time") };
@@ -135,10 +135,7 @@ async fn list_add_remove_interleaved_with_sampling() {
     let update = sample_where(&mut session, "a sample after remove", |_| true).await;
     assert!(update.table.get(1).is_none());
     assert_eq!(session.remove(1).await.unwrap(), Status::NotFound, "already removed");
-    let AddResponse::Ok(again) = session.add(CounterName::new("Mono System", "Working Set")).await.unwrap()
-    else {
-        panic!()
-    };
+    let AddResponse::Ok(again) = session.add("Mono System", "Working Set").await.unwrap() else { panic!() };
     assert_eq!(again.index, 4, "indexes are never reused");
     shutdown.cancel();
 }
@@ -147,11 +144,8 @@ async fn list_add_remove_interleaved_with_sampling() {
 async fn add_of_an_unknown_counter_is_notfound() {
     let (inspector, _config, _agent, shutdown) = start(TWO, |_| {}).await;
     let mut session = accept(&inspector).await;
-    assert_eq!(
-        session.add(CounterName::new("Mono JIT", "No such counter")).await.unwrap(),
-        AddResponse::NotFound
-    );
-    assert_eq!(session.add(CounterName::new("MyApp", "Requests")).await.unwrap(), AddResponse::NotFound);
+    assert_eq!(session.add("Mono JIT", "No such counter").await.unwrap(), AddResponse::NotFound);
+    assert_eq!(session.add("MyApp", "Requests").await.unwrap(), AddResponse::NotFound);
     sample_where(&mut session, "sampling goes on", |_| true).await;
     shutdown.cancel();
 }
@@ -160,7 +154,7 @@ async fn add_of_an_unknown_counter_is_notfound() {
 async fn duplicate_add_answers_existing_by_default() {
     let (inspector, _config, _agent, shutdown) = start(TWO, |_| {}).await;
     let mut session = accept(&inspector).await;
-    let dup = session.add(CounterName::new("Mono JIT", "Compiled methods")).await.unwrap();
+    let dup = session.add("Mono JIT", "Compiled methods").await.unwrap();
     assert_eq!(dup, AddResponse::Existing);
     sample_where(&mut session, "sampling goes on", |_| true).await;
     shutdown.cancel();
@@ -171,7 +165,7 @@ async fn duplicate_add_drops_the_connection_like_the_real_agent_then_it_reconnec
     let (inspector, _config, _agent, shutdown) =
         start(TWO, |c| c.duplicate_add = DuplicateAdd::DropConnection).await;
     let mut session = accept(&inspector).await;
-    let err = session.add(CounterName::new("Mono System", "Working Set")).await.unwrap_err();
+    let err = session.add("Mono System", "Working Set").await.unwrap_err();
     assert!(matches!(err, Error::Closed { request: "add" }), "{err}");
     within("the end of the session", async { while session.next_sample().await.unwrap().is_some() {} }).await;
     assert!(
@@ -191,10 +185,7 @@ async fn remove_all() {
     assert_eq!(session.remove(-1).await.unwrap(), Status::Ok);
     let update = sample_where(&mut session, "an empty sample", |u| u.table.is_empty()).await;
     assert!(update.changed.is_empty());
-    let AddResponse::Ok(h) = session.add(CounterName::new("Mono JIT", "Compiled methods")).await.unwrap()
-    else {
-        panic!()
-    };
+    let AddResponse::Ok(h) = session.add("Mono JIT", "Compiled methods").await.unwrap() else { panic!() };
     assert_eq!(h.index, 2, "indexes are not reused after remove-all");
     shutdown.cancel();
 }
@@ -276,7 +267,7 @@ async fn serve_connection_reports_how_it_ended() {
             async move { mono_agent_sim::serve_connection(agent_side, &config, Shutdown::new()).await },
         );
     let session = Session::start(inspector_side, InspectorConfig::default()).await.unwrap();
-    assert!(session.add(CounterName::new("Mono JIT", "Compiled methods")).await.is_err());
+    assert!(session.add("Mono JIT", "Compiled methods").await.is_err());
     assert_eq!(agent.await.unwrap().unwrap(), SessionEnd::DroppedOnDuplicateAdd);
 }
 
