@@ -6,7 +6,7 @@
 //!   client, keeps accepting when a handler fails, and stops on shutdown.
 //! * [`ClientWriter`]: a bounded per-client output queue drained by its own task, so that a client which
 //!   stops reading never stalls the sim or its other clients: once the queue is full the client is
-//!   reported as lagging and the caller drops it.
+//!   reported as lagging and its connection is cut.
 //! * [`bind_unix_replacing_stale`]: create `DIR/.sockets/NAME` (folder mode 0700), replacing a stale socket.
 //!
 //! ```
@@ -21,7 +21,7 @@
 //!     let (_read, write) = stream.into_split();
 //!     let writer = ClientWriter::spawn(write, 64, peer);
 //!     writer.send(bytes::Bytes::from_static(b"hello\n"))?;
-//!     Ok(())
+//!     Ok::<(), sim_common::SendError>(())
 //! }));
 //! shutdown.cancel();
 //! server.await.unwrap()?;
@@ -184,15 +184,33 @@ pub enum SendError {
     },
 }
 
+/// How long a dropped [`ClientWriter`] keeps trying to flush what is queued before it gives up and
+/// closes the connection (a client that stopped reading must not pin the task and its socket forever).
+pub const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// A bounded output queue for one client, drained by its own writer task.
 ///
-/// [`ClientWriter::send`] never waits: when `capacity` messages are already queued the client is lagging
-/// and the send fails with [`SendError::Lagged`], so the caller can drop that client and carry on with
-/// the others. Dropping the `ClientWriter` lets the task flush what is queued and shut the stream down.
-#[derive(Debug, Clone)]
+/// [`ClientWriter::send`] never waits: when `capacity` messages are already queued the client is lagging,
+/// the send fails with [`SendError::Lagged`] and the connection is cut at once (even a write blocked on
+/// the full socket is abandoned), so the caller only has to log it and carry on with the others.
+/// [`ClientWriter::sever`] cuts the connection on purpose. Dropping every handle lets the task flush
+/// what is queued, for at most [`LINGER`], and then shut the stream down.
+#[derive(Clone)]
 pub struct ClientWriter {
     tx: mpsc::Sender<Bytes>,
     peer: String,
+    cut: Shutdown,
+    _closing: std::sync::Arc<tokio_util::sync::DropGuard>,
+}
+
+impl std::fmt::Debug for ClientWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientWriter")
+            .field("peer", &self.peer)
+            .field("queued", &(self.tx.max_capacity() - self.tx.capacity()))
+            .field("cut", &self.cut.is_cancelled())
+            .finish()
+    }
 }
 
 impl ClientWriter {
@@ -203,23 +221,48 @@ impl ClientWriter {
     {
         let (tx, mut rx) = mpsc::channel::<Bytes>(capacity.max(1));
         let peer = peer.to_string();
-        let name = peer.clone();
+        let cut = Shutdown::new();
+        let closing = Shutdown::new();
+        let (name, task_cut, task_closing) = (peer.clone(), cut.clone(), closing.clone());
         tokio::spawn(async move {
-            while let Some(buf) = rx.recv().await {
-                if let Err(e) = stream.write_all(&buf).await {
-                    tracing::debug!(peer = %name, error = %e, "write failed");
-                    return;
+            let gave_up = async {
+                task_closing.cancelled().await;
+                tokio::time::sleep(LINGER).await;
+            };
+            tokio::pin!(gave_up);
+            loop {
+                let next = tokio::select! {
+                    biased;
+                    _ = task_cut.cancelled() => return,
+                    next = rx.recv() => next,
+                };
+                let Some(buf) = next else { break };
+                tokio::select! {
+                    biased;
+                    _ = task_cut.cancelled() => return,
+                    _ = &mut gave_up => {
+                        tracing::debug!(peer = %name, "gave up flushing to a client that does not read");
+                        return;
+                    }
+                    written = stream.write_all(&buf) => if let Err(e) = written {
+                        tracing::debug!(peer = %name, error = %e, "write failed");
+                        return;
+                    }
                 }
             }
-            let _ = stream.shutdown().await;
+            tokio::select! {
+                _ = stream.shutdown() => {}
+                _ = &mut gave_up => {}
+            }
         });
-        Self { tx, peer }
+        Self { tx, peer, cut, _closing: std::sync::Arc::new(closing.drop_guard()) }
     }
 
-    /// Queues `buf` for the client without waiting.
+    /// Queues `buf` for the client without waiting. A full queue cuts the connection (see the type's doc).
     pub fn send(&self, buf: Bytes) -> Result<(), SendError> {
         self.tx.try_send(buf).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => {
+                self.sever();
                 SendError::Lagged { peer: self.peer.clone(), capacity: self.tx.max_capacity() }
             }
             mpsc::error::TrySendError::Closed(_) => SendError::Closed { peer: self.peer.clone() },
@@ -231,7 +274,13 @@ impl ClientWriter {
         self.tx.send(buf).await.map_err(|_| SendError::Closed { peer: self.peer.clone() })
     }
 
-    /// Resolves when the writer task has ended (the client is gone or a write failed).
+    /// Cuts the connection now: what is queued is discarded and the stream is dropped, even if a write
+    /// is blocked on a client that stopped reading.
+    pub fn sever(&self) {
+        self.cut.cancel();
+    }
+
+    /// Resolves when the writer task has ended (the client is gone, a write failed, or it was cut).
     pub async fn closed(&self) {
         self.tx.closed().await
     }
@@ -294,20 +343,55 @@ mod tests {
         assert_eq!(std::fs::read(dir.path().join(".sockets/meter")).unwrap(), b"keep");
     }
 
-    #[tokio::test]
-    async fn a_client_that_never_reads_lags_instead_of_blocking() {
-        let (a, _b) = tokio::io::duplex(16);
-        let writer = ClientWriter::spawn(a, 2, "slow");
-        let mut lagged = false;
-        for _ in 0..64 {
+    /// Fills the queue of a writer whose peer never reads, until a send reports the lag.
+    async fn fill_until_lagged(writer: &ClientWriter) -> SendError {
+        loop {
             if let Err(e) = writer.send(Bytes::from_static(b"0123456789")) {
-                assert!(matches!(e, SendError::Lagged { capacity: 2, .. }), "{e}");
-                lagged = true;
-                break;
+                return e;
             }
             tokio::task::yield_now().await;
         }
-        assert!(lagged);
+    }
+
+    #[tokio::test]
+    async fn a_client_that_never_reads_lags_and_is_cut_instead_of_blocking() {
+        let (a, mut b) = tokio::io::duplex(16);
+        let writer = ClientWriter::spawn(a, 2, "slow");
+        let e = fill_until_lagged(&writer).await;
+        assert!(matches!(e, SendError::Lagged { capacity: 2, .. }), "{e}");
+        // The writer task let go of the stream although its last write was blocked: the peer reads what
+        // had fitted in the pipe and then sees the end, and the handle sees the task gone.
+        writer.closed().await;
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        assert!(got.len() <= 16 + 2 * 10, "{} bytes", got.len());
+        assert!(matches!(writer.send(Bytes::from_static(b"x")), Err(SendError::Closed { .. })));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_writer_flushes_but_gives_up_on_a_client_that_never_reads() {
+        let (a, mut b) = tokio::io::duplex(4);
+        let writer = ClientWriter::spawn(a, 8, "stuck");
+        writer.send(Bytes::from_static(b"0123456789")).unwrap();
+        drop(writer);
+        // Nothing reads for longer than LINGER (the paused clock jumps ahead): the task must give up
+        // and drop the stream, so the reader then sees the end of the stream.
+        tokio::time::sleep(LINGER * 2).await;
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"0123");
+    }
+
+    #[tokio::test]
+    async fn a_dropped_writer_flushes_what_is_queued() {
+        let (a, mut b) = tokio::io::duplex(4);
+        let writer = ClientWriter::spawn(a, 8, "ok");
+        writer.send(Bytes::from_static(b"0123456789")).unwrap();
+        writer.send(Bytes::from_static(b"abc")).unwrap();
+        drop(writer);
+        let mut got = Vec::new();
+        b.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, b"0123456789abc");
     }
 
     #[tokio::test]

@@ -28,23 +28,18 @@
 
 mod machine;
 
-use std::future::Future;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::BytesMut;
 use futures::StreamExt;
 use meter161::{ClientMessage, IntervalRange, ServerCodec, ServerMessage, DEFAULT_INTERVAL_NS};
 use sim_common::{ClientWriter, NumberedUnixListener, SendError, Shutdown, UnixPeer};
-use tokio::io::AsyncWrite;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
-use tokio_util::sync::CancellationToken;
 
 pub use machine::Machine;
 
@@ -209,11 +204,8 @@ async fn serve(
 ) -> Result<(), Dropped> {
     let Shared { config, clock } = &*shared;
     let (read, write) = stream.into_split();
-    // Ending this handler, whatever the reason, cuts the connection, even when its writer is blocked
-    // on a client that stopped reading. Only the ERROR path lets the writer flush first.
-    let cut = CancellationToken::new();
-    let cut_on_exit = cut.clone().drop_guard();
-    let writer = ClientWriter::spawn(Severable::new(write, cut), config.queue_capacity, peer);
+    // A lagging client is cut by the writer itself; any other exit lets it flush (for a bounded time).
+    let writer = ClientWriter::spawn(write, config.queue_capacity, peer);
     let send = |out: &mut BytesMut| -> Result<(), Dropped> {
         match writer.send(out.split().freeze()) {
             Err(e @ SendError::Lagged { .. }) => {
@@ -228,7 +220,6 @@ async fn serve(
     if config.error_after == Some(0) {
         encode(&ServerMessage::Error(None), &mut out);
         send(&mut out)?;
-        cut_on_exit.disarm();
         return Ok(());
     }
     let [_, head, width] = ServerMessage::sys161_greeting();
@@ -255,7 +246,6 @@ async fn serve(
                 encode(&ServerMessage::Error(None), &mut out);
                 send(&mut out)?;
                 tracing::info!(%peer, "sent ERROR as configured; closing");
-                cut_on_exit.disarm();
                 return Ok(());
             }
         }
@@ -290,47 +280,6 @@ async fn serve(
                 }
             },
         }
-    }
-}
-
-/// A writer that another task can cut off: once cut, writes fail with `BrokenPipe`, including one
-/// waiting on a peer that stopped reading, so the writer task ends and the socket closes.
-struct Severable<W> {
-    inner: W,
-    cut: CancellationToken,
-    cancelled: Pin<Box<tokio_util::sync::WaitForCancellationFutureOwned>>,
-}
-
-impl<W> Severable<W> {
-    fn new(inner: W, cut: CancellationToken) -> Self {
-        let cancelled = Box::pin(cut.clone().cancelled_owned());
-        Severable { inner, cut, cancelled }
-    }
-
-    fn check(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
-        if self.cut.is_cancelled() || self.cancelled.as_mut().poll(cx).is_ready() {
-            return Err(io::Error::new(io::ErrorKind::BrokenPipe, "connection cut by the server"));
-        }
-        Ok(())
-    }
-}
-
-impl<W: AsyncWrite + Unpin> AsyncWrite for Severable<W> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        self.check(cx)?;
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.check(cx)?;
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if self.check(cx).is_err() {
-            return Poll::Ready(Ok(()));
-        }
-        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 
