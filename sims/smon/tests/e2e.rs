@@ -195,7 +195,7 @@ async fn a_slow_client_is_dropped_while_others_keep_streaming() {
             break;
         }
     }
-    // The slow client, reading at last, gets what was queued and then the end of the stream.
+    // The slow client, reading at last, gets what was already sent, then the end of the stream.
     let mut rest = Vec::new();
     tokio::time::timeout(Duration::from_secs(60), slow.read_to_end(&mut rest)).await.unwrap().unwrap();
     assert!(rest.starts_with(&smon_codec::RESYNC));
