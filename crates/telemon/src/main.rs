@@ -7,13 +7,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-mod output;
-// protocol modules: one line each
-mod smon;
 mod hmon;
-mod sysinfo;
 mod meter161;
 mod mono;
+mod output;
+mod smon;
+mod sysinfo;
 
 /// Watch running systems over their monitoring wire protocols.
 #[derive(Debug, Parser)]
@@ -25,17 +24,16 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    // protocol subcommands: one variant each
-    /// Tino's smon monitor stream: read a file or stdin, connect to a stream, or encode JSON lines.
-    Smon(smon::Args),
-    /// Dyalog APL Health Monitor: facts, polling, events and last known state (SERVE or POLL mode).
-    Hmon(hmon::Args),
-    /// rvOS sysinfo service (host transport): ps, memstat, trace, kstat, ...; or parse saved report text.
-    Sysinfo(sysinfo::Args),
     /// System/161 metering (.sockets/meter): a stat161-like table of per-interval deltas, or JSON.
     Meter161(meter161::Args),
+    /// Dyalog APL Health Monitor: facts, polling, events and last known state (SERVE or POLL mode).
+    Hmon(hmon::Args),
     /// Mono counters: listen for a Mono agent, or read its counters file.
     Mono(mono::Args),
+    /// Tino's smon monitor stream: read a file or stdin, connect to a stream, or encode JSON lines.
+    Smon(smon::Args),
+    /// rvOS sysinfo service (host transport): ps, memstat, trace, kstat, ...; or parse saved report text.
+    Sysinfo(sysinfo::Args),
 }
 
 #[tokio::main]
@@ -49,15 +47,16 @@ async fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result: output::CliResult = match cli.command {
-        // protocol dispatch: one arm each
-        Command::Smon(args) => smon::run(args).await,
-        Command::Hmon(args) => hmon::run(args).await,
-        Command::Sysinfo(args) => sysinfo::run(args).await,
         Command::Meter161(args) => meter161::run(args).await,
+        Command::Hmon(args) => hmon::run(args).await,
         Command::Mono(args) => mono::run(args).await,
+        Command::Smon(args) => smon::run(args).await,
+        Command::Sysinfo(args) => sysinfo::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // A reader that went away (`telemon ... | head`) is a normal end, not worth a message.
+        Err(e) if e.is_broken_pipe() => e.exit_code(),
         Err(e) => {
             eprintln!("telemon: {e}");
             e.exit_code()

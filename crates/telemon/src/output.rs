@@ -31,11 +31,16 @@ impl CliError {
         CliError::Peer(e.to_string())
     }
 
+    /// Whether stdout's reader went away (`telemon ... | head`): a normal end, exit 0 and no message.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+
     /// The process exit code for this error.
     pub fn exit_code(&self) -> ExitCode {
         match self {
+            _ if self.is_broken_pipe() => ExitCode::from(EXIT_OK),
             CliError::Usage(_) => ExitCode::from(EXIT_USAGE),
-            CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::from(EXIT_OK),
             CliError::Peer(_) | CliError::Output(_) => ExitCode::from(EXIT_PEER),
         }
     }
