@@ -66,13 +66,21 @@ impl PollTimer {
     pub fn fire(&mut self, now: Instant) -> bool {
         match &mut self.state {
             Some((interval, due)) if *due <= now => {
-                let next = *due + *interval;
-                *due = if next <= now { now + *interval } else { next };
+                *due = match due.checked_add(*interval) {
+                    Some(next) if next > now => next,
+                    // A stall: one period after now, not a burst of catch-up replies.
+                    _ => now.checked_add(*interval).unwrap_or_else(|| far_future(now)),
+                };
                 true
             }
             _ => false,
         }
     }
+}
+
+/// A deadline that never comes in practice, for periods too long for the clock to add.
+fn far_future(now: Instant) -> Instant {
+    now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)).unwrap_or(now)
 }
 
 #[cfg(test)]
@@ -85,6 +93,15 @@ mod tests {
         assert_eq!(effective_interval(Some(100)), Duration::from_millis(500));
         assert_eq!(effective_interval(Some(-5)), Duration::from_millis(500));
         assert_eq!(effective_interval(Some(750)), Duration::from_millis(750));
+    }
+
+    #[test]
+    fn a_huge_interval_does_not_overflow_the_clock() {
+        let t0 = Instant::now();
+        let mut timer = PollTimer::new();
+        timer.start(t0, effective_interval(Some(i64::MAX)));
+        assert!(timer.fire(t0));
+        assert!(!timer.fire(t0 + Duration::from_secs(3600)));
     }
 
     #[test]
