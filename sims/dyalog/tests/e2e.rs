@@ -328,6 +328,9 @@ async fn every_error_response() {
     let reply = raw.ask(r#"["GetLastKnownState",{"id":"12345"}]"#).await;
     assert_eq!(reply[0], "LastKnownState");
     assert!(reply[1]["TS"].as_str().unwrap().ends_with('Z'));
+    // A poll period too long for any clock is not a crash.
+    let reply = raw.ask(r#"["PollFacts",{"Facts":[6],"Interval":9223372036854775807}]"#).await;
+    assert_eq!(reply[1]["Interval"], i64::MAX);
     // The connection is still fine after all that.
     assert_eq!(raw.ask(r#"["StopFacts",{}]"#).await, json!(["Facts", {"Interval": 0, "Facts": []}]));
 }
