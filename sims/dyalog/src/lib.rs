@@ -6,13 +6,23 @@
 //! workspace that really changes, redacts at access level 1, answers only `GetLastKnownState` when busy,
 //! and keeps serving other monitors when one misbehaves.
 //!
-//! ```no_run
-//! # async fn demo() -> std::io::Result<()> {
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use futures::StreamExt;
+//!
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+//! let addr = listener.local_addr()?.to_string();
 //! let sim = dyalog_sim::Sim::new(dyalog_sim::Config::default());
 //! let shutdown = sim_common::Shutdown::new();
 //! tokio::spawn(sim.clone().serve(listener, shutdown.clone()));
-//! sim.world().user_message(None, "hello");
+//!
+//! let (client, mut events) = hmon::Client::connect(addr, hmon::ClientConfig::default()).await?;
+//! let facts = client.get_facts([hmon::FactKind::Workspace]).await?;
+//! assert_eq!(facts.facts.unwrap().len(), 1);
+//! sim.world().user_message(None, "hello"); // what 111⌶ does in APL
+//! assert!(matches!(events.next().await, Some(hmon::Event::Message(hmon::Response::UserMessage(_)))));
+//! shutdown.cancel();
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
