@@ -1,21 +1,13 @@
 //! `telemon hmon` end to end: the real binary against dyalog-sim, started in-process.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use dyalog_sim::{Config, Sim};
-use serde_json::Value;
 use sim_common::Shutdown;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpListener;
-use tokio::process::Command;
 
-/// A safety net so a broken test fails instead of hanging; never a timing assertion.
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} never happened"))
-}
+mod support;
+use support::{json_lines, Telemon};
 
 struct Running {
     addr: String,
@@ -40,24 +32,8 @@ async fn start(config: Config) -> Running {
 
 /// Runs telemon to completion; returns (exit code, stdout, stderr).
 async fn telemon(args: &[&str]) -> (i32, String, String) {
-    let child = Command::new(env!("CARGO_BIN_EXE_telemon"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("telemon starts");
-    let out = within("telemon exiting", child.wait_with_output()).await.unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
-
-fn json_lines(stdout: &str) -> Vec<Value> {
-    stdout.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"))).collect()
+    let out = support::run(args, None).await;
+    (support::code(&out), support::stdout(&out), support::stderr(&out))
 }
 
 #[tokio::test]
@@ -131,72 +107,53 @@ async fn subscriptions_print_notifications() {
 #[tokio::test]
 async fn user_messages_are_shown() {
     let running = start(Config { tick: None, ..Config::default() }).await;
-    let child = Command::new(env!("CARGO_BIN_EXE_telemon"))
-        .args(["hmon", "connect", &running.addr, "--subscribe", "1", "--count", "2", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut child = child;
-    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let first = within("Subscribed", stdout.next_line()).await.unwrap().unwrap();
+    let mut run =
+        Telemon::spawn(&["hmon", "connect", &running.addr, "--subscribe", "1", "--count", "2", "--json"]);
+    let first = run.stdout_line().await;
     assert!(first.starts_with(r#"["Subscribed""#), "{first}");
     running.sim.world().user_message(Some("u1".into()), "Hello");
-    let second = within("UserMessage", stdout.next_line()).await.unwrap().unwrap();
+    let second = run.stdout_line().await;
     assert_eq!(second, r#"["UserMessage",{"UID":"u1","Message":"Hello"}]"#);
-    assert!(within("exit", child.wait()).await.unwrap().success());
+    assert_eq!(run.finish().await.0, 0);
 }
 
 #[tokio::test]
 async fn listen_mode_accepts_a_polling_interpreter() {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_telemon"))
-        .args(["hmon", "listen", "127.0.0.1:0", "--facts", "Workspace", "--count", "1", "--json"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    let line = within("listening", stderr.next_line()).await.unwrap().unwrap();
+    let mut run =
+        Telemon::spawn(&["hmon", "listen", "127.0.0.1:0", "--facts", "Workspace", "--count", "1", "--json"]);
+    let line = run.stderr_line("listening for interpreters on").await;
     let addr = line.rsplit(' ').next().unwrap().to_owned();
-    assert!(line.contains("listening for interpreters on"), "{line}");
     let sim = Sim::new(Config { tick: None, ..Config::default() });
     let shutdown = Shutdown::new();
     tokio::spawn(sim.poll(addr, shutdown.clone()));
-    let out = within("exit", child.wait_with_output()).await.unwrap();
+    let (code, out, _) = run.finish().await;
     shutdown.cancel();
-    assert!(out.status.success());
-    let lines = json_lines(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(code, 0);
+    let lines = json_lines(&out.join("\n"));
     assert_eq!(lines[0][1]["Facts"][0]["Name"], "Workspace");
 }
 
 #[tokio::test]
 async fn reconnect_waits_for_the_interpreter_to_start() {
     let addr = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_telemon"))
-        .args([
-            "hmon",
-            "connect",
-            &addr.to_string(),
-            "--reconnect",
-            "--last-known-state",
-            "--count",
-            "1",
-            "--json",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let addr = addr.to_string();
+    let run = Telemon::spawn(&[
+        "hmon",
+        "connect",
+        &addr,
+        "--reconnect",
+        "--last-known-state",
+        "--count",
+        "1",
+        "--json",
+    ]);
     let shutdown = Shutdown::new();
     let sim = Sim::new(Config { tick: None, ..Config::default() });
-    tokio::spawn(sim.serve(TcpListener::bind(addr).await.unwrap(), shutdown.clone()));
-    let out = within("exit", child.wait_with_output()).await.unwrap();
+    tokio::spawn(sim.serve(TcpListener::bind(&addr).await.unwrap(), shutdown.clone()));
+    let (code, out, err) = run.finish().await;
     shutdown.cancel();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8(out.stdout).unwrap().starts_with(r#"["LastKnownState""#));
+    assert_eq!(code, 0, "{err:?}");
+    assert!(out[0].starts_with(r#"["LastKnownState""#), "{out:?}");
 }
 
 #[tokio::test]

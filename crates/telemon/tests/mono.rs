@@ -1,77 +1,21 @@
 //! `telemon mono` end to end: the real binary against the fake agent, started in-process.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use mono_agent_sim::{AgentConfig, Backoff, DuplicateAdd, ValueMode};
 use sim_common::Shutdown;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
-/// A safety net so a broken test fails instead of hanging; never a timing assertion.
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} never happened"))
-}
-
-struct Telemon {
-    child: Child,
-    stdout: Lines<BufReader<ChildStdout>>,
-    stderr: Lines<BufReader<ChildStderr>>,
-}
+mod support;
+use support::Telemon;
 
 fn telemon(args: &[&str]) -> Telemon {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_telemon"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("telemon starts");
-    let stdout = BufReader::new(child.stdout.take().unwrap()).lines();
-    let stderr = BufReader::new(child.stderr.take().unwrap()).lines();
-    Telemon { child, stdout, stderr }
+    Telemon::spawn(args)
 }
 
-impl Telemon {
-    /// Reads stderr until a line contains `needle`; returns that line.
-    async fn stderr_line(&mut self, needle: &str) -> String {
-        within(needle, async {
-            loop {
-                let line = self
-                    .stderr
-                    .next_line()
-                    .await
-                    .unwrap()
-                    .unwrap_or_else(|| panic!("no {needle:?} on stderr"));
-                if line.contains(needle) {
-                    return line;
-                }
-            }
-        })
-        .await
-    }
-
-    /// `telemon mono listen 127.0.0.1:0 ...` prints where it listens.
-    async fn listening_on(&mut self) -> std::net::SocketAddr {
-        let line = self.stderr_line("listening for Mono agents on ").await;
-        line.rsplit(' ').next().unwrap().parse().unwrap()
-    }
-
-    async fn finish(mut self) -> (i32, Vec<String>, Vec<String>) {
-        let status = within("telemon to exit", self.child.wait()).await.unwrap();
-        let mut out = Vec::new();
-        while let Some(line) = self.stdout.next_line().await.unwrap() {
-            out.push(line);
-        }
-        let mut err = Vec::new();
-        while let Some(line) = self.stderr.next_line().await.unwrap() {
-            err.push(line);
-        }
-        (status.code().unwrap_or(-1), out, err)
-    }
+/// `telemon mono listen 127.0.0.1:0 ...` prints where it listens.
+async fn listening_on(t: &mut Telemon) -> std::net::SocketAddr {
+    let line = t.stderr_line("listening for Mono agents on ").await;
+    line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
 fn agent(options: &str, tweak: impl FnOnce(&mut AgentConfig)) -> Shutdown {
@@ -103,7 +47,7 @@ async fn listen_lists_adds_removes_and_prints_json_state() {
         "4",
         "--json",
     ]);
-    let addr = t.listening_on().await;
+    let addr = listening_on(&mut t).await;
     let _agent = agent(&format!("address={addr},counters={TWO},interval=5"), |_| {});
     let (code, out, err) = t.finish().await;
     assert_eq!(code, 0, "stderr: {err:?}");
@@ -127,7 +71,7 @@ async fn listen_lists_adds_removes_and_prints_json_state() {
 #[tokio::test]
 async fn listen_prints_a_table_with_units() {
     let mut t = telemon(&["mono", "listen", "127.0.0.1:0", "--count", "2"]);
-    let addr = t.listening_on().await;
+    let addr = listening_on(&mut t).await;
     let _agent = agent(&format!("address={addr},counters={TWO};Mono System/User Time,interval=5"), |c| {
         c.overrides.set("Mono System/Working Set", mono_counters::CounterValue::Long(52_428_800));
         c.overrides.set("Mono System/User Time", mono_counters::CounterValue::Long(15_000_000));
@@ -144,7 +88,7 @@ async fn listen_prints_a_table_with_units() {
 async fn duplicate_add_answered_existing() {
     let mut t =
         telemon(&["mono", "listen", "127.0.0.1:0", "--add", "Mono JIT/Compiled methods", "--count", "1"]);
-    let addr = t.listening_on().await;
+    let addr = listening_on(&mut t).await;
     let _agent = agent(&format!("address={addr},counters={TWO},interval=5"), |_| {});
     let (code, _out, err) = t.finish().await;
     assert_eq!(code, 0);
@@ -155,14 +99,14 @@ async fn duplicate_add_answered_existing() {
 async fn duplicate_add_dropped_by_a_real_agent_then_it_reconnects() {
     let mut t =
         telemon(&["mono", "listen", "127.0.0.1:0", "--add", "Mono JIT/Compiled methods", "--count", "1"]);
-    let addr = t.listening_on().await;
+    let addr = listening_on(&mut t).await;
     let agent = agent(&format!("address={addr},counters={TWO},interval=5"), |c| {
         c.duplicate_add = DuplicateAdd::DropConnection
     });
     t.stderr_line("closed the connection on add Mono JIT/Compiled methods").await;
     t.stderr_line("connected").await;
     agent.cancel();
-    t.child.kill().await.unwrap();
+    t.kill().await;
 }
 
 #[tokio::test]

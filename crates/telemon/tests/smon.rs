@@ -2,7 +2,6 @@
 //! by two runs, stdin, --follow, encode, and the error paths.
 
 use std::process::{Output, Stdio};
-use std::time::Duration;
 
 use sim_common::Shutdown;
 use smon_codec::{Sample, RESYNC};
@@ -11,8 +10,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpListener;
 use tokio::process::Command;
 
-const TELEMON: &str = env!("CARGO_BIN_EXE_telemon");
-const LIMIT: Duration = Duration::from_secs(60);
+mod support;
+use support::within;
 
 /// Two CPUs' idle counters and a timestamp, rising by small steps: 3 values per sample.
 struct Cpus(u64);
@@ -28,26 +27,27 @@ impl Source for Cpus {
     }
 }
 
+/// `telemon smon ARGS`, ready to run.
 fn telemon(args: &[&str]) -> Command {
-    let mut cmd = Command::new(TELEMON);
-    cmd.arg("smon").args(args).kill_on_drop(true).stdin(Stdio::null());
+    let mut cmd = support::command(&["smon"]);
+    cmd.args(args);
     cmd
 }
 
 async fn output(mut cmd: Command) -> Output {
-    tokio::time::timeout(LIMIT, cmd.output()).await.expect("telemon finished in time").unwrap()
+    within("telemon to exit", cmd.output()).await.unwrap()
 }
 
 async fn with_stdin(mut cmd: Command, input: Vec<u8>) -> Output {
-    let mut child = cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut child = cmd.stdin(Stdio::piped()).spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(&input).await.unwrap();
     drop(stdin);
-    tokio::time::timeout(LIMIT, child.wait_with_output()).await.unwrap().unwrap()
+    within("telemon to exit", child.wait_with_output()).await.unwrap()
 }
 
 fn json_lines(out: &Output) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(&out.stdout).lines().map(|l| serde_json::from_str(l).expect(l)).collect()
+    support::json_lines(&String::from_utf8_lossy(&out.stdout))
 }
 
 async fn start_sim() -> (std::net::SocketAddr, Shutdown) {
@@ -112,8 +112,7 @@ async fn connect_retries_while_the_sim_starts() {
     // Wait until telemon has been refused at least once, then start the sim on that port.
     let mut stderr = BufReader::new(child.stderr.take().unwrap()).lines();
     loop {
-        let line =
-            tokio::time::timeout(LIMIT, stderr.next_line()).await.unwrap().unwrap().expect("telemon retries");
+        let line = within("telemon", stderr.next_line()).await.unwrap().expect("telemon retries");
         if line.contains("retrying") {
             break;
         }
@@ -126,7 +125,7 @@ async fn connect_retries_while_the_sim_starts() {
         Config { interval: MIN_INTERVAL, ..Config::default() },
         shutdown.clone(),
     ));
-    let out = tokio::time::timeout(LIMIT, child.wait_with_output()).await.unwrap().unwrap();
+    let out = within("telemon", child.wait_with_output()).await.unwrap();
     assert!(out.status.success());
     assert_eq!(json_lines(&out).len(), 5);
     shutdown.cancel();
@@ -199,16 +198,16 @@ async fn read_follow_sees_a_run_appended_later() {
             .unwrap();
     let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
     for _ in 0..8 {
-        tokio::time::timeout(LIMIT, stdout.next_line()).await.unwrap().unwrap().expect("first run");
+        within("telemon", stdout.next_line()).await.unwrap().expect("first run");
     }
     append().await;
     let mut rest = 0;
-    while let Some(line) = tokio::time::timeout(LIMIT, stdout.next_line()).await.unwrap().unwrap() {
+    while let Some(line) = within("telemon", stdout.next_line()).await.unwrap() {
         serde_json::from_str::<serde_json::Value>(&line).unwrap();
         rest += 1;
     }
     assert_eq!(rest, 8);
-    assert!(tokio::time::timeout(LIMIT, child.wait()).await.unwrap().unwrap().success());
+    assert!(within("telemon", child.wait()).await.unwrap().success());
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,19 +1,10 @@
 //! `telemon sysinfo` end to end: the real binary against rvos-sim, started in-process.
 
-use std::process::{Output, Stdio};
-use std::time::Duration;
-
 use rvos_sim::{Config, SystemConfig};
 use sim_common::Shutdown;
-use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
 
-/// A safety net so a broken test fails instead of hanging; never a timing assertion.
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} never finished"))
-}
+mod support;
+use support::{run as telemon, stdout};
 
 struct Sim {
     addr: String,
@@ -36,27 +27,6 @@ async fn sim(config: Config) -> Sim {
 
 fn small() -> Config {
     Config { system: SystemConfig { trace_prefill: 100, ..SystemConfig::default() }, ..Config::default() }
-}
-
-async fn telemon(args: &[&str], stdin: Option<&[u8]>) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_telemon"))
-        .args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("telemon starts");
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().unwrap();
-        pipe.write_all(input).await.unwrap();
-        drop(pipe);
-    }
-    within(&format!("telemon {args:?}"), child.wait_with_output()).await.unwrap()
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8(o.stdout.clone()).unwrap()
 }
 
 #[tokio::test]

@@ -1,0 +1,126 @@
+//! What every `telemon` end-to-end test needs: run the real binary, bounded by a safety-net timeout.
+//!
+//! Each test file includes this with `mod support;` and uses what it needs.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+
+/// The binary under test.
+pub const TELEMON: &str = env!("CARGO_BIN_EXE_telemon");
+
+/// A safety net so that a broken test fails instead of hanging; never a timing assertion.
+pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} never happened"))
+}
+
+/// `telemon ARGS`, with stdout and stderr piped, killed if the test drops it.
+pub fn command(args: &[&str]) -> Command {
+    let mut cmd = Command::new(TELEMON);
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    cmd
+}
+
+/// Runs `telemon ARGS` to completion, feeding it `stdin` when given.
+pub async fn run(args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut cmd = command(args);
+    if stdin.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd.spawn().expect("telemon starts");
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("piped");
+        // telemon may stop reading early (an error on line 1); that is its answer, not a test failure.
+        let _ = pipe.write_all(input).await;
+    }
+    within(&format!("telemon {args:?} to exit"), child.wait_with_output()).await.unwrap()
+}
+
+/// The exit code (-1 when killed by a signal).
+pub fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+/// stdout as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8(out.stdout.clone()).expect("stdout is UTF-8")
+}
+
+/// stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Each line of `text` parsed as JSON.
+pub fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"))).collect()
+}
+
+/// A running `telemon`, read line by line while it runs.
+pub struct Telemon {
+    child: Child,
+    stdout: Lines<BufReader<ChildStdout>>,
+    stderr: Lines<BufReader<ChildStderr>>,
+}
+
+impl Telemon {
+    /// Starts `telemon ARGS`.
+    pub fn spawn(args: &[&str]) -> Telemon {
+        let mut child = command(args).spawn().expect("telemon starts");
+        let stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
+        let stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
+        Telemon { child, stdout, stderr }
+    }
+
+    /// The next line on stdout.
+    pub async fn stdout_line(&mut self) -> String {
+        within("a line on stdout", self.stdout.next_line()).await.unwrap().expect("stdout closed")
+    }
+
+    /// Reads stderr until a line contains `needle`; returns that line.
+    pub async fn stderr_line(&mut self, needle: &str) -> String {
+        within(needle, async {
+            loop {
+                let line = self
+                    .stderr
+                    .next_line()
+                    .await
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("no {needle:?} on stderr"));
+                if line.contains(needle) {
+                    return line;
+                }
+            }
+        })
+        .await
+    }
+
+    /// Stops it (for a command that would run forever).
+    pub async fn kill(mut self) {
+        self.child.kill().await.expect("telemon is killed");
+    }
+
+    /// Waits for the exit; returns the code and the rest of stdout and stderr (read together, so a
+    /// full pipe never blocks the child).
+    pub async fn finish(mut self) -> (i32, Vec<String>, Vec<String>) {
+        async fn rest<R: tokio::io::AsyncBufRead + Unpin>(lines: &mut Lines<R>) -> Vec<String> {
+            let mut out = Vec::new();
+            while let Some(line) = lines.next_line().await.unwrap() {
+                out.push(line);
+            }
+            out
+        }
+        let (out, err) = within("stdout and stderr to close", async {
+            tokio::join!(rest(&mut self.stdout), rest(&mut self.stderr))
+        })
+        .await;
+        let status = within("telemon to exit", self.child.wait()).await.unwrap();
+        (status.code().unwrap_or(-1), out, err)
+    }
+}
