@@ -46,7 +46,12 @@ pub use tokio_util::sync::CancellationToken as Shutdown;
 pub fn init_tracing() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(io::stderr).try_init();
+    // No colour codes when stderr is a pipe (`cargo xtask sim` relays it, CI logs it).
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(io::stderr)
+        .with_ansi(io::IsTerminal::is_terminal(&io::stderr()))
+        .try_init();
 }
 
 /// Returns a [`Shutdown`] token that is cancelled on Ctrl-C (SIGINT) or SIGTERM.
