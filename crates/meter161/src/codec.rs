@@ -69,88 +69,336 @@ fn known_keyword(word: &[u8]) -> Option<&'static str> {
     KEYWORDS.into_iter().find(|k| k.len() == word.len() && k.as_bytes().eq_ignore_ascii_case(word))
 }
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const POW10: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
-
-/// The leading run of ASCII digits in 8 bytes: its value and length (0 to 8), without a branch per
-/// digit (SWAR: all 8 bytes are checked at once, then combined in pairs, fours and eights).
-fn digit_run(bytes: [u8; 8]) -> (u64, usize) {
-    // Little-endian: the first byte is the lowest. A digit byte becomes 0..=9.
-    let x = u64::from_le_bytes(bytes) ^ (0x30 * ONES);
-    // High bit set in each byte that is not a digit (>= 10 after the xor); no carries between bytes.
-    let non_digits = (((x & (0x7F * ONES)) + 0x76 * ONES) | x) & (0x80 * ONES);
-    let len = (non_digits.trailing_zeros() / 8) as usize;
-    if len == 0 {
-        return (0, 0);
-    }
-    // Keep the run and move it to the top, so the bytes below are leading zeros.
-    let digits = x << (8 * (8 - len));
-    let pairs = (digits.wrapping_mul(10).wrapping_add(digits >> 8)) & 0x00FF_00FF_00FF_00FF;
-    let fours = (pairs.wrapping_mul(100).wrapping_add(pairs >> 16)) & 0x0000_FFFF_0000_FFFF;
-    ((fours.wrapping_mul(10_000).wrapping_add(fours >> 32)) & 0xFFFF_FFFF, len)
-}
-
-/// Parses the words in `rest` as unsigned decimals of at most `max`, in one pass over the bytes (this
-/// is the hot path: nearly every line is `DATA`).
-fn numbers(rest: &[u8], keyword: &'static str, max_fields: usize, max: u64) -> Result<Vec<u64>, DecodeError> {
-    // 19 decimal digits always fit in a u64, so shorter words need no overflow checks.
-    const SAFE_DIGITS: usize = 19;
+/// Parses the words in `rest` as unsigned decimals of at most `max`, word by word (the reference for
+/// [`numbers`], and its path for lines with an error or too long for the fast path).
+fn numbers_plain(
+    rest: &[u8],
+    keyword: &'static str,
+    max_fields: usize,
+    max: u64,
+) -> Result<Vec<u64>, DecodeError> {
     let bits = if max == u64::MAX { 64 } else { 32 };
-    let mut values = Vec::with_capacity(16);
-    let mut i = 0;
-    loop {
-        while i < rest.len() && is_blank(rest[i]) {
-            i += 1;
-        }
-        if i == rest.len() {
-            return Ok(values);
-        }
-        let start = i;
-        let mut value: u64 = 0;
-        while let Some(bytes) = rest.get(i..i + 8) {
-            let (run, len) = digit_run(bytes.try_into().expect("8 bytes"));
-            value = value.wrapping_mul(POW10[len]).wrapping_add(run);
-            i += len;
-            if len < 8 {
-                break;
-            }
-        }
-        if rest.len() - i < 8 {
-            // The line's last bytes: one digit at a time.
-            while let Some(digit) = rest.get(i).map(|b| b.wrapping_sub(b'0')).filter(|&d| d <= 9) {
-                value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
-                i += 1;
-            }
-        }
-        let digits_end = i;
-        while i < rest.len() && !is_blank(rest[i]) {
-            i += 1;
-        }
-        let word = &rest[start..i];
-        let index = values.len();
+    let mut values = Vec::new();
+    for (index, word) in words(rest).enumerate() {
         if index >= max_fields {
             return Err(DecodeError::TooManyFields { keyword, max: max_fields });
         }
-        let parsed = if digits_end != i {
-            None
-        } else if word.len() > SAFE_DIGITS {
-            parse_decimal(word, max)
-        } else {
-            (value <= max).then_some(value)
-        };
-        let value =
-            parsed.ok_or_else(|| DecodeError::InvalidNumber { keyword, index, word: lossy(word), bits })?;
+        let value = parse_decimal(word, max).ok_or_else(|| DecodeError::InvalidNumber {
+            keyword,
+            index,
+            word: lossy(word),
+            bits,
+        })?;
         values.push(value);
+    }
+    Ok(values)
+}
+
+/// Parses the words in `rest` as unsigned decimals of at most `max`: [`numbers_fast`], or where it
+/// gives up, [`numbers_plain`].
+fn numbers(rest: &[u8], keyword: &'static str, max_fields: usize, max: u64) -> Result<Vec<u64>, DecodeError> {
+    match numbers_fast(rest, max_fields, max) {
+        Some(values) => Ok(values.into_vec()),
+        None => numbers_plain(rest, keyword, max_fields, max),
+    }
+}
+
+/// Parses the words in `rest` as unsigned decimals of at most `max` (this is the hot path: nearly
+/// every line is `DATA`), or gives up (`None`) on a line with an error, more than `max_fields`
+/// words, or more than [`FAST_BLOCKS`] blocks.
+///
+/// Walking the bytes word after word makes one long dependency chain (each word's length decides
+/// where the next one starts), so instead: first the bounds of every word at once, as bitmasks
+/// ([`word_edges`]), then each word parsed from its own bounds, independently of the others, so that
+/// the CPU overlaps them.
+///
+/// A boxed slice rather than a `Vec`: it comes back in two registers, where a `Vec` (a word more)
+/// comes back through memory, and copying it on from there stalls (a store-forwarding failure).
+/// Its capacity is exact either way, so converting costs nothing.
+fn numbers_fast(rest: &[u8], max_fields: usize, max: u64) -> Option<Box<[u64]>> {
+    let mut edges = [0; FAST_BLOCKS + 1];
+    let words = match word_edges(rest, &mut edges)? {
+        (words, false) if words <= max_fields => words,
+        _ => return None,
+    };
+    let mut walk = WordWalk::new(&edges);
+    let mut values = Vec::with_capacity(words);
+    for _ in 0..words {
+        values.push(parse_digits(rest, walk.next_word(), max)?);
+    }
+    Some(values.into_boxed_slice())
+}
+
+/// Lines of up to this many 64-byte blocks after the keyword take [`numbers_fast`]: any
+/// sys161 line does (11 fields of at most 20 digits), and most lines anyone would send.
+const FAST_BLOCKS: usize = 8;
+
+/// Where the words of a line start and end, as bitmasks: bit `i` of `edges[k]` is byte `64 * k + i`,
+/// set where a word starts or where the blanks after a word start, or the line ends after a word (so
+/// starts and ends alternate, and every start has its end). One block more than the line's bytes
+/// fill, for the end of a line that ends a block.
+type Edges = [u64; FAST_BLOCKS + 1];
+
+/// Fills `edges` for `line` and returns how many words it has and whether any of them has a byte
+/// that is not an ASCII digit; `None` if the line is longer than [`FAST_BLOCKS`] blocks.
+///
+/// (`edges` is filled in place rather than returned: moving it around costs as much as filling it.)
+fn word_edges(line: &[u8], edges: &mut Edges) -> Option<(usize, bool)> {
+    if line.len() > 64 * FAST_BLOCKS {
+        return None;
+    }
+    let mut words = 0;
+    let mut non_digits = 0;
+    // Whether the byte before the block is in a word (the one before the line is not).
+    let mut carry = 0;
+    // Past the end nothing is in a word, so a word that runs to the end has its edge there.
+    for (k, edges) in edges.iter_mut().enumerate().take(line.len() / 64 + 1) {
+        let (mut in_word, mut digits) = (0, 0);
+        for j in (0..4).take_while(|j| 64 * k + 16 * j < line.len()) {
+            let (w, d) = chunk_masks(line, 64 * k + 16 * j);
+            in_word |= u64::from(w) << (16 * j);
+            digits |= u64::from(d) << (16 * j);
+        }
+        let before = (in_word << 1) | carry;
+        *edges = in_word ^ before;
+        words += (in_word & !before).count_ones() as usize;
+        non_digits |= in_word & !digits;
+        carry = in_word >> 63;
+    }
+    Some((words, non_digits != 0))
+}
+
+/// Walks the [`word_edges`] of a line, word by word.
+struct WordWalk<'a> {
+    edges: &'a Edges,
+    block: usize,
+    /// The edges of `edges[block]` not yet taken.
+    bits: u64,
+}
+
+impl<'a> WordWalk<'a> {
+    fn new(edges: &'a Edges) -> Self {
+        Self { edges, block: 0, bits: edges[0] }
+    }
+
+    /// The byte range of the next word. Call it at most as many times as there are words.
+    #[inline(always)]
+    fn next_word(&mut self) -> std::ops::Range<usize> {
+        let start = self.next_edge();
+        start..self.next_edge()
+    }
+
+    #[inline(always)]
+    fn next_edge(&mut self) -> usize {
+        while self.bits == 0 {
+            self.block += 1;
+            self.bits = self.edges[self.block];
+        }
+        let at = 64 * self.block + self.bits.trailing_zeros() as usize;
+        self.bits &= self.bits - 1;
+        at
+    }
+}
+
+/// For the 16 bytes of `line` from `at` (which is less than its length): bit `i` of the first mask
+/// is set when byte `at + i` is in a word (not a blank), of the second when it is an ASCII digit.
+/// Bytes past the end are neither.
+fn chunk_masks(line: &[u8], at: usize) -> (u16, u16) {
+    if let Some(chunk) = line.get(at..at + 16) {
+        classify(chunk.try_into().expect("16 bytes"))
+    } else if line.len() >= 16 {
+        // Near the end: the line's last 16 bytes, shifted so that bit 0 is byte `at`.
+        let (w, d) = classify(line[line.len() - 16..].try_into().expect("16 bytes"));
+        let shift = at + 16 - line.len();
+        (w >> shift, d >> shift)
+    } else {
+        let mut chunk = [b' '; 16];
+        chunk[..line.len() - at].copy_from_slice(&line[at..]);
+        classify(chunk)
+    }
+}
+
+/// [`chunk_masks`] of 16 bytes. SSE2 (always there on x86_64) compares the 16 bytes at once.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+fn classify(chunk: [u8; 16]) -> (u16, u16) {
+    // SAFETY: `classify_sse2` needs nothing but SSE2, which the `cfg` above guarantees.
+    unsafe { classify_sse2(chunk) }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[target_feature(enable = "sse2")]
+fn classify_sse2(chunk: [u8; 16]) -> (u16, u16) {
+    use std::arch::x86_64::{
+        _mm_and_si128, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_cmplt_epi8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8, _mm_set_epi64x,
+    };
+    let [lo, hi] =
+        [&chunk[..8], &chunk[8..]].map(|half| i64::from_le_bytes(half.try_into().expect("8 bytes")));
+    let v = _mm_set_epi64x(hi, lo);
+    let is = |b: u8| _mm_cmpeq_epi8(v, _mm_set1_epi8(b as i8));
+    let blank = _mm_or_si128(_mm_or_si128(is(b' '), is(b'\t')), is(b'\r'));
+    // Signed compares: bytes from 0x80 up are negative, so below b'0' too.
+    let digit = _mm_and_si128(
+        _mm_cmpgt_epi8(v, _mm_set1_epi8(b'0' as i8 - 1)),
+        _mm_cmplt_epi8(v, _mm_set1_epi8(b'9' as i8 + 1)),
+    );
+    (!(_mm_movemask_epi8(blank) as u16), _mm_movemask_epi8(digit) as u16)
+}
+
+/// [`classify`] without SSE2: a byte at a time.
+#[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
+fn classify_portable(chunk: [u8; 16]) -> (u16, u16) {
+    chunk.iter().enumerate().fold((0, 0), |(w, d), (i, &b)| {
+        (w | u16::from(!is_blank(b)) << i, d | u16::from(b.is_ascii_digit()) << i)
+    })
+}
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+use classify_portable as classify;
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const POW10: [u64; 9] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000, 100_000_000];
+
+/// `KEEP[n]`: the top `n` bytes of a u64.
+const KEEP: [u64; 9] = {
+    let mut keep = [0; 9];
+    let mut n = 1;
+    while n <= 8 {
+        keep[n] = u64::MAX << (8 * (8 - n));
+        n += 1;
+    }
+    keep
+};
+
+/// The 8 bytes of `line` before `end` (at most its length), little-endian, so that byte `end - 1`
+/// is the top one; before the line's start, zeros.
+///
+/// Words are loaded so that they end at the top: then the digits are where [`swar_digits`] wants
+/// them, without a shift by their length.
+#[inline(always)]
+fn load8_before(line: &[u8], end: usize) -> u64 {
+    if let Some(bytes) = end.checked_sub(8).and_then(|start| line.get(start..end)) {
+        u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
+    } else if let Some(first) = line.first_chunk::<8>() {
+        // Near the start (`end` < 8): the first 8 bytes, shifted up.
+        (u64::from_le_bytes(*first) << 8) << (8 * (7 - end))
+    } else {
+        let mut bytes = [0; 8];
+        bytes[8 - end..].copy_from_slice(&line[..end]);
+        u64::from_le_bytes(bytes)
+    }
+}
+
+/// The 8 bytes of `line` from `start` (which must leave at least 8), little-endian.
+#[inline(always)]
+fn load8_from(line: &[u8], start: usize) -> u64 {
+    u64::from_le_bytes(line[start..start + 8].try_into().expect("8 bytes"))
+}
+
+/// The top `len` (1 to 8) bytes of `bytes` (as from [`load8_before`]), which must be ASCII digits,
+/// as digit values (0 to 9), with zeros before them.
+#[inline(always)]
+fn digit_values(bytes: u64, len: usize) -> u64 {
+    (bytes ^ (0x30 * ONES)) & KEEP[len]
+}
+
+/// The value of the top `len` (1 to 8) bytes of `bytes` (as from [`load8_before`]), which must be
+/// ASCII digits.
+#[inline(always)]
+fn swar_digits(bytes: u64, len: usize) -> u64 {
+    eight_digits(digit_values(bytes, len))
+}
+
+/// The value of 8 digit values (0 to 9, most significant in the lowest byte), without a branch per
+/// digit (SWAR: the 8 bytes at once, in two multiplications).
+#[inline(always)]
+fn eight_digits(digits: u64) -> u64 {
+    // Even bytes: the pairs p0..p3 = 10 * d(2i) + d(2i+1) (at most 99: no carry between bytes).
+    let pairs = digits.wrapping_mul(10).wrapping_add(digits >> 8);
+    // The value is p0 * 10^6 + p1 * 10^4 + p2 * 100 + p3. Both products leave their part of it in
+    // the high half: p0 * 10^6 + p2 * 100 from p0 (bits 0..8) and p2 (bits 32..40), p1 * 10^4 + p3
+    // likewise. What the low halves get stays below 2^32, so never carries into it.
+    const EVEN: u64 = 0x0000_00FF_0000_00FF;
+    let high = (pairs & EVEN).wrapping_mul(100 + (1_000_000 << 32));
+    let low = ((pairs >> 16) & EVEN).wrapping_mul(1 + (10_000 << 32));
+    high.wrapping_add(low) >> 32
+}
+
+/// The value of 16 digit values: [`eight_digits`] of `first`, then of `last`.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn sixteen_digits(first: u64, last: u64) -> u64 {
+    eight_digits(first) * 100_000_000 + eight_digits(last)
+}
+
+/// The value of 16 digit values: [`eight_digits`] of `first`, then of `last`. With SSE2 (always
+/// there on x86_64) both halves at once, in about half the instructions.
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[inline(always)]
+fn sixteen_digits(first: u64, last: u64) -> u64 {
+    // SAFETY: `sixteen_digits_sse2` needs nothing but SSE2, which the `cfg` above guarantees.
+    unsafe { sixteen_digits_sse2(first, last) }
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+#[target_feature(enable = "sse2")]
+fn sixteen_digits_sse2(first: u64, last: u64) -> u64 {
+    use std::arch::x86_64::{
+        _mm_add_epi16, _mm_and_si128, _mm_cvtsi128_si64, _mm_madd_epi16, _mm_mullo_epi16, _mm_packs_epi32,
+        _mm_set1_epi16, _mm_set1_epi32, _mm_set_epi64x, _mm_srli_epi16,
+    };
+    let digits = _mm_set_epi64x(last as i64, first as i64);
+    // 16-bit lanes: 10 * the low byte (the more significant digit) + the high byte.
+    let pairs = _mm_add_epi16(
+        _mm_mullo_epi16(_mm_and_si128(digits, _mm_set1_epi16(0xFF)), _mm_set1_epi16(10)),
+        _mm_srli_epi16(digits, 8),
+    );
+    // 32-bit lanes: 100 * the low pair + the high one (fours: at most 9999).
+    let fours = _mm_madd_epi16(pairs, _mm_set1_epi32(100 | (1 << 16)));
+    // Back to 16-bit lanes (they fit), then the same again: 32-bit lanes of 8 digits, `first`'s value
+    // in the lowest, `last`'s in the next.
+    let eights = _mm_madd_epi16(_mm_packs_epi32(fours, fours), _mm_set1_epi32(10_000 | (1 << 16)));
+    let both = _mm_cvtsi128_si64(eights) as u64;
+    (both & 0xFFFF_FFFF) * 100_000_000 + (both >> 32)
+}
+
+/// The value of `line[word]`, a non-empty run of ASCII digits, if it is at most `max`.
+#[inline(always)]
+fn parse_digits(line: &[u8], word: std::ops::Range<usize>, max: u64) -> Option<u64> {
+    let len = word.len();
+    let value = match len {
+        1..=8 => swar_digits(load8_before(line, word.end), len),
+        // At most 16 digits: no overflow. Two loads ending at the word's end, when the line has the
+        // bytes before...
+        9..=16 if word.end >= 16 => sixteen_digits(
+            digit_values(load8_before(line, word.end - 8), len - 8),
+            digit_values(load8_before(line, word.end), 8),
+        ),
+        // ...else the first 8 digits, then the rest (so that neither load runs past the word).
+        9..=16 => {
+            let high = swar_digits(load8_from(line, word.start), 8);
+            high * POW10[len - 8] + swar_digits(load8_before(line, word.end), len - 8)
+        }
+        _ => return parse_decimal(&line[word], max),
+    };
+    (value <= max).then_some(value)
+}
+
+/// What follows the keyword of a line that starts `DATA` and a blank, as nearly every line does
+/// (exactly as sys161 writes it).
+fn data_fields(line: &[u8]) -> Option<&[u8]> {
+    match line {
+        [d, a, t, a2, blank, ..] if [*d, *a, *t, *a2].eq_ignore_ascii_case(b"DATA") && is_blank(*blank) => {
+            Some(&line[4..])
+        }
+        _ => None,
     }
 }
 
 /// Decodes one server line (without its LF). Blank lines give `Ok(None)`.
 pub fn decode_server_line(line: &[u8], max_fields: usize) -> Result<Option<ServerMessage>, DecodeError> {
-    // Nearly every line is "DATA ..." exactly as sys161 writes it.
-    if let [d, a, t, a2, blank, ..] = line {
-        if [*d, *a, *t, *a2].eq_ignore_ascii_case(b"DATA") && is_blank(*blank) {
-            return Ok(Some(ServerMessage::Data(numbers(&line[4..], "DATA", max_fields, u64::MAX)?)));
-        }
+    if let Some(rest) = data_fields(line) {
+        return Ok(Some(ServerMessage::Data(numbers(rest, "DATA", max_fields, u64::MAX)?)));
     }
     let Some(start) = line.iter().position(|&b| !is_blank(b)) else { return Ok(None) };
     let line = &line[start..];
@@ -380,6 +628,12 @@ impl ClientCodec {
                 Some(offset) => {
                     let lf = self.scanned + offset;
                     self.scanned = 0;
+                    if let Some(values) =
+                        data_fields(&buf[..lf]).and_then(|rest| numbers_fast(rest, self.max_fields, u64::MAX))
+                    {
+                        buf.advance(lf + 1);
+                        return Ok(Some(ServerMessage::Data(values.into_vec())));
+                    }
                     let decoded = decode_server_line(&buf[..lf], self.max_fields);
                     buf.advance(lf + 1);
                     if let Some(msg) = decoded? {
@@ -504,6 +758,8 @@ impl Encoder<&ServerMessage> for ServerCodec {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn decode_all(input: &[u8]) -> Vec<Result<ServerMessage, DecodeError>> {
@@ -530,22 +786,142 @@ mod tests {
     }
 
     #[test]
-    fn digit_runs_of_every_length() {
-        assert_eq!(digit_run(*b"12345678"), (12_345_678, 8));
-        assert_eq!(digit_run(*b"99999999"), (99_999_999, 8));
-        assert_eq!(digit_run(*b"00000000"), (0, 8));
-        assert_eq!(digit_run(*b"1234567 "), (1_234_567, 7));
-        assert_eq!(digit_run(*b"7 123456"), (7, 1));
-        assert_eq!(digit_run(*b" 1234567"), (0, 0));
-        assert_eq!(digit_run(*b"12:45678"), (12, 2));
-        assert_eq!(digit_run(*b"12/45678"), (12, 2));
-        assert_eq!(digit_run(*b"12\xb045678"), (12, 2));
+    fn swar_digits_of_every_length() {
+        for (bytes, len, expected) in [
+            (b"12345678", 8, 12_345_678),
+            (b"99999999", 8, 99_999_999),
+            (b"00000000", 8, 0),
+            (b" 1234567", 7, 1_234_567),
+            (b"123456 7", 1, 7),
+            (b"45678:12", 2, 12),
+            (b"45678\xb012", 2, 12),
+            (b"\x000000007", 7, 7),
+        ] {
+            assert_eq!(swar_digits(u64::from_le_bytes(*bytes), len), expected, "{bytes:?}");
+        }
+        // Whatever comes before the digits does not count.
+        for len in 1..=8 {
+            for junk in 0..=255u8 {
+                let mut bytes = *b"31415926";
+                bytes[..8 - len].fill(junk);
+                let expected = parse_decimal(&bytes[8 - len..], u64::MAX).unwrap();
+                assert_eq!(swar_digits(u64::from_le_bytes(bytes), len), expected, "{bytes:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn sixteen_digits_of_every_length() {
+        let digits = b"9876543210123456";
+        for len in 9..=16 {
+            for junk in [b'0', b' ', b'9', 0, 0xFF] {
+                let mut bytes = *digits;
+                bytes[..16 - len].fill(junk);
+                let [first, last] =
+                    [&bytes[..8], &bytes[8..]].map(|h| u64::from_le_bytes(h.try_into().unwrap()));
+                let value = sixteen_digits(digit_values(first, len - 8), digit_values(last, 8));
+                assert_eq!(value, parse_decimal(&digits[16 - len..], u64::MAX).unwrap(), "{len}");
+            }
+        }
+        assert_eq!(
+            sixteen_digits(digit_values(u64::from_le_bytes(*b"99999999"), 8), 0x0909_0909_0909_0909),
+            9_999_999_999_999_999
+        );
+        assert_eq!(sixteen_digits(0, 0), 0);
+    }
+
+    #[test]
+    fn load8_before_pads_before_the_start_with_zeros() {
+        let line = b"0123456789";
+        for end in 0..=line.len() {
+            let mut expected = [0; 8];
+            let n = end.min(8);
+            expected[8 - n..].copy_from_slice(&line[end - n..end]);
+            assert_eq!(load8_before(line, end), u64::from_le_bytes(expected), "end {end}");
+            let short = &line[..end.max(1) - 1];
+            let n = short.len();
+            let mut expected = [0; 8];
+            expected[8 - n.min(8)..].copy_from_slice(&short[n - n.min(8)..]);
+            assert_eq!(load8_before(short, n), u64::from_le_bytes(expected), "short {n}");
+        }
+        assert_eq!(load8_from(line, 2), u64::from_le_bytes(*b"23456789"));
+    }
+
+    #[test]
+    fn classify_matches_the_portable_version() {
         for b in 0..=255u8 {
-            let mut bytes = *b"55555555";
-            bytes[3] = b;
-            let expected =
-                if b.is_ascii_digit() { (5550_5555 + u64::from(b - b'0') * 10_000, 8) } else { (555, 3) };
-            assert_eq!(digit_run(bytes), expected, "{b}");
+            for at in 0..16 {
+                let mut chunk = *b"0 9\t\r/:a\xb0 12 x\r\t";
+                chunk[at] = b;
+                let expected = classify_portable(chunk);
+                assert_eq!(classify(chunk), expected, "{chunk:?}");
+                assert_eq!(expected.0 >> at & 1 == 1, !is_blank(b));
+                assert_eq!(expected.1 >> at & 1 == 1, b.is_ascii_digit());
+            }
+        }
+    }
+
+    /// The byte ranges of the words of `line`, a byte at a time.
+    fn naive_ranges(line: &[u8]) -> Vec<std::ops::Range<usize>> {
+        let mut out = Vec::new();
+        let mut start = None;
+        for (i, &b) in line.iter().chain([&b' ']).enumerate() {
+            match (start, is_blank(b)) {
+                (None, false) => start = Some(i),
+                (Some(s), true) => {
+                    out.push(s..i);
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// Lines of blanks, digits and other bytes, with runs of digits around 8, 16 and 20 long.
+    fn line() -> impl Strategy<Value = Vec<u8>> {
+        let word = prop_oneof![
+            4 => "[0-9]{1,22}",
+            1 => "[0-9a:/\u{b0}]{1,20}",
+            1 => "4294967[0-9]{3}|1844674407370955[0-9]{4}|0{0,5}[0-9]{1,20}",
+        ];
+        let blanks = "[ \t\r]{0,3}";
+        let line = prop::collection::vec((blanks, word), 0..60)
+            .prop_map(|parts| parts.into_iter().flat_map(|(b, w)| [b, w]).collect::<String>().into_bytes());
+        prop_oneof![
+            line,
+            prop::collection::vec(prop::sample::select(b" \t\r0123456789x\xb0".to_vec()), 0..600)
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn word_masks_match_a_naive_split(line in line(), cut in 0..600usize) {
+            for line in [&line[..], &line[..cut.min(line.len())]] {
+                let expected = naive_ranges(line);
+                let mut edges = [0; FAST_BLOCKS + 1];
+                match word_edges(line, &mut edges) {
+                    None => prop_assert!(line.len() > 64 * FAST_BLOCKS),
+                    Some((words, non_digits)) => {
+                        let mut walk = WordWalk::new(&edges);
+                        let ranges: Vec<_> = (0..words).map(|_| walk.next_word()).collect();
+                        prop_assert_eq!(ranges, expected.clone());
+                        prop_assert_eq!(words, expected.len());
+                        let expected_non_digits =
+                            expected.iter().any(|w| !line[w.clone()].iter().all(u8::is_ascii_digit));
+                        prop_assert_eq!(non_digits, expected_non_digits);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn numbers_match_the_plain_parse(line in line(), max_fields in 0..70usize, wide in proptest::bool::ANY) {
+            let max = if wide { u64::MAX } else { u32::MAX.into() };
+            prop_assert_eq!(
+                numbers(&line, "DATA", max_fields, max),
+                numbers_plain(&line, "DATA", max_fields, max)
+            );
         }
     }
 
