@@ -153,19 +153,32 @@ fn word_edges(line: &[u8], edges: &mut Edges) -> Option<(usize, bool)> {
     let mut carry = 0;
     // Past the end nothing is in a word, so a word that runs to the end has its edge there.
     for (k, edges) in edges.iter_mut().enumerate().take(line.len() / 64 + 1) {
-        let (mut in_word, mut digits) = (0, 0);
+        let mut in_word = 0;
         for j in (0..4).take_while(|j| 64 * k + 16 * j < line.len()) {
-            let (w, d) = chunk_masks(line, 64 * k + 16 * j);
+            let (w, n) = chunk_masks(line, 64 * k + 16 * j);
             in_word |= u64::from(w) << (16 * j);
-            digits |= u64::from(d) << (16 * j);
+            non_digits |= n;
         }
         let before = (in_word << 1) | carry;
         *edges = in_word ^ before;
-        words += (in_word & !before).count_ones() as usize;
-        non_digits |= in_word & !digits;
+        words += byte_popcounts(in_word & !before);
         carry = in_word >> 63;
     }
-    Some((words, non_digits != 0))
+    Some((sum_bytes(words), non_digits != 0))
+}
+
+/// The number of set bits of each byte of `x`, in that byte: the counts of up to 31 words add up
+/// without carries, and [`sum_bytes`] of the sum is their total. (Without the `popcnt`
+/// instruction, which x86_64 need not have, `count_ones` costs this and more for every word.)
+fn byte_popcounts(x: u64) -> u64 {
+    let pairs = x - ((x >> 1) & 0x5555_5555_5555_5555);
+    let nibbles = (pairs & 0x3333_3333_3333_3333) + ((pairs >> 2) & 0x3333_3333_3333_3333);
+    (nibbles + (nibbles >> 4)) & 0x0F0F_0F0F_0F0F_0F0F
+}
+
+/// The sum of the bytes of `x`, which must be less than 256.
+fn sum_bytes(x: u64) -> usize {
+    (x.wrapping_mul(ONES) >> 56) as usize
 }
 
 /// Walks the [`word_edges`] of a line, word by word.
@@ -201,16 +214,16 @@ impl<'a> WordWalk<'a> {
 }
 
 /// For the 16 bytes of `line` from `at` (which is less than its length): bit `i` of the first mask
-/// is set when byte `at + i` is in a word (not a blank), of the second when it is an ASCII digit.
-/// Bytes past the end are neither.
+/// is set when byte `at + i` is in a word (not a blank), of the second when it is in a word but not
+/// an ASCII digit. Bytes past the end are neither.
 fn chunk_masks(line: &[u8], at: usize) -> (u16, u16) {
     if let Some(chunk) = line.get(at..at + 16) {
         classify(chunk.try_into().expect("16 bytes"))
     } else if line.len() >= 16 {
         // Near the end: the line's last 16 bytes, shifted so that bit 0 is byte `at`.
-        let (w, d) = classify(line[line.len() - 16..].try_into().expect("16 bytes"));
+        let (w, n) = classify(line[line.len() - 16..].try_into().expect("16 bytes"));
         let shift = at + 16 - line.len();
-        (w >> shift, d >> shift)
+        (w >> shift, n >> shift)
     } else {
         let mut chunk = [b' '; 16];
         chunk[..line.len() - at].copy_from_slice(&line[at..]);
@@ -242,14 +255,16 @@ fn classify_sse2(chunk: [u8; 16]) -> (u16, u16) {
         _mm_cmpgt_epi8(v, _mm_set1_epi8(b'0' as i8 - 1)),
         _mm_cmplt_epi8(v, _mm_set1_epi8(b'9' as i8 + 1)),
     );
-    (!(_mm_movemask_epi8(blank) as u16), _mm_movemask_epi8(digit) as u16)
+    let blank = _mm_movemask_epi8(blank) as u16;
+    (!blank, !(blank | _mm_movemask_epi8(digit) as u16))
 }
 
 /// [`classify`] without SSE2: a byte at a time.
 #[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
 fn classify_portable(chunk: [u8; 16]) -> (u16, u16) {
-    chunk.iter().enumerate().fold((0, 0), |(w, d), (i, &b)| {
-        (w | u16::from(!is_blank(b)) << i, d | u16::from(b.is_ascii_digit()) << i)
+    chunk.iter().enumerate().fold((0, 0), |(w, n), (i, &b)| {
+        let in_word = !is_blank(b);
+        (w | u16::from(in_word) << i, n | u16::from(in_word && !b.is_ascii_digit()) << i)
     })
 }
 
@@ -277,8 +292,8 @@ const KEEP: [u64; 9] = {
 /// them, without a shift by their length.
 #[inline(always)]
 fn load8_before(line: &[u8], end: usize) -> u64 {
-    if let Some(bytes) = end.checked_sub(8).and_then(|start| line.get(start..end)) {
-        u64::from_le_bytes(bytes.try_into().expect("8 bytes"))
+    if let Some(bytes) = line[..end].last_chunk::<8>() {
+        u64::from_le_bytes(*bytes)
     } else if let Some(first) = line.first_chunk::<8>() {
         // Near the start (`end` < 8): the first 8 bytes, shifted up.
         (u64::from_le_bytes(*first) << 8) << (8 * (7 - end))
@@ -365,7 +380,7 @@ fn sixteen_digits_sse2(first: u64, last: u64) -> u64 {
 /// The value of `line[word]`, a non-empty run of ASCII digits, if it is at most `max`.
 #[inline(always)]
 fn parse_digits(line: &[u8], word: std::ops::Range<usize>, max: u64) -> Option<u64> {
-    let len = word.len();
+    let len = word.end - word.start;
     let value = match len {
         1..=8 => swar_digits(load8_before(line, word.end), len),
         // At most 16 digits: no overflow. Two loads ending at the word's end, when the line has the
@@ -856,7 +871,7 @@ mod tests {
                 let expected = classify_portable(chunk);
                 assert_eq!(classify(chunk), expected, "{chunk:?}");
                 assert_eq!(expected.0 >> at & 1 == 1, !is_blank(b));
-                assert_eq!(expected.1 >> at & 1 == 1, b.is_ascii_digit());
+                assert_eq!(expected.1 >> at & 1 == 1, !is_blank(b) && !b.is_ascii_digit());
             }
         }
     }
