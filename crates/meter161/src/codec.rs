@@ -124,7 +124,13 @@ fn numbers_fast(rest: &[u8], max_fields: usize, max: u64) -> Option<Box<[u64]>> 
     let mut walk = WordWalk::new(&edges);
     let mut values = Vec::with_capacity(words);
     for _ in 0..words {
-        values.push(parse_digits(rest, walk.next_word(), max)?);
+        let value = parse_digits(rest, walk.next_word(), max)?;
+        // Never true (the capacity is the word count), but with it `push` has no growing to do:
+        // that keeps the vector in registers.
+        if values.len() == values.capacity() {
+            return None;
+        }
+        values.push(value);
     }
     Some(values.into_boxed_slice())
 }
