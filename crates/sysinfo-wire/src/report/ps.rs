@@ -112,28 +112,28 @@ pub enum BlockedOn {
 }
 
 impl BlockedOn {
+    /// Parses the column's text (dispatching on its first byte: it runs for every Ps row).
+    #[inline]
     fn parse(s: &str) -> Self {
+        // `{prefix}{digits}{suffix}`, the digits a u64.
         let inner = |prefix: &str, suffix: &str| -> Option<u64> {
-            let mut c = Cursor::new(s.strip_prefix(prefix)?.strip_suffix(suffix)?);
-            let n = c.num()?;
-            c.is_empty().then_some(n)
+            let digits = s.strip_prefix(prefix)?.strip_suffix(suffix)?.as_bytes();
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            digits.iter().try_fold(0u64, |n, &d| n.checked_mul(10)?.checked_add(u64::from(d - b'0')))
         };
-        match s {
-            "" => return BlockedOn::Nothing,
-            "poll" => return BlockedOn::Poll,
-            "debug" => return BlockedOn::Debug,
-            "spawn-susp" => return BlockedOn::SpawnSuspended,
-            _ => {}
-        }
-        if let Some(ep) = inner("recv(ep ", ")") {
-            BlockedOn::Recv { ep }
-        } else if let Some(ep) = inner("send(ep ", ")") {
-            BlockedOn::Send { ep }
-        } else if let Some(ms) = inner("timer(+", "ms)") {
-            BlockedOn::Timer { ms }
-        } else {
-            BlockedOn::Other { text: s.to_owned() }
-        }
+        let known = match s.as_bytes().first() {
+            None => return BlockedOn::Nothing,
+            Some(b'r') => inner("recv(ep ", ")").map(|ep| BlockedOn::Recv { ep }),
+            Some(b's') if s == "spawn-susp" => Some(BlockedOn::SpawnSuspended),
+            Some(b's') => inner("send(ep ", ")").map(|ep| BlockedOn::Send { ep }),
+            Some(b't') => inner("timer(+", "ms)").map(|ms| BlockedOn::Timer { ms }),
+            Some(b'p') => (s == "poll").then_some(BlockedOn::Poll),
+            Some(b'd') => (s == "debug").then_some(BlockedOn::Debug),
+            Some(_) => None,
+        };
+        known.unwrap_or_else(|| BlockedOn::Other { text: s.to_owned() })
     }
 }
 
@@ -172,7 +172,18 @@ pub struct PsRow {
 }
 
 impl PsRow {
+    /// Parses one row: the fixed-column fast path, then the general path for anything it does not take.
+    #[cfg(test)]
     fn parse(line: &str) -> Option<Self> {
+        match FixedRow::parse_at(line, 0) {
+            Some((f, _)) => Some(f.into_row()),
+            None => PsRow::parse_general(line),
+        }
+    }
+
+    /// The general row parser: columns may widen (`100.0%`, pids and memory beyond their widths) and the
+    /// spacing may differ from the kernel's (saved or hand-edited reports).
+    fn parse_general(line: &str) -> Option<Self> {
         let mut c = Cursor::new(line);
         c.lit("  ")?;
         let pid = c.spaces().num()?;
@@ -196,21 +207,7 @@ impl PsRow {
         let cpu_1m = parse_share(&mut c)?;
         let mem_kib = c.spaces().num()?;
         c.lit("K  ")?;
-        // `{:<13}  {}`: the blocked-on column is padded to 13 (wider when longer), then two spaces, then the name.
-        let rest = c.s;
-        let (blocked, name) = if rest.len() >= 15 && rest.as_bytes()[..15].iter().all(|&b| b == b' ') {
-            ("", &rest[15..])
-        } else if let Some(gap) = rest.as_bytes().windows(2).position(|w| w == b"  ") {
-            let name_at = (gap.max(13) + 2).min(rest.len());
-            if !rest.as_bytes()[gap..name_at].iter().all(|&b| b == b' ') {
-                return None;
-            }
-            (&rest[..gap], &rest[name_at..])
-        } else if rest.starts_with(' ') {
-            ("", rest.trim_start_matches(' '))
-        } else {
-            (rest.trim_end_matches(' '), "")
-        };
+        let (blocked, name) = split_tail(c.s)?;
         Some(PsRow {
             pid,
             state,
@@ -218,8 +215,7 @@ impl PsRow {
             cpu_1m,
             mem_kib,
             blocked_on: BlockedOn::parse(blocked),
-            // The spec's examples put one space too many before the name; rvOS names never start with one.
-            name: ProcessName::new(&name[name.bytes().take_while(|&b| b == b' ').count()..]),
+            name: ProcessName::new(name),
         })
     }
 
@@ -236,6 +232,206 @@ impl PsRow {
             self.name
         );
     }
+}
+
+/// Splits what follows `K  ` into the blocked-on column and the name (both row parsers use it).
+///
+/// `{:<13}  {}`: the blocked-on column is padded to 13 (wider when longer), then two spaces, then the name.
+#[inline]
+fn split_tail(rest: &str) -> Option<(&str, &str)> {
+    let b = rest.as_bytes();
+    let (blocked, name) = if b.len() >= 15 && b[..15] == [b' '; 15] {
+        ("", &rest[15..])
+    } else if let Some(gap) = (1..b.len()).find(|&i| b[i - 1] == b' ' && b[i] == b' ').map(|i| i - 1) {
+        let name_at = (gap.max(13) + 2).min(rest.len());
+        if !b[gap..name_at].iter().all(|&b| b == b' ') {
+            return None;
+        }
+        (&rest[..gap], &rest[name_at..])
+    } else if rest.starts_with(' ') {
+        ("", rest.trim_start_matches(' '))
+    } else {
+        (rest.trim_end_matches(' '), "")
+    };
+    // The spec's examples put one space too many before the name; rvOS names never start with one.
+    Some((blocked, name.trim_start_matches(' ')))
+}
+
+/// A row whose columns sit where the kernel's format puts them when nothing widens: pid below 1000, both
+/// shares below 100%, memory below 10000K, a blocked-on column of at most 13 bytes. Columns are read by
+/// position, without scanning:
+///
+/// ```text
+/// 0 2   5 7       15 17   22 24   29 31  35   38             51 53
+/// "    2  Blocked    0.0%   0.1%    16K  recv(ep 4)     serial-con"
+/// ```
+///
+/// It accepts a subset of what [`PsRow::parse_general`] accepts (after [`super::lines`]) and gives the same
+/// row; anything else (`None`) goes to the general path.
+struct FixedRow<'a> {
+    pid: u64,
+    state: ProcState,
+    cpu_1s: CpuShare,
+    cpu_1m: CpuShare,
+    mem_kib: u64,
+    blocked: &'a str,
+    /// The reply's text; the name is `text[name..name_end]`.
+    text: &'a str,
+    name: usize,
+    name_end: usize,
+}
+
+impl<'a> FixedRow<'a> {
+    const READY: u64 = u64::from_le_bytes(*b"Ready   ");
+    const RUNNING: u64 = u64::from_le_bytes(*b"Running ");
+    const BLOCKED: u64 = u64::from_le_bytes(*b"Blocked ");
+    const DEAD: u64 = u64::from_le_bytes(*b"Dead    ");
+
+    /// The row of the line starting at `text[start..]`, and where the next line starts.
+    ///
+    /// The first 53 bytes are checked by position and can hold neither `\n` nor `\r`, so the line's end is
+    /// looked for only in the name.
+    #[inline(always)]
+    fn parse_at(text: &'a str, start: usize) -> Option<(Self, usize)> {
+        let bytes = text.as_bytes();
+        let b: &[u8; 53] = bytes.get(start..start + 53)?.try_into().ok()?;
+        let word = |i: usize| {
+            u64::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3], b[i + 4], b[i + 5], b[i + 6], b[i + 7]])
+        };
+        // Every separator at once (no short circuit: one branch for all of them).
+        let seps = SEPS.iter().fold(true, |ok, &(at, mask, want)| ok & (word(at) & mask == want));
+        if !seps {
+            return None;
+        }
+        let state = match word(7) {
+            Self::READY => ProcState::Ready,
+            Self::RUNNING => ProcState::Running,
+            Self::BLOCKED => ProcState::Blocked,
+            Self::DEAD => ProcState::Dead,
+            _ => return None,
+        };
+        // b[1] is a space: the pid is a 4-byte field like the memory.
+        let pid = right_aligned([b[1], b[2], b[3], b[4]], NUMBER)?;
+        let cpu_1s = right_aligned([b' ', b[17], b[18], b[20]], SHARE)?;
+        let cpu_1m = right_aligned([b' ', b[24], b[25], b[27]], SHARE)?;
+        let mem_kib = right_aligned([b[31], b[32], b[33], b[34]], NUMBER)?;
+        let (cpu_1s, cpu_1m) = (CpuShare { tenths: cpu_1s as u32 }, CpuShare { tenths: cpu_1m as u32 });
+        // The blocked-on column, 38..51: all spaces, or text (no control bytes, no double space) then spaces.
+        let col: &[u8; 13] = b[38..51].try_into().ok()?;
+        let blocked = if col[0] == b' ' {
+            if *col != [b' '; 13] {
+                return None;
+            }
+            ""
+        } else {
+            let mut len = 0;
+            let mut ok = true;
+            for (i, &c) in col.iter().enumerate() {
+                ok &= c >= b' ';
+                len = if c == b' ' { len } else { i + 1 };
+            }
+            ok &= !col[..len].windows(2).any(|w| w == b"  ");
+            if !ok {
+                return None;
+            }
+            text.get(start + 38..start + 38 + len)?
+        };
+        // The name runs to the end of the line, without trailing `\r`s and leading spaces.
+        let mut name = start + 53;
+        let newline = find_newline(bytes, name);
+        let mut name_end = newline;
+        while name_end > name && bytes[name_end - 1] == b'\r' {
+            name_end -= 1;
+        }
+        while name < name_end && bytes[name] == b' ' {
+            name += 1;
+        }
+        let row = FixedRow { pid, state, cpu_1s, cpu_1m, mem_kib, blocked, text, name, name_end };
+        Some((row, newline + 1))
+    }
+
+    #[inline(always)]
+    fn into_row(self) -> PsRow {
+        PsRow {
+            pid: self.pid,
+            state: self.state,
+            cpu_1s: self.cpu_1s,
+            cpu_1m: self.cpu_1m,
+            mem_kib: self.mem_kib,
+            blocked_on: BlockedOn::parse(self.blocked),
+            name: ProcessName::new_at(self.text, self.name, self.name_end),
+        }
+    }
+}
+
+/// The index of the first `\n` in `bytes` from `from`, or `bytes.len()`: 8 bytes at a time (SWAR), as Ps
+/// lines end a few bytes after where the search starts.
+#[inline(always)]
+fn find_newline(bytes: &[u8], from: usize) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    let mut i = from;
+    while let Some(&chunk) = bytes.get(i..).and_then(|b| b.first_chunk::<8>()) {
+        let w = u64::from_le_bytes(chunk) ^ (u64::from(b'\n') * LO); // newlines to 0
+        let zeros = !(((w & !HI) + !HI) | w) & HI; // 0x80 in each zero byte, exactly
+        if zeros != 0 {
+            return i + (zeros.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    bytes[i.min(bytes.len())..].iter().position(|&c| c == b'\n').map_or(bytes.len(), |p| i + p)
+}
+
+/// Where the fixed-column row has fixed bytes: `(at, mask, want)` for the 8 bytes from `at`.
+const SEPS: [(usize, u64, u64); 5] = [
+    pattern(0, b"  ???  ?"),
+    pattern(15, b"  ??.?% "),
+    pattern(23, b" ??.?%  "),
+    pattern(31, b"????K  ?"),
+    pattern(45, b"??????  "),
+];
+
+/// The mask and value of the 8 bytes at `at` that `p` fixes (`?` is any byte).
+const fn pattern(at: usize, p: &[u8; 8]) -> (usize, u64, u64) {
+    let (mut mask, mut want, mut i) = (0, 0, 0);
+    while i < 8 {
+        if p[i] != b'?' {
+            mask |= 0xff << (8 * i);
+            want |= (p[i] as u64) << (8 * i);
+        }
+        i += 1;
+    }
+    (at, mask, want)
+}
+
+/// [`right_aligned`]: a pid or a memory size may have spaces in its first three bytes.
+const NUMBER: u32 = 0x0080_8080;
+/// [`right_aligned`]: a share `{:2}.{}` read as `' '`, two whole digits (the first may be a space), the tenth.
+const SHARE: u32 = 0x0000_8080;
+
+/// A right-aligned number in 4 bytes: spaces (only where `may_be_space` has `0x80` in the byte), then
+/// digits to the end; at least one digit. All 4 bytes at once (SWAR), without a branch per byte.
+#[inline(always)]
+fn right_aligned(f: [u8; 4], may_be_space: u32) -> Option<u64> {
+    const LO: u32 = 0x0101_0101;
+    const HI: u32 = 0x8080_8080;
+    let w = u32::from_le_bytes(f);
+    // Digits to 0..=9, then 0x80 in each byte below 10. A byte of 0x8a and up carries into the next one,
+    // which can then only look like a non-digit: never a false digit.
+    let x = w ^ (0x30 * LO);
+    let digits = !(x.wrapping_add(0x76 * LO) | x) & HI;
+    // Spaces to 0, then 0x80 in each zero byte, exactly.
+    let y = w ^ (0x20 * LO);
+    let spaces = !(((y & !HI) + (0x7f * LO)) | y) & HI;
+    let ok = (digits | spaces) == HI // only digits and spaces
+        && spaces & !may_be_space == 0
+        && digits != 0
+        && spaces < (digits & digits.wrapping_neg()); // every space before the first digit
+                                                      // The bytes' digits (spaces count as 0), most significant first: d0 d1 d2 d3.
+    let v = x & !(spaces >> 3);
+    // (Wrapping: when `ok` is false the bytes are anything.)
+    let v = v.wrapping_mul(10).wrapping_add(v >> 8); // byte 0: d0 d1, byte 2: d2 d3
+    ok.then_some(u64::from((v & 0xff) * 100 + ((v >> 16) & 0xff)))
 }
 
 /// Parses `{:2}.{}%` (spaces, digits, a dot, one digit, `%`) by hand: it runs twice per Ps row.
@@ -273,15 +469,30 @@ impl Ps {
     /// Parses Ps text.
     pub fn parse(text: &str) -> Self {
         let mut ps = Ps::default();
-        ps.processes.reserve(text.len() / 64);
-        for (i, line) in super::lines(text).enumerate() {
+        // Kernel rows are at least 55 bytes with their `\n`: this is enough for all of them, so the vector of
+        // rows never regrows.
+        ps.processes.reserve(text.len() / 54);
+        let bytes = text.as_bytes();
+        // The lines of `super::lines`, numbered from 1, with their offsets.
+        let mut start = 0;
+        let mut number = 0;
+        while start < bytes.len() {
+            number += 1;
+            if let Some((row, next)) = FixedRow::parse_at(text, start) {
+                ps.processes.push(row.into_row());
+                start = next;
+                continue;
+            }
+            let newline = find_newline(bytes, start);
+            let line = text[start..newline].trim_end_matches('\r');
+            start = newline + 1;
             // Rows have a digit or a space where the header and dashes have `P` and `-`.
             if matches!(line.as_bytes().get(2), Some(b'P' | b'-')) && (line == HEADER || line == DASHES) {
                 continue;
             }
-            match PsRow::parse(line) {
+            match PsRow::parse_general(line) {
                 Some(row) => ps.processes.push(row),
-                None => ps.unknown.push(UnknownLine::new(i + 1, line)),
+                None => ps.unknown.push(UnknownLine::new(number, line)),
             }
         }
         ps
@@ -321,5 +532,269 @@ mod tests {
         row.render(&mut s);
         assert_eq!(s, "   12  Blocked   100.0%   0.5%  123456K  timer(+1234567890ms)  a b\n");
         assert_eq!(PsRow::parse(s.trim_end_matches('\n')), Some(row));
+    }
+
+    /// `Ps::parse` before the fixed-column path: `lines()` and the general row parser only.
+    fn reference_parse(text: &str) -> Ps {
+        let mut ps = Ps::default();
+        for (i, line) in crate::report::lines(text).enumerate() {
+            if line == HEADER || line == DASHES {
+                continue;
+            }
+            match PsRow::parse_general(line) {
+                Some(row) => ps.processes.push(row),
+                None => ps.unknown.push(UnknownLine::new(i + 1, line)),
+            }
+        }
+        ps
+    }
+
+    #[test]
+    fn blocked_on_matches_the_string_matches() {
+        fn by_strings(s: &str) -> BlockedOn {
+            let inner = |prefix: &str, suffix: &str| -> Option<u64> {
+                let mut c = Cursor::new(s.strip_prefix(prefix)?.strip_suffix(suffix)?);
+                let n = c.num()?;
+                c.is_empty().then_some(n)
+            };
+            match s {
+                "" => return BlockedOn::Nothing,
+                "poll" => return BlockedOn::Poll,
+                "debug" => return BlockedOn::Debug,
+                "spawn-susp" => return BlockedOn::SpawnSuspended,
+                _ => {}
+            }
+            if let Some(ep) = inner("recv(ep ", ")") {
+                BlockedOn::Recv { ep }
+            } else if let Some(ep) = inner("send(ep ", ")") {
+                BlockedOn::Send { ep }
+            } else if let Some(ms) = inner("timer(+", "ms)") {
+                BlockedOn::Timer { ms }
+            } else {
+                BlockedOn::Other { text: s.to_owned() }
+            }
+        }
+        let mut cases = vec![];
+        for (prefix, suffix) in
+            [("recv(ep ", ")"), ("send(ep ", ")"), ("timer(+", "ms)"), ("recv(ep", ")"), ("", "")]
+        {
+            for digits in [
+                "",
+                "0",
+                "4",
+                "007",
+                "18446744073709551615",
+                "18446744073709551616",
+                "99999999999999999999",
+                "1a",
+                " 1",
+                "+1",
+                "-1",
+            ] {
+                cases.push(format!("{prefix}{digits}{suffix}"));
+                cases.push(format!("{prefix}{digits}"));
+                cases.push(format!("{prefix}{digits}{suffix}x"));
+            }
+        }
+        cases.extend(
+            ["poll", "debug", "spawn-susp", "polls", "Poll", "spawn", "d", "s", "t", "r", "p", "é", "x y"]
+                .map(str::to_owned),
+        );
+        for s in cases {
+            assert_eq!(BlockedOn::parse(&s), by_strings(&s), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn find_newline_matches_position() {
+        let text = "a\nbc\n\n0123456789abcdef\n\u{e9}xyz0123456789abcdefghij\n0123456\n01234567\nend";
+        let bytes = text.as_bytes();
+        for from in 0..=bytes.len() {
+            let want = bytes[from..].iter().position(|&c| c == b'\n').map_or(bytes.len(), |p| from + p);
+            assert_eq!(find_newline(bytes, from), want, "{from}");
+        }
+        assert_eq!(find_newline(b"", 0), 0);
+        assert_eq!(find_newline(&[0x8a, 0x0b, 0xff, 0x0a], 0), 3);
+        assert_eq!(find_newline(&[0x0b; 20], 0), 20);
+    }
+
+    #[test]
+    fn right_aligned_matches_a_byte_loop() {
+        fn by_bytes(f: [u8; 4], may_be_space: u32) -> Option<u64> {
+            let spaces = f.iter().take_while(|&&c| c == b' ').count();
+            if (0..spaces).any(|i| may_be_space >> (8 * i + 7) & 1 == 0) {
+                return None;
+            }
+            let digits = &f[spaces..];
+            if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            Some(digits.iter().fold(0, |n, d| n * 10 + u64::from(d - b'0')))
+        }
+        let alphabet = [
+            b' ', b'0', b'1', b'5', b'9', b'/', b':', b'!', b')', b'\0', b'\n', b'P', 0x10, 0x7f, 0x80, 0x8a,
+            0xb0, 0xff,
+        ];
+        let mut accepted = 0;
+        for a in alphabet {
+            for b in alphabet {
+                for c in alphabet {
+                    for d in alphabet {
+                        for mask in [NUMBER, SHARE] {
+                            let f = [a, b, c, d];
+                            assert_eq!(right_aligned(f, mask), by_bytes(f, mask), "{f:?} {mask:x}");
+                            accepted += usize::from(by_bytes(f, mask).is_some());
+                        }
+                    }
+                }
+            }
+        }
+        assert!(accepted > 500, "{accepted}");
+    }
+
+    /// Lines of every shape: as the kernel prints them (fixed columns), widened, and hand-made.
+    fn sample_lines() -> Vec<String> {
+        let blocked = [
+            BlockedOn::Nothing,
+            BlockedOn::Recv { ep: 4 },
+            BlockedOn::Send { ep: 12345 },
+            BlockedOn::Timer { ms: 12 },
+            BlockedOn::Timer { ms: 1234567890 },
+            BlockedOn::Poll,
+            BlockedOn::Debug,
+            BlockedOn::SpawnSuspended,
+            BlockedOn::Other { text: "wait x y".into() },
+            BlockedOn::Other { text: "wait  double".into() },
+            BlockedOn::Other { text: "thirteen-byte".into() },
+            BlockedOn::Other { text: "fourteen-bytes".into() },
+            BlockedOn::Other { text: "é-wait".into() },
+        ];
+        let names = [
+            "",
+            "idle",
+            "serial-con",
+            "sixteen-bytes-xx",
+            "seventeen-bytes-x",
+            "a b",
+            " lead",
+            "trail ",
+            "né",
+        ];
+        let mut lines = Vec::new();
+        for (i, blocked_on) in blocked.iter().enumerate() {
+            for (j, name) in names.iter().enumerate() {
+                let k = (i * names.len() + j) as u64;
+                let row = PsRow {
+                    pid: [0, 7, 42, 999, 1000, 123456][(k % 6) as usize],
+                    state: [ProcState::Ready, ProcState::Running, ProcState::Blocked, ProcState::Dead]
+                        [(k % 4) as usize],
+                    cpu_1s: CpuShare { tenths: [0, 5, 99, 999, 1000, 10000][(k % 6) as usize] },
+                    cpu_1m: CpuShare { tenths: [1, 100, 998, 1000][(k % 4) as usize] },
+                    mem_kib: [0, 16, 9999, 10000, u64::MAX][(k % 5) as usize],
+                    blocked_on: blocked_on.clone(),
+                    name: (*name).into(),
+                };
+                let mut s = String::new();
+                row.render(&mut s);
+                lines.push(s.trim_end_matches('\n').to_owned());
+                // The same row with every field in its fixed column.
+                let fixed = PsRow {
+                    pid: k % 1000,
+                    cpu_1s: CpuShare { tenths: k as u32 * 7 % 1000 },
+                    mem_kib: k * 13 % 10000,
+                    ..row
+                };
+                let mut s = String::new();
+                fixed.render(&mut s);
+                lines.push(s.trim_end_matches('\n').to_owned());
+            }
+        }
+        lines.extend(
+            [
+                "    2  Blocked    0.0%   0.1%    16K  recv(ep 4)     serial-con",
+                "    0  Ready      0.0%   0.0%     0K                 idle",
+                "    0  Ready      0.0%   0.0%     0K                  idle",
+                "    1  Running   12.3%   4.5%    64K                 init",
+                "    1  Running   12.3%   4.5%    64K                 ",
+                "    1  Running   12.3%   4.5%    64K               ",
+                "    1  Running   12.3%   4.5%    64K  x",
+                "  001  Ready     01.0%  00.0%  0000K                 zeros",
+                "    1  Ready      1.0%   0.0%     0K  a b c d e f g  name",
+                "    1  Ready      1.0%   0.0%     0K   b             name",
+                "    1  Ready      1.0%   0.0%     0K  ab            name",
+                "    1  Ready      1.0%   0.0%     0K  ab\t           name",
+                "    1  Ready      1.0%   0.0%     0K  ab\r           name",
+                "    1  Ready      1.0%   0.0%     0K                 name\r\r",
+                "    1  Ready      1.0%   0.0%     0K                 \r",
+                "    1  Ready      1.0%   0.0%     0K                   \r",
+                "    1  Ready   1.0%   0.0%     0K                 short-state",
+                "    1  Ready      1.0%   0.0%     0K                 name with spaces  and more",
+            ]
+            .map(str::to_owned),
+        );
+        lines
+    }
+
+    #[test]
+    fn fixed_rows_match_the_general_parser() {
+        let lines = sample_lines();
+        let mut fixed = 0;
+        for line in &lines {
+            // As `lines()` gives it.
+            let general = PsRow::parse_general(line.trim_end_matches('\r'));
+            if let Some((row, next)) = FixedRow::parse_at(line, 0) {
+                fixed += 1;
+                assert_eq!(next, line.len() + 1, "{line:?}");
+                assert_eq!(Some(row.into_row()), general, "{line:?}");
+            }
+            assert_eq!(PsRow::parse(line.trim_end_matches('\r')), general, "{line:?}");
+        }
+        assert!(fixed > lines.len() / 3, "{fixed} of {}", lines.len());
+        // The kernel's own examples take the fixed path.
+        for line in &lines[lines.len() - 18..lines.len() - 15] {
+            assert!(FixedRow::parse_at(line, 0).is_some(), "{line:?}");
+        }
+    }
+
+    #[test]
+    fn fixed_rows_match_the_general_parser_after_any_one_byte_change() {
+        let replacements = [" ", "0", "9", "x", ".", "%", "K", "\r", "\n", "\t", "é", ""];
+        for line in sample_lines() {
+            for at in (0..line.len()).filter(|&i| line.is_char_boundary(i)) {
+                let end = (at + 1..=line.len()).find(|&i| line.is_char_boundary(i)).unwrap_or(line.len());
+                for r in replacements {
+                    let changed = format!("{}{r}{}", &line[..at], &line[end..]);
+                    for text in [
+                        changed.clone(),
+                        format!("{changed}\n"),
+                        format!("{HEADER}\n{changed}\r\n{line}\n\n"),
+                    ] {
+                        assert_eq!(Ps::parse(&text), reference_parse(&text), "{text:?}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn whole_reports_match_the_general_parser() {
+        let lines = sample_lines();
+        let body = lines.join("\n");
+        for text in [
+            String::new(),
+            "\n".into(),
+            "\n\n".into(),
+            format!("{HEADER}\n{DASHES}\n{body}\n"),
+            format!("{HEADER}\r\n{DASHES}\r\n{}\r\n", lines.join("\r\n")),
+            format!("{HEADER}\n{DASHES}\n{body}"),
+            format!("\n{body}\n\n"),
+        ] {
+            let ps = Ps::parse(&text);
+            assert_eq!(ps, reference_parse(&text), "{text:?}");
+            // And every truncation (rows cut short, names at the very end of the text).
+            for cut in (0..text.len()).filter(|&i| text.is_char_boundary(i)).step_by(7) {
+                assert_eq!(Ps::parse(&text[..cut]), reference_parse(&text[..cut]), "{:?}", &text[..cut]);
+            }
+        }
     }
 }

@@ -35,6 +35,25 @@ impl<const N: usize> ShortStr<N> {
         }
     }
 
+    /// Copies `text[start..end]`. Inline text is copied as the `N` bytes from `start` when `text` has them
+    /// (with the bytes past `end` cleared): one fixed-size load instead of a copy of variable length.
+    #[inline(always)]
+    pub(crate) fn new_at(text: &str, start: usize, end: usize) -> Self {
+        let s = &text[start..end];
+        match text.as_bytes().get(start..start + N) {
+            Some(window) if s.len() <= N && N < 256 => {
+                let len = s.len();
+                let mut buf = [0u8; N];
+                buf.copy_from_slice(window);
+                for (i, b) in buf.iter_mut().enumerate() {
+                    *b = if i < len { *b } else { 0 };
+                }
+                ShortStr(Repr::Inline { len: len as u8, buf })
+            }
+            _ => ShortStr::new(s),
+        }
+    }
+
     /// The text.
     pub fn as_str(&self) -> &str {
         match &self.0 {
