@@ -97,15 +97,18 @@ fn numbers_plain(
 /// Parses the words in `rest` as unsigned decimals of at most `max`: [`numbers_fast`], or where it
 /// gives up, [`numbers_plain`].
 fn numbers(rest: &[u8], keyword: &'static str, max_fields: usize, max: u64) -> Result<Vec<u64>, DecodeError> {
-    match numbers_fast(rest, max_fields, max) {
-        Some(values) => Ok(values.into_vec()),
-        None => numbers_plain(rest, keyword, max_fields, max),
+    match numbers_fast(rest, false, max_fields, max) {
+        // (An LF in `rest` would end the line early: that is for `numbers_plain` too.)
+        Some((len, values)) if len == rest.len() => Ok(values.into_vec()),
+        _ => numbers_plain(rest, keyword, max_fields, max),
     }
 }
 
-/// Parses the words in `rest` as unsigned decimals of at most `max` (this is the hot path: nearly
-/// every line is `DATA`), or gives up (`None`) on a line with an error, more than `max_fields`
-/// words, or more than [`FAST_BLOCKS`] blocks.
+/// Parses the words of the line at the start of `bytes` (up to the first LF, or all of `bytes`) as
+/// unsigned decimals of at most `max`, and returns them with the line's length (this is the hot
+/// path: nearly every line is `DATA`). Gives up (`None`) on a line with an error, more than
+/// `max_fields` words, or more than [`FAST_BLOCKS`] blocks, and if `lf_needed`, on one without an
+/// LF.
 ///
 /// Walking the bytes word after word makes one long dependency chain (each word's length decides
 /// where the next one starts), so instead: first the bounds of every word at once, as bitmasks
@@ -115,10 +118,12 @@ fn numbers(rest: &[u8], keyword: &'static str, max_fields: usize, max: u64) -> R
 /// A boxed slice rather than a `Vec`: it comes back in two registers, where a `Vec` (a word more)
 /// comes back through memory, and copying it on from there stalls (a store-forwarding failure).
 /// Its capacity is exact either way, so converting costs nothing.
-fn numbers_fast(rest: &[u8], max_fields: usize, max: u64) -> Option<Box<[u64]>> {
+fn numbers_fast(bytes: &[u8], lf_needed: bool, max_fields: usize, max: u64) -> Option<(usize, Box<[u64]>)> {
     let mut edges = [0; FAST_BLOCKS + 1];
-    let words = match word_edges(rest, &mut edges)? {
-        (words, false) if words <= max_fields => words,
+    let (rest, words) = match word_edges(bytes, &mut edges)? {
+        (len, words, false) if words <= max_fields && (len < bytes.len() || !lf_needed) => {
+            (&bytes[..len], words)
+        }
         _ => return None,
     };
     let mut walk = WordWalk::new(&edges);
@@ -132,7 +137,7 @@ fn numbers_fast(rest: &[u8], max_fields: usize, max: u64) -> Option<Box<[u64]>> 
         }
         values.push(value);
     }
-    Some(values.into_boxed_slice())
+    Some((rest.len(), values.into_boxed_slice()))
 }
 
 /// Lines of up to this many 64-byte blocks after the keyword take [`numbers_fast`]: any
@@ -145,32 +150,44 @@ const FAST_BLOCKS: usize = 8;
 /// fill, for the end of a line that ends a block.
 type Edges = [u64; FAST_BLOCKS + 1];
 
-/// Fills `edges` for `line` and returns how many words it has and whether any of them has a byte
-/// that is not an ASCII digit; `None` if the line is longer than [`FAST_BLOCKS`] blocks.
+/// Fills `edges` for the line at the start of `bytes`, which ends at the first LF or with `bytes`,
+/// and returns its length, how many words it has and whether any of them has a byte that is not an
+/// ASCII digit; `None` if the line is longer than [`FAST_BLOCKS`] blocks.
+///
+/// Finding the LF here, in the same pass, saves [`ClientCodec::decode`] a search of its own.
 ///
 /// (`edges` is filled in place rather than returned: moving it around costs as much as filling it.)
-fn word_edges(line: &[u8], edges: &mut Edges) -> Option<(usize, bool)> {
-    if line.len() > 64 * FAST_BLOCKS {
-        return None;
-    }
+fn word_edges(bytes: &[u8], edges: &mut Edges) -> Option<(usize, usize, bool)> {
+    let mut len = bytes.len();
     let mut words = 0;
     let mut non_digits = 0;
     // Whether the byte before the block is in a word (the one before the line is not).
     let mut carry = 0;
-    // Past the end nothing is in a word, so a word that runs to the end has its edge there.
-    for (k, edges) in edges.iter_mut().enumerate().take(line.len() / 64 + 1) {
+    for (k, edges) in edges.iter_mut().enumerate() {
         let mut in_word = 0;
-        for j in (0..4).take_while(|j| 64 * k + 16 * j < line.len()) {
-            let (w, n) = chunk_masks(line, 64 * k + 16 * j);
-            in_word |= u64::from(w) << (16 * j);
-            non_digits |= n;
+        let mut j = 0;
+        while j < 4 && 64 * k + 16 * j < len {
+            let (w, n, lf) = chunk_masks(bytes, 64 * k + 16 * j);
+            // The bytes before the first LF (all when there is none): the rest are not the line's.
+            let keep = (lf & lf.wrapping_neg()).wrapping_sub(1);
+            if lf != 0 {
+                len = 64 * k + 16 * j + lf.trailing_zeros() as usize;
+            }
+            in_word |= u64::from(w & keep) << (16 * j);
+            non_digits |= n & keep;
+            j += 1;
         }
+        // Past the end nothing is in a word, so a word that runs to the end has its edge there
+        // (in the next block, when the line ends this one).
         let before = (in_word << 1) | carry;
         *edges = in_word ^ before;
         words += byte_popcounts(in_word & !before);
         carry = in_word >> 63;
+        if len < 64 * (k + 1) {
+            return (len <= 64 * FAST_BLOCKS).then(|| (len, sum_bytes(words), non_digits != 0));
+        }
     }
-    Some((sum_bytes(words), non_digits != 0))
+    None
 }
 
 /// The number of set bits of each byte of `x`, in that byte: the counts of up to 31 words add up
@@ -221,15 +238,15 @@ impl<'a> WordWalk<'a> {
 
 /// For the 16 bytes of `line` from `at` (which is less than its length): bit `i` of the first mask
 /// is set when byte `at + i` is in a word (not a blank), of the second when it is in a word but not
-/// an ASCII digit. Bytes past the end are neither.
-fn chunk_masks(line: &[u8], at: usize) -> (u16, u16) {
+/// an ASCII digit, of the third when it is an LF. Bytes past the end are none of these.
+fn chunk_masks(line: &[u8], at: usize) -> (u16, u16, u16) {
     if let Some(chunk) = line.get(at..at + 16) {
         classify(chunk.try_into().expect("16 bytes"))
     } else if line.len() >= 16 {
         // Near the end: the line's last 16 bytes, shifted so that bit 0 is byte `at`.
-        let (w, n) = classify(line[line.len() - 16..].try_into().expect("16 bytes"));
+        let (w, n, lf) = classify(line[line.len() - 16..].try_into().expect("16 bytes"));
         let shift = at + 16 - line.len();
-        (w >> shift, n >> shift)
+        (w >> shift, n >> shift, lf >> shift)
     } else {
         let mut chunk = [b' '; 16];
         chunk[..line.len() - at].copy_from_slice(&line[at..]);
@@ -239,14 +256,14 @@ fn chunk_masks(line: &[u8], at: usize) -> (u16, u16) {
 
 /// [`chunk_masks`] of 16 bytes. SSE2 (always there on x86_64) compares the 16 bytes at once.
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-fn classify(chunk: [u8; 16]) -> (u16, u16) {
+fn classify(chunk: [u8; 16]) -> (u16, u16, u16) {
     // SAFETY: `classify_sse2` needs nothing but SSE2, which the `cfg` above guarantees.
     unsafe { classify_sse2(chunk) }
 }
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 #[target_feature(enable = "sse2")]
-fn classify_sse2(chunk: [u8; 16]) -> (u16, u16) {
+fn classify_sse2(chunk: [u8; 16]) -> (u16, u16, u16) {
     use std::arch::x86_64::{
         _mm_and_si128, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_cmplt_epi8, _mm_movemask_epi8, _mm_or_si128,
         _mm_set1_epi8, _mm_set_epi64x,
@@ -262,15 +279,19 @@ fn classify_sse2(chunk: [u8; 16]) -> (u16, u16) {
         _mm_cmplt_epi8(v, _mm_set1_epi8(b'9' as i8 + 1)),
     );
     let blank = _mm_movemask_epi8(blank) as u16;
-    (!blank, !(blank | _mm_movemask_epi8(digit) as u16))
+    (!blank, !(blank | _mm_movemask_epi8(digit) as u16), _mm_movemask_epi8(is(b'\n')) as u16)
 }
 
 /// [`classify`] without SSE2: a byte at a time.
 #[cfg_attr(all(target_arch = "x86_64", target_feature = "sse2"), allow(dead_code))]
-fn classify_portable(chunk: [u8; 16]) -> (u16, u16) {
-    chunk.iter().enumerate().fold((0, 0), |(w, n), (i, &b)| {
+fn classify_portable(chunk: [u8; 16]) -> (u16, u16, u16) {
+    chunk.iter().enumerate().fold((0, 0, 0), |(w, n, lf), (i, &b)| {
         let in_word = !is_blank(b);
-        (w | u16::from(in_word) << i, n | u16::from(in_word && !b.is_ascii_digit()) << i)
+        (
+            w | u16::from(in_word) << i,
+            n | u16::from(in_word && !b.is_ascii_digit()) << i,
+            lf | u16::from(b == b'\n') << i,
+        )
     })
 }
 
@@ -383,18 +404,20 @@ fn sixteen_digits_sse2(first: u64, last: u64) -> u64 {
     (both & 0xFFFF_FFFF) * 100_000_000 + (both >> 32)
 }
 
-/// The value of `line[word]`, a non-empty run of ASCII digits, if it is at most `max`.
+/// The value of `line[word]`, a non-empty run of ASCII digits, if it is at most `max` (which is at
+/// least `u32::MAX`).
 #[inline(always)]
 fn parse_digits(line: &[u8], word: std::ops::Range<usize>, max: u64) -> Option<u64> {
+    debug_assert!(max >= u64::from(u32::MAX));
     let len = word.end - word.start;
     let value = match len {
-        1..=8 => swar_digits(load8_before(line, word.end), len),
-        // At most 16 digits: no overflow. Two loads ending at the word's end, when the line has the
-        // bytes before...
-        9..=16 if word.end >= 16 => sixteen_digits(
-            digit_values(load8_before(line, word.end - 8), len - 8),
-            digit_values(load8_before(line, word.end), 8),
-        ),
+        // At most 8 digits: below `u32::MAX`, so no need to compare.
+        1..=8 => return Some(swar_digits(load8_before(line, word.end), len)),
+        // At most 16 digits: no overflow. The 16 bytes that end the word, when the line has them...
+        9..=16 if word.end >= 16 => {
+            let [first, last] = split16(line[..word.end].last_chunk().expect("16 bytes"));
+            sixteen_digits(digit_values(first, len - 8), digit_values(last, 8))
+        }
         // ...else the first 8 digits, then the rest (so that neither load runs past the word).
         9..=16 => {
             let high = swar_digits(load8_from(line, word.start), 8);
@@ -403,6 +426,13 @@ fn parse_digits(line: &[u8], word: std::ops::Range<usize>, max: u64) -> Option<u
         _ => return parse_decimal(&line[word], max),
     };
     (value <= max).then_some(value)
+}
+
+/// 16 bytes as two little-endian u64s.
+#[inline(always)]
+fn split16(bytes: &[u8; 16]) -> [u64; 2] {
+    let (first, last) = bytes.split_at(8);
+    [first, last].map(|half| u64::from_le_bytes(half.try_into().expect("8 bytes")))
 }
 
 /// What follows the keyword of a line that starts `DATA` and a blank, as nearly every line does
@@ -645,16 +675,18 @@ impl ClientCodec {
                 }
             }
             let window = buf.len().min(self.max_line.saturating_add(1));
+            // A DATA line, found and parsed in one pass (its LF within the window, so not too long).
+            if let Some((len, values)) = data_fields(&buf[..window])
+                .and_then(|rest| numbers_fast(rest, true, self.max_fields, u64::MAX))
+            {
+                self.scanned = 0;
+                buf.advance(4 + len + 1);
+                return Ok(Some(ServerMessage::Data(values.into_vec())));
+            }
             match memchr::memchr(b'\n', &buf[self.scanned..window]) {
                 Some(offset) => {
                     let lf = self.scanned + offset;
                     self.scanned = 0;
-                    if let Some(values) =
-                        data_fields(&buf[..lf]).and_then(|rest| numbers_fast(rest, self.max_fields, u64::MAX))
-                    {
-                        buf.advance(lf + 1);
-                        return Ok(Some(ServerMessage::Data(values.into_vec())));
-                    }
                     let decoded = decode_server_line(&buf[..lf], self.max_fields);
                     buf.advance(lf + 1);
                     if let Some(msg) = decoded? {
@@ -878,6 +910,7 @@ mod tests {
                 assert_eq!(classify(chunk), expected, "{chunk:?}");
                 assert_eq!(expected.0 >> at & 1 == 1, !is_blank(b));
                 assert_eq!(expected.1 >> at & 1 == 1, !is_blank(b) && !b.is_ascii_digit());
+                assert_eq!(expected.2 >> at & 1 == 1, b == b'\n');
             }
         }
     }
@@ -911,19 +944,23 @@ mod tests {
             .prop_map(|parts| parts.into_iter().flat_map(|(b, w)| [b, w]).collect::<String>().into_bytes());
         prop_oneof![
             line,
-            prop::collection::vec(prop::sample::select(b" \t\r0123456789x\xb0".to_vec()), 0..600)
+            prop::collection::vec(prop::sample::select(b" \t\r0123456789x\xb0".to_vec()), 0..600),
+            // and some LFs, which end the line for `word_edges`
+            prop::collection::vec(prop::sample::select(b" 0123456789\n".to_vec()), 0..600),
         ]
     }
 
     proptest::proptest! {
         #[test]
         fn word_masks_match_a_naive_split(line in line(), cut in 0..600usize) {
-            for line in [&line[..], &line[..cut.min(line.len())]] {
+            for bytes in [&line[..], &line[..cut.min(line.len())]] {
+                let line = &bytes[..bytes.iter().position(|&b| b == b'\n').unwrap_or(bytes.len())];
                 let expected = naive_ranges(line);
                 let mut edges = [0; FAST_BLOCKS + 1];
-                match word_edges(line, &mut edges) {
+                match word_edges(bytes, &mut edges) {
                     None => prop_assert!(line.len() > 64 * FAST_BLOCKS),
-                    Some((words, non_digits)) => {
+                    Some((len, words, non_digits)) => {
+                        prop_assert_eq!(len, line.len());
                         let mut walk = WordWalk::new(&edges);
                         let ranges: Vec<_> = (0..words).map(|_| walk.next_word()).collect();
                         prop_assert_eq!(ranges, expected.clone());
@@ -934,6 +971,36 @@ mod tests {
                     }
                 }
             }
+        }
+
+        #[test]
+        fn data_lines_decode_as_decode_server_line_does(
+            lines in prop::collection::vec(line(), 1..6),
+            max_fields in 0..70usize,
+            split in any::<usize>(),
+        ) {
+            // Each line (without LFs of its own) as a DATA line: the codec finds its LF while
+            // parsing it, then the next line is what follows in the same chunks.
+            let lines: Vec<Vec<u8>> = lines
+                .into_iter()
+                .map(|l| [&b"DATA "[..], &l].concat().into_iter().filter(|&b| b != b'\n').collect())
+                .collect();
+            let expected: Vec<_> = lines
+                .iter()
+                .filter_map(|l| decode_server_line(l, max_fields).transpose())
+                .collect();
+            let bytes = lines.join(&b'\n').into_iter().chain([b'\n']).collect::<Vec<u8>>();
+            let split = split % (bytes.len() + 1);
+            let mut codec = ClientCodec::new(DEFAULT_MAX_LINE, max_fields);
+            let mut buf = BytesMut::new();
+            let mut got = Vec::new();
+            for chunk in [&bytes[..split], &bytes[split..]] {
+                buf.extend_from_slice(chunk);
+                while let Some(item) = codec.decode(&mut buf).transpose() {
+                    got.push(item);
+                }
+            }
+            prop_assert_eq!(got, expected);
         }
 
         #[test]
