@@ -776,6 +776,47 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Rows in and near the fixed columns, with a few bytes overwritten anywhere.
+        #[test]
+        fn mutated_rows_match_the_general_parser(
+            rows in proptest::collection::vec(
+                (0u64..1200, 0usize..4, 0u32..1100, 0u32..1100, 0u64..12000, 0usize..5, "[a-z -]{0,18}"),
+                1..6,
+            ),
+            edits in proptest::collection::vec((0usize..400, proptest::sample::select(
+                vec![" ", "  ", "0", "9", "a", ".", "%", "K", "\r", "\n", "\t", "é", "", "(", ")"],
+            )), 0..4),
+        ) {
+            let mut text = String::new();
+            for (pid, state, a, b, mem_kib, blocked, name) in rows {
+                let row = PsRow {
+                    pid,
+                    state: [ProcState::Ready, ProcState::Running, ProcState::Blocked, ProcState::Dead][state],
+                    cpu_1s: CpuShare { tenths: a },
+                    cpu_1m: CpuShare { tenths: b },
+                    mem_kib,
+                    blocked_on: [
+                        BlockedOn::Nothing,
+                        BlockedOn::Recv { ep: pid },
+                        BlockedOn::Timer { ms: mem_kib },
+                        BlockedOn::SpawnSuspended,
+                        BlockedOn::Other { text: "x y".into() },
+                    ][blocked].clone(),
+                    name: name.as_str().into(),
+                };
+                row.render(&mut text);
+            }
+            for (at, with) in edits {
+                let at = at % (text.len() + 1);
+                if let (true, Some(end)) = (text.is_char_boundary(at), (at + 1..=text.len()).find(|&i| text.is_char_boundary(i))) {
+                    text.replace_range(at..end, with);
+                }
+            }
+            proptest::prop_assert_eq!(Ps::parse(&text), reference_parse(&text), "{:?}", text);
+        }
+    }
+
     #[test]
     fn whole_reports_match_the_general_parser() {
         let lines = sample_lines();
