@@ -199,9 +199,11 @@ fn byte_popcounts(x: u64) -> u64 {
     (nibbles + (nibbles >> 4)) & 0x0F0F_0F0F_0F0F_0F0F
 }
 
-/// The sum of the bytes of `x`, which must be less than 256.
+/// The sum of the bytes of `x`.
 fn sum_bytes(x: u64) -> usize {
-    (x.wrapping_mul(ONES) >> 56) as usize
+    // In 16-bit lanes first: the sum can pass 255 (a 512-byte line has up to 256 words).
+    let pairs = (x & 0x00FF_00FF_00FF_00FF) + ((x >> 8) & 0x00FF_00FF_00FF_00FF);
+    (pairs.wrapping_mul(0x0001_0001_0001_0001) >> 48) as usize
 }
 
 /// Walks the [`word_edges`] of a line, word by word.
@@ -898,6 +900,31 @@ mod tests {
             assert_eq!(load8_before(short, n), u64::from_le_bytes(expected), "short {n}");
         }
         assert_eq!(load8_from(line, 2), u64::from_le_bytes(*b"23456789"));
+    }
+
+    #[test]
+    fn popcounts_add_up() {
+        assert_eq!(sum_bytes(byte_popcounts(u64::MAX) * 9), 576);
+        assert_eq!(sum_bytes(byte_popcounts(0x5555_5555_5555_5555) * 8), 256);
+        assert_eq!(sum_bytes(byte_popcounts(0x8000_0000_0000_0001)), 2);
+        assert_eq!(sum_bytes(0), 0);
+    }
+
+    #[test]
+    fn the_longest_fast_lines() {
+        // 256 words in 512 bytes, and one byte more.
+        for (line, words) in
+            [(" 7".repeat(256), 256), (" 7".repeat(255) + "  ", 255), (" 7".repeat(256) + " ", 256)]
+        {
+            let mut edges = [0; FAST_BLOCKS + 1];
+            let found = word_edges(line.as_bytes(), &mut edges);
+            assert_eq!(found, (line.len() <= 512).then_some((line.len(), words, false)));
+            for max_fields in [255, 256] {
+                let expected = numbers_plain(line.as_bytes(), "DATA", max_fields, u64::MAX);
+                assert_eq!(numbers(line.as_bytes(), "DATA", max_fields, u64::MAX), expected);
+            }
+            assert_eq!(numbers(line.as_bytes(), "DATA", 256, u64::MAX), Ok(vec![7; words]));
+        }
     }
 
     #[test]
