@@ -358,7 +358,11 @@ impl<'a> FixedRow<'a> {
             cpu_1s: self.cpu_1s,
             cpu_1m: self.cpu_1m,
             mem_kib: self.mem_kib,
-            blocked_on: BlockedOn::parse(self.blocked),
+            blocked_on: if self.blocked.is_empty() {
+                BlockedOn::Nothing
+            } else {
+                BlockedOn::parse(self.blocked)
+            },
             name: ProcessName::new_at(self.text, self.name, self.name_end),
         }
     }

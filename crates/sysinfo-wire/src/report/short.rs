@@ -45,8 +45,14 @@ impl<const N: usize> ShortStr<N> {
                 let len = s.len();
                 let mut buf = [0u8; N];
                 buf.copy_from_slice(window);
-                for (i, b) in buf.iter_mut().enumerate() {
-                    *b = if i < len { *b } else { 0 };
+                if let Ok(wide) = <[u8; 16]>::try_from(&buf[..]) {
+                    // One 16-byte register, masked.
+                    let keep = u128::MAX.checked_shr(8 * (16 - len as u32)).unwrap_or(0);
+                    buf.copy_from_slice(&(u128::from_le_bytes(wide) & keep).to_le_bytes());
+                } else {
+                    for (i, b) in buf.iter_mut().enumerate() {
+                        *b = if i < len { *b } else { 0 };
+                    }
                 }
                 ShortStr(Repr::Inline { len: len as u8, buf })
             }
@@ -158,5 +164,27 @@ mod tests {
         assert_eq!(TraceLabel::new("é").as_str(), "é");
         assert_eq!(format!("{short:?}"), "\"process_list-enter\"");
         assert_eq!(ProcessName::default(), "");
+    }
+
+    #[test]
+    fn new_at_is_new_of_the_slice() {
+        let text = "0123456789abcdef\u{e9}ghijklmnopqrstuvwxyz\u{e9}";
+        for start in (0..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+            for end in (start..=text.len()).filter(|&i| text.is_char_boundary(i)) {
+                let s = &text[start..end];
+                let (name, label) =
+                    (ProcessName::new_at(text, start, end), TraceLabel::new_at(text, start, end));
+                assert_eq!(name, s);
+                assert_eq!(label, s);
+                // Inline exactly when `new` would be, with the same bytes (cleared past the text).
+                match (&name.0, &ProcessName::new(s).0) {
+                    (Repr::Inline { len, buf }, Repr::Inline { len: l, buf: b }) => {
+                        assert_eq!((len, buf), (l, b))
+                    }
+                    (Repr::Heap(a), Repr::Heap(b)) => assert_eq!(a, b),
+                    _ => panic!("{s:?}: inline and heap differ"),
+                }
+            }
+        }
     }
 }
