@@ -473,7 +473,7 @@ impl Ps {
     /// Parses Ps text.
     pub fn parse(text: &str) -> Self {
         let mut ps = Ps::default();
-        // Kernel rows are at least 55 bytes with their `\n`: this is enough for all of them, so the vector of
+        // Kernel rows are at least 54 bytes with their `\n`: this is enough for all of them, so the vector of
         // rows never regrows.
         ps.processes.reserve(text.len() / 54);
         let bytes = text.as_bytes();
