@@ -49,7 +49,7 @@ enum Task {
         /// One target (default: all of them).
         target: Option<String>,
     },
-    /// Run the criterion benches (extra ARGS go to `cargo bench`).
+    /// Run every criterion bench (ARGS after `--` go to criterion, e.g. a filter or `--measurement-time 3`).
     Bench {
         #[arg(last = true)]
         args: Vec<String>,
@@ -67,7 +67,10 @@ fn main() -> Result<()> {
         Task::Sim { name: None, .. } => bail!("name one emulator to pass it arguments: {}", names()),
         Task::Sim { name: Some(name), args } => sim_one(&name, &args),
         Task::Fuzz { seconds, replay, target } => fuzz(&root, seconds, replay, target.as_deref()),
-        Task::Bench { args } => run(Command::new(cargo()).args(["bench", "--workspace"]).args(&args)),
+        // Only the criterion targets: libtest benches of libs and bins would reject criterion's flags.
+        Task::Bench { args } => {
+            run(Command::new(cargo()).args(["bench", "--workspace", "--bench", "*", "--"]).args(&args))
+        }
         Task::Ci => run(Command::new("bash").arg(".ci/run")),
     }
 }
