@@ -28,6 +28,8 @@
 //! # Ok(()) }
 //! ```
 
+#![warn(missing_docs)]
+
 use std::fmt::Display;
 use std::future::Future;
 use std::io;
