@@ -224,27 +224,86 @@ pub struct InspectorCodec {
     opcodes: RequestOpcodes,
     /// Counter types by index (indexes are small and dense: agents count them up from 0).
     types: Vec<Option<CounterType>>,
+    /// The same types as [`Kind`] codes (`Kind::NONE` for an index never announced), for the
+    /// Sampling hot loop.
+    kinds: Vec<u8>,
     /// The layout of the last Sampling message, see [`Shape`].
     shape: Shape,
 }
 
-/// The `[index][size]` layout of the last Sampling message.
+/// A counter type as a small code indexing [`SLOTS`]: the type's ordinal plus one for the known
+/// types, so that `code - 1` gives the type back for error messages.
+struct Kind;
+
+impl Kind {
+    const NONE: u8 = 0;
+    const INT: u8 = 1;
+    const LONG: u8 = 2;
+    const WORD: u8 = 3;
+    const DOUBLE: u8 = 4;
+    const RAW: u8 = 5;
+
+    fn of(kind: CounterType) -> u8 {
+        match kind {
+            CounterType::Int => Kind::INT,
+            CounterType::Long => Kind::LONG,
+            CounterType::Double => Kind::DOUBLE,
+            CounterType::Word => Kind::WORD,
+            _ => Kind::RAW,
+        }
+    }
+}
+
+/// `SLOTS[kind][size]` for sizes 0..=8: how to read a value of that size, or `BAD` if the size does
+/// not fit the type (raw values of any non-negative size are handled outside the table).
+const BAD: u8 = 0xff;
+const SLOTS: [[u8; 9]; 6] = {
+    let mut t = [[BAD; 9]; 6];
+    t[Kind::INT as usize][4] = Slot::Int as u8;
+    t[Kind::LONG as usize][8] = Slot::Long as u8;
+    t[Kind::DOUBLE as usize][8] = Slot::Double as u8;
+    t[Kind::WORD as usize][4] = Slot::Word32 as u8;
+    t[Kind::WORD as usize][8] = Slot::Word64 as u8;
+    let mut size = 0;
+    while size < 9 {
+        t[Kind::RAW as usize][size] = Slot::Raw as u8;
+        size += 1;
+    }
+    t
+};
+
+/// The `[index][size]` layout of a Sampling message.
 ///
 /// Walking `[index][size][bytes]` values is a chain of dependent loads (each value's position comes
-/// from the previous size), which makes it slow. Consecutive samples usually have the same layout, so
-/// the decoder first decodes the next message as if it had the last layout, reading at known offsets,
-/// and gives up at the first `[index][size]` (or terminator) that does not match; then it walks the
-/// chain. Both paths accept exactly the same messages and decode them to the same values; the
-/// layout is forgotten whenever a type is learnt.
+/// from the previous size). [`Shape::walk`] does that walk once, in a tight loop: each `[index][size]`
+/// is read as one u32, its counter's type comes from a byte table indexed by counter index, and
+/// type x size is checked with one lookup in [`SLOTS`]; it decodes the values and records the layout
+/// here as it goes. Consecutive samples often have the same layout, so the next message is first
+/// compared with the last layout ([`Shape::matches`], independent loads at known offsets) and, when
+/// it matches, its values are read at those offsets into a `Vec` of the exact size
+/// ([`Shape::sample`]). Both paths accept exactly the messages [`parse_values`] accepts, decode them
+/// to the same values and fail with the same errors; the layout is forgotten whenever a type is
+/// learnt.
 #[derive(Debug, Clone, Default)]
 struct Shape {
-    /// Per value: the expected `[index][size]` as one little-endian u32, and how to read the bytes.
-    entries: Vec<(u32, Slot)>,
-    /// The whole message's length: opcode, timestamp, values, terminator.
+    /// Per value: where its bytes start, its `[index][size]` and how to read the bytes.
+    entries: Vec<Entry>,
+    /// The whole message's length: opcode, timestamp, values, terminator; 0 when there is no layout.
     len: usize,
 }
 
+/// One value of a [`Shape`].
 #[derive(Debug, Clone, Copy)]
+struct Entry {
+    /// The `[index][size]` as one little-endian u32.
+    head: u32,
+    /// The offset of the value's bytes in the message (its `[index][size]` is the 4 bytes before).
+    at: u32,
+    /// How to read the bytes.
+    slot: Slot,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 enum Slot {
     Int,
@@ -256,64 +315,150 @@ enum Slot {
     Raw,
 }
 
-impl Shape {
-    fn record(&mut self, values: &[SampleValue]) {
-        self.entries.clear();
-        self.len = 9 + 2;
-        for v in values {
-            let slot = match &v.data {
-                ValueData::Typed(CounterValue::Int(_)) => Slot::Int,
-                ValueData::Typed(CounterValue::Long(_)) => Slot::Long,
-                ValueData::Typed(CounterValue::Double(_)) => Slot::Double,
-                ValueData::Typed(CounterValue::Word32(_)) => Slot::Word32,
-                ValueData::Typed(CounterValue::Word64(_)) => Slot::Word64,
-                ValueData::Raw(_) => Slot::Raw,
-            };
-            let size = v.data.size();
-            self.entries.push((u32::from(v.index as u16) | (u32::from(size as u16) << 16), slot));
-            self.len += 4 + size;
+impl Slot {
+    fn from_code(code: u8) -> Slot {
+        match code {
+            0 => Slot::Int,
+            1 => Slot::Long,
+            2 => Slot::Double,
+            3 => Slot::Word32,
+            4 => Slot::Word64,
+            _ => Slot::Raw,
         }
+    }
+}
+
+impl Shape {
+    /// Whether the message at the front of `buf` (a Sampling opcode already seen) has this layout.
+    fn matches(&self, buf: &[u8]) -> bool {
+        if self.len == 0 {
+            return false;
+        }
+        let Some(bytes) = buf.get(..self.len) else { return false };
+        for e in &self.entries {
+            if array(bytes, e.at as usize - 4).map(u32::from_le_bytes) != Some(e.head) {
+                return false;
+            }
+        }
+        array(bytes, self.len - 2) == Some([0xff, 0xff])
     }
 
-    /// The sample at the front of `buf` if it has exactly this layout.
-    fn decode(&self, buf: &[u8]) -> Option<(Sample, usize)> {
-        if self.entries.is_empty() {
-            return None;
-        }
-        let bytes = buf.get(..self.len)?;
-        if bytes.first() != Some(&agent_op::SAMPLING) {
-            return None;
-        }
-        let mut values = Vec::with_capacity(self.entries.len());
-        let mut at = 9;
-        for &(head, slot) in &self.entries {
-            if u32::from_le_bytes(array(bytes, at)?) != head {
-                return None;
-            }
-            at += 4;
-            let (value, size) = match slot {
-                Slot::Int => (CounterValue::Int(i32::from_le_bytes(array(bytes, at)?)), 4),
-                Slot::Long => (CounterValue::Long(i64::from_le_bytes(array(bytes, at)?)), 8),
-                Slot::Double => (CounterValue::Double(f64::from_le_bytes(array(bytes, at)?)), 8),
-                Slot::Word32 => (CounterValue::Word32(i32::from_le_bytes(array(bytes, at)?)), 4),
-                Slot::Word64 => (CounterValue::Word64(i64::from_le_bytes(array(bytes, at)?)), 8),
-                Slot::Raw => {
-                    let size = (head >> 16) as usize;
-                    let raw = bytes.get(at..at + size)?.to_vec();
-                    values.push(SampleValue { index: head as u16 as i16, data: ValueData::Raw(raw) });
-                    at += size;
-                    continue;
-                }
-            };
-            values.push(SampleValue { index: head as u16 as i16, data: ValueData::Typed(value) });
-            at += size;
-        }
-        if array(bytes, at)? != [0xff, 0xff] {
-            return None;
-        }
-        let timestamp = i64::from_le_bytes(array(bytes, 1)?);
-        Some((Sample { timestamp, values }, self.len))
+    /// Walks the `[index][size][bytes]* [ff ff]` list from offset 9, checking and decoding each value
+    /// exactly as [`parse_values`] does (same errors, in the same order), and records the layout. On
+    /// failure the layout is forgotten.
+    fn walk(&mut self, buf: &[u8], limits: &Limits, kinds: &[u8]) -> Parse<Vec<SampleValue>> {
+        self.len = 0;
+        let mut entries = std::mem::take(&mut self.entries);
+        let mut values = Vec::with_capacity(entries.len().max(8));
+        entries.clear();
+        let walked = walk_values(buf, limits, kinds, &mut entries, &mut values);
+        self.entries = entries;
+        self.len = walked?;
+        Ok(values)
     }
+}
+
+/// [`Shape::walk`] into local `Vec`s (kept in registers); returns the message's length.
+fn walk_values(
+    buf: &[u8],
+    limits: &Limits,
+    kinds: &[u8],
+    entries: &mut Vec<Entry>,
+    values: &mut Vec<SampleValue>,
+) -> Parse<usize> {
+    let mut pos = 9;
+    loop {
+        let head = match array::<4>(buf, pos) {
+            Some(head) => u32::from_le_bytes(head),
+            // Fewer than 4 bytes: the terminator, or an error or truncation after the index.
+            None => {
+                let index = i16::from_le_bytes(fixed(buf, pos)?);
+                if index == END_OF_VALUES {
+                    break;
+                }
+                check_index(index, entries.len(), limits, kinds)?;
+                return Err(Fail::Incomplete);
+            }
+        };
+        let index = head as u16 as i16;
+        if index == END_OF_VALUES {
+            break;
+        }
+        let kind = check_index(index, entries.len(), limits, kinds)?;
+        let size = (head >> 16) as u16 as i16;
+        let code = match SLOTS[kind as usize].get(size as u16 as usize) {
+            Some(&code) => code,
+            None if kind == Kind::RAW && size >= 0 => Slot::Raw as u8,
+            None => BAD,
+        };
+        if code == BAD {
+            let kind = CounterType::from_raw(i32::from(kind) - 1);
+            return Err(DecodeError::BadValueSize { index, size, kind: kind_name(kind) }.into());
+        }
+        let slot = Slot::from_code(code);
+        let at = pos + 4;
+        entries.push(Entry { head, at: at as u32, slot });
+        let data = match slot {
+            Slot::Int => ValueData::Typed(CounterValue::Int(i32::from_le_bytes(fixed(buf, at)?))),
+            Slot::Long => ValueData::Typed(CounterValue::Long(i64::from_le_bytes(fixed(buf, at)?))),
+            Slot::Double => ValueData::Typed(CounterValue::Double(f64::from_le_bytes(fixed(buf, at)?))),
+            Slot::Word32 => ValueData::Typed(CounterValue::Word32(i32::from_le_bytes(fixed(buf, at)?))),
+            Slot::Word64 => ValueData::Typed(CounterValue::Word64(i64::from_le_bytes(fixed(buf, at)?))),
+            Slot::Raw => ValueData::Raw(buf.get(at..at + size as usize).ok_or(Incomplete)?.to_vec()),
+        };
+        values.push(SampleValue { index, data });
+        pos = at + size as u16 as usize;
+    }
+    Ok(pos + 2)
+}
+
+/// The checks on a value's index, before its size is read (`count` values before it); returns its
+/// counter's [`Kind`].
+fn check_index(index: i16, count: usize, limits: &Limits, kinds: &[u8]) -> Result<u8, DecodeError> {
+    if index < 0 {
+        return Err(DecodeError::InvalidIndex(index));
+    }
+    if count == limits.max_values {
+        return Err(DecodeError::TooManyValues { max: limits.max_values });
+    }
+    match kinds.get(index as usize) {
+        Some(&kind) if kind != Kind::NONE => Ok(kind),
+        _ => Err(DecodeError::UnknownIndex(index)),
+    }
+}
+
+impl Shape {
+    /// The sample at the front of `buf`, which has this layout (checked by [`Shape::matches`] or
+    /// written by [`Shape::walk`]), so every read is in bounds; the reads still fall back to zeros
+    /// rather than fail, which keeps the `Vec` filled at its exact size without per-value checks.
+    #[inline(always)]
+    fn sample(&self, buf: &[u8]) -> Sample {
+        let bytes = &buf[..self.len.min(buf.len())];
+        let values = self
+            .entries
+            .iter()
+            .map(|&Entry { head, at, slot }| {
+                let at = at as usize;
+                let data = match slot {
+                    Slot::Int => ValueData::Typed(CounterValue::Int(i32::from_le_bytes(le(bytes, at)))),
+                    Slot::Long => ValueData::Typed(CounterValue::Long(i64::from_le_bytes(le(bytes, at)))),
+                    Slot::Double => ValueData::Typed(CounterValue::Double(f64::from_le_bytes(le(bytes, at)))),
+                    Slot::Word32 => ValueData::Typed(CounterValue::Word32(i32::from_le_bytes(le(bytes, at)))),
+                    Slot::Word64 => ValueData::Typed(CounterValue::Word64(i64::from_le_bytes(le(bytes, at)))),
+                    Slot::Raw => ValueData::Raw(
+                        bytes.get(at..at + (head >> 16) as usize).map_or_else(Vec::new, <[u8]>::to_vec),
+                    ),
+                };
+                SampleValue { index: head as u16 as i16, data }
+            })
+            .collect();
+        Sample { timestamp: i64::from_le_bytes(le(bytes, 1)), values }
+    }
+}
+
+/// `N` bytes at `at`, zeros if out of bounds (only for offsets already checked).
+fn le<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    array(bytes, at).unwrap_or([0; N])
 }
 
 fn array<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
@@ -342,17 +487,18 @@ impl InspectorCodec {
         if let Ok(i) = usize::try_from(header.index) {
             if self.types.len() <= i {
                 self.types.resize(i + 1, None);
+                self.kinds.resize(i + 1, Kind::NONE);
             }
             self.types[i] = Some(header.kind);
+            self.kinds[i] = Kind::of(header.kind);
         }
         self.shape = Shape::default();
     }
 
     /// Decodes one agent message from the front of `buf`; `Ok(None)` means more bytes are needed.
     pub fn decode_message(&mut self, buf: &mut BytesMut) -> Result<Option<AgentMessage>, DecodeError> {
-        if let Some((sample, len)) = self.shape.decode(buf) {
-            buf.advance(len);
-            return Ok(Some(AgentMessage::Sampling(sample)));
+        if buf.first() == Some(&agent_op::SAMPLING) {
+            return self.decode_sampling(buf);
         }
         let limits = self.limits;
         let types = &self.types;
@@ -360,13 +506,37 @@ impl InspectorCodec {
         match &msg {
             Some(AgentMessage::Hello(hello)) => {
                 self.types.clear();
+                self.kinds.clear();
                 hello.headers.iter().for_each(|h| self.learn(h));
             }
             Some(AgentMessage::Add(AddResponse::Ok(h))) => self.learn(h),
-            Some(AgentMessage::Sampling(sample)) => self.shape.record(&sample.values),
             _ => {}
         }
         Ok(msg)
+    }
+
+    /// A Sampling message (the opcode is at the front of `buf`): the same result as
+    /// `decode_with(parse_agent_message)`, through [`Shape`].
+    fn decode_sampling(&mut self, buf: &mut BytesMut) -> Result<Option<AgentMessage>, DecodeError> {
+        let sample = if self.shape.matches(buf) {
+            self.shape.sample(buf)
+        } else {
+            let walked = if buf.len() < 9 {
+                Err(Fail::Incomplete)
+            } else {
+                self.shape.walk(buf, &self.limits, &self.kinds)
+            };
+            match walked {
+                Ok(values) => Sample { timestamp: i64::from_le_bytes(le(buf, 1)), values },
+                Err(Fail::Bad(e)) => return Err(e),
+                Err(Fail::Incomplete) if buf.len() > self.limits.max_message_len => {
+                    return Err(DecodeError::MessageTooLarge { max: self.limits.max_message_len })
+                }
+                Err(Fail::Incomplete) => return Ok(None),
+            }
+        };
+        buf.advance(self.shape.len);
+        Ok(Some(AgentMessage::Sampling(sample)))
     }
 
     /// Like [`InspectorCodec::decode_message`] at the end of the stream: leftover bytes are a
@@ -641,5 +811,164 @@ impl tokio_util::codec::Encoder<&Sample> for AgentCodec {
 
     fn encode(&mut self, item: &Sample, dst: &mut BytesMut) -> Result<(), Error> {
         Ok(encode_sample(item, dst)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// xorshift64, for reproducible inputs.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    const KINDS: [CounterType; 6] = [
+        CounterType::Int,
+        CounterType::Long,
+        CounterType::Word,
+        CounterType::Double,
+        CounterType::Unknown(7),
+        CounterType::Word,
+    ];
+
+    fn header(index: i16) -> Header {
+        Header {
+            category: Category::Jit,
+            name: format!("c{index}"),
+            kind: KINDS[index as usize % KINDS.len()],
+            unit: Unit::None,
+            variance: Variance::Variable,
+            index,
+        }
+    }
+
+    /// A Sampling message: `layout` is the `(index, size)` list; sizes may not fit the type, and
+    /// at most 16 bytes are written for a value (a larger size leaves it truncated).
+    fn message(rng: &mut Rng, layout: &[(i16, i16)]) -> Vec<u8> {
+        let mut out = vec![agent_op::SAMPLING];
+        out.extend_from_slice(&(rng.next() as i64).to_le_bytes());
+        for &(index, size) in layout {
+            out.extend_from_slice(&index.to_le_bytes());
+            out.extend_from_slice(&size.to_le_bytes());
+            (0..size.clamp(0, 16)).for_each(|_| out.push(rng.next() as u8));
+        }
+        out.extend_from_slice(&[0xff, 0xff]);
+        out
+    }
+
+    fn fitting_size(rng: &mut Rng, index: i16) -> i16 {
+        match KINDS[index as usize % KINDS.len()] {
+            CounterType::Int => 4,
+            CounterType::Long | CounterType::Double => 8,
+            CounterType::Word => [4, 8][rng.below(2) as usize],
+            _ => rng.below(13) as i16,
+        }
+    }
+
+    fn layout(rng: &mut Rng, known: i16) -> Vec<(i16, i16)> {
+        let len = rng.below(12) as usize;
+        let mut layout: Vec<(i16, i16)> = (0..len)
+            .map(|_| {
+                let index = rng.below(known as u64) as i16;
+                (index, fitting_size(rng, index))
+            })
+            .collect();
+        // Sometimes a bad value: unknown or negative index, or a size that does not fit.
+        if !layout.is_empty() && rng.below(4) == 0 {
+            let at = rng.below(layout.len() as u64) as usize;
+            layout[at] = match rng.below(5) {
+                0 => (known + rng.below(3) as i16, 4),
+                1 => (-2 - rng.below(100) as i16, 4),
+                2 => (layout[at].0, -1 - rng.below(3) as i16),
+                3 => (layout[at].0, [0, 1, 3, 5, 7, 9, 16][rng.below(7) as usize]),
+                _ => (layout[at].0, i16::MAX),
+            };
+        }
+        layout
+    }
+
+    /// What the reference path (`parse_agent_message`, one value after the other) gives, and the
+    /// bytes it leaves.
+    fn reference(codec: &InspectorCodec, bytes: &[u8]) -> (String, usize) {
+        let mut buf = BytesMut::from(bytes);
+        let limits = codec.limits;
+        let got = decode_with(&mut buf, &limits, |c| parse_agent_message(c, &limits, &codec.types));
+        (format!("{got:?}"), buf.len())
+    }
+
+    fn fast(codec: &mut InspectorCodec, bytes: &[u8]) -> (String, usize) {
+        let mut buf = BytesMut::from(bytes);
+        let got = codec.decode_message(&mut buf);
+        (format!("{got:?}"), buf.len())
+    }
+
+    /// The layout path (repeated layout) and the walk (new layout) agree with the reference on
+    /// valid messages, bad values (unknown or negative index, bad size), every truncation, and with
+    /// small limits (values, message size), whatever layout the codec saw before.
+    #[test]
+    fn layout_path_and_walk_agree_with_the_reference() {
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let limit_sets = [
+            Limits::default(),
+            Limits { max_values: 3, ..Limits::default() },
+            Limits { max_message_len: 40, ..Limits::default() },
+        ];
+        let mut checked = 0;
+        for limits in limit_sets {
+            let mut codec = InspectorCodec::new(limits);
+            let known = 9;
+            (0..known).for_each(|i| codec.learn(&header(i)));
+            let mut previous = layout(&mut rng, known);
+            for round in 0..600 {
+                let next = if round % 3 == 0 { layout(&mut rng, known) } else { previous.clone() };
+                let msg = message(&mut rng, &next);
+                // Whole message, followed by other bytes, then cut at every offset (at a few of
+                // them in most rounds).
+                let mut followed = msg.clone();
+                followed.extend_from_slice(&[agent_op::SAMPLING, 1, 2]);
+                let cuts: Vec<usize> = if round % 3 == 0 {
+                    (0..msg.len()).collect()
+                } else {
+                    (0..4).map(|_| rng.below(msg.len() as u64) as usize).collect()
+                };
+                for bytes in [&msg[..], &followed[..]].into_iter().chain(cuts.iter().map(|&n| &msg[..n])) {
+                    // Prime the codec's layout with `previous` (when valid), then decode.
+                    let primer = message(&mut rng, &previous);
+                    let _ = codec.decode_message(&mut BytesMut::from(&primer[..]));
+                    let want = reference(&codec, bytes);
+                    assert_eq!(fast(&mut codec, bytes), want, "{next:?} cut to {} bytes", bytes.len());
+                    // Again, right after (the layout is now the message's own, when it decoded).
+                    let want = reference(&codec, bytes);
+                    assert_eq!(fast(&mut codec, bytes), want, "{next:?} again, {} bytes", bytes.len());
+                    checked += 1;
+                }
+                previous = next;
+            }
+        }
+        assert!(checked > 3_000, "{checked}");
+    }
+
+    /// A Hello or Add between samples changes the types: the layout must not be reused.
+    #[test]
+    fn learning_a_type_forgets_the_layout() {
+        let mut rng = Rng(7);
+        let mut codec = InspectorCodec::default();
+        codec.learn(&header(0));
+        let msg = message(&mut rng, &[(0, 4)]);
+        assert!(matches!(codec.decode_message(&mut BytesMut::from(&msg[..])), Ok(Some(_))));
+        codec.learn(&Header { kind: CounterType::Long, ..header(0) });
+        let err = codec.decode_message(&mut BytesMut::from(&msg[..]));
+        assert_eq!(err, Err(DecodeError::BadValueSize { index: 0, size: 4, kind: "long" }));
     }
 }
