@@ -306,11 +306,12 @@ struct Entry {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 enum Slot {
+    // In the order of `CounterValue`'s variants, so that picking the variant is cheap.
     Int,
     Long,
-    Double,
     Word32,
     Word64,
+    Double,
     /// The size is the high half of the entry's `[index][size]`.
     Raw,
 }
@@ -320,9 +321,9 @@ impl Slot {
         match code {
             0 => Slot::Int,
             1 => Slot::Long,
-            2 => Slot::Double,
-            3 => Slot::Word32,
-            4 => Slot::Word64,
+            2 => Slot::Word32,
+            3 => Slot::Word64,
+            4 => Slot::Double,
             _ => Slot::Raw,
         }
     }
@@ -401,9 +402,9 @@ fn walk_values(
         let data = match slot {
             Slot::Int => ValueData::Typed(CounterValue::Int(i32::from_le_bytes(fixed(buf, at)?))),
             Slot::Long => ValueData::Typed(CounterValue::Long(i64::from_le_bytes(fixed(buf, at)?))),
-            Slot::Double => ValueData::Typed(CounterValue::Double(f64::from_le_bytes(fixed(buf, at)?))),
             Slot::Word32 => ValueData::Typed(CounterValue::Word32(i32::from_le_bytes(fixed(buf, at)?))),
             Slot::Word64 => ValueData::Typed(CounterValue::Word64(i64::from_le_bytes(fixed(buf, at)?))),
+            Slot::Double => ValueData::Typed(CounterValue::Double(f64::from_le_bytes(fixed(buf, at)?))),
             Slot::Raw => ValueData::Raw(buf.get(at..at + size as usize).ok_or(Incomplete)?.to_vec()),
         };
         values.push(SampleValue { index, data });
