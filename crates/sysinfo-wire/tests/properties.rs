@@ -143,20 +143,8 @@ fn kstat() -> impl Strategy<Value = Kstat> {
 }
 
 fn channels() -> impl Strategy<Value = Channels> {
-    let row = (prop::array::uniform11(any::<u64>()), any::<bool>()).prop_map(|(n, closed)| ChannelRow {
-        channel: n[0],
-        ep_a: n[1],
-        ep_b: n[2],
-        queue_a: n[3],
-        queue_b: n[4],
-        refs_a: n[5],
-        refs_b: n[6],
-        msgs_a: n[7],
-        bytes_a: n[8],
-        msgs_b: n[9],
-        bytes_b: n[10],
-        closed,
-    });
+    let row = (prop::array::uniform11(any::<u64>()), any::<bool>())
+        .prop_map(|(n, closed)| ChannelRow::from_columns(n, closed));
     prop::collection::vec(row, 0..30).prop_map(|channels| Channels { channels, unknown: vec![] })
 }
 

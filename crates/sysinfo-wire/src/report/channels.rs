@@ -37,6 +37,27 @@ pub struct ChannelRow {
     pub closed: bool,
 }
 
+impl ChannelRow {
+    /// A row from its eleven numeric columns in the header's order (`CH EP_A EP_B QA QB RC_A RC_B
+    /// MSGS_A BYTES_A MSGS_B BYTES_B`) and whether it ended in `(closed)`.
+    pub fn from_columns(n: [u64; 11], closed: bool) -> Self {
+        ChannelRow {
+            channel: n[0],
+            ep_a: n[1],
+            ep_b: n[2],
+            queue_a: n[3],
+            queue_b: n[4],
+            refs_a: n[5],
+            refs_b: n[6],
+            msgs_a: n[7],
+            bytes_a: n[8],
+            msgs_b: n[9],
+            bytes_b: n[10],
+            closed,
+        }
+    }
+}
+
 fn parse_row(line: &str) -> Option<ChannelRow> {
     let (body, closed) = match line.strip_suffix(CLOSED) {
         Some(body) => (body, true),
@@ -48,20 +69,7 @@ fn parse_row(line: &str) -> Option<ChannelRow> {
         c.lit("  ")?;
         *v = c.spaces().num()?;
     }
-    c.is_empty().then_some(ChannelRow {
-        channel: n[0],
-        ep_a: n[1],
-        ep_b: n[2],
-        queue_a: n[3],
-        queue_b: n[4],
-        refs_a: n[5],
-        refs_b: n[6],
-        msgs_a: n[7],
-        bytes_a: n[8],
-        msgs_b: n[9],
-        bytes_b: n[10],
-        closed,
-    })
+    c.is_empty().then_some(ChannelRow::from_columns(n, closed))
 }
 
 /// The `Channels` report.
