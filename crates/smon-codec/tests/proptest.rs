@@ -82,21 +82,14 @@ fn encode(samples: &[Sample], resync: bool) -> Vec<u8> {
     out.to_vec()
 }
 
-/// Every update and error (as text) from `input` fed in the given chunk sizes (cycled).
-fn decode_chunked(input: &[u8], chunks: &[usize]) -> Vec<Result<Update, String>> {
-    let mut dec = StreamDecoder::new(DecoderConfig::default());
+/// Feeds `input` into a buffer in the given chunk sizes (cycled), calling `drain(buf, false)` before
+/// the first chunk and after each one, then `drain(buf, true)` once at the end of the input.
+fn feed_chunked(input: &[u8], chunks: &[usize], mut drain: impl FnMut(&mut BytesMut, bool)) {
     let mut buf = BytesMut::new();
-    let mut out = Vec::new();
     let mut rest = input;
     let mut i = 0;
     loop {
-        loop {
-            match dec.decode(&mut buf) {
-                Ok(Some(u)) => out.push(Ok(u)),
-                Ok(None) => break,
-                Err(e) => out.push(Err(e.to_string())),
-            }
-        }
+        drain(&mut buf, false);
         if rest.is_empty() {
             break;
         }
@@ -105,48 +98,43 @@ fn decode_chunked(input: &[u8], chunks: &[usize]) -> Vec<Result<Update, String>>
         buf.extend_from_slice(&rest[..n]);
         rest = &rest[n..];
     }
-    loop {
-        match dec.decode_eof(&mut buf) {
+    drain(&mut buf, true);
+}
+
+/// Every update and error (as text) from `input` fed in the given chunk sizes (cycled).
+fn decode_chunked(input: &[u8], chunks: &[usize]) -> Vec<Result<Update, String>> {
+    let mut dec = StreamDecoder::new(DecoderConfig::default());
+    let mut out = Vec::new();
+    feed_chunked(input, chunks, |buf, eof| loop {
+        let decoded = if eof { dec.decode_eof(buf) } else { dec.decode(buf) };
+        match decoded {
             Ok(Some(u)) => out.push(Ok(u)),
             Ok(None) => break,
             Err(e) => out.push(Err(e.to_string())),
         }
-    }
+    });
     out
 }
 
 /// The same through the borrowing APIs: `decode_with` for whole buffers, `decode_eof_ref` at the end.
 fn decode_chunked_with(input: &[u8], chunks: &[usize]) -> Vec<Result<Update, String>> {
     let mut dec = StreamDecoder::new(DecoderConfig::default());
-    let mut buf = BytesMut::new();
     let mut out = Vec::new();
-    let mut rest = input;
-    let mut i = 0;
-    loop {
-        loop {
-            let mut got = Vec::new();
-            let result = dec.decode_with(&mut buf, |u| got.push(Ok(u.to_update())));
-            out.extend(got);
+    feed_chunked(input, chunks, |buf, eof| loop {
+        if eof {
+            match dec.decode_eof_ref(buf) {
+                Ok(Some(u)) => out.push(Ok(u.to_update())),
+                Ok(None) => break,
+                Err(e) => out.push(Err(e.to_string())),
+            }
+        } else {
+            let result = dec.decode_with(buf, |u| out.push(Ok(u.to_update())));
             match result {
                 Ok(_) => break,
                 Err(e) => out.push(Err(e.to_string())),
             }
         }
-        if rest.is_empty() {
-            break;
-        }
-        let n = chunks[i % chunks.len()].clamp(1, rest.len());
-        i += 1;
-        buf.extend_from_slice(&rest[..n]);
-        rest = &rest[n..];
-    }
-    loop {
-        match dec.decode_eof_ref(&mut buf) {
-            Ok(Some(u)) => out.push(Ok(u.to_update())),
-            Ok(None) => break,
-            Err(e) => out.push(Err(e.to_string())),
-        }
-    }
+    });
     out
 }
 
