@@ -63,18 +63,39 @@ async fn until_samples(reader: &mut UpdateReader<TcpStream>, n: usize) -> Vec<Up
     out
 }
 
+/// smon-sim serving a fake `/proc` (in its own temp dir) on 127.0.0.1, port 0.
+struct Running {
+    addr: std::net::SocketAddr,
+    shutdown: Shutdown,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    _proc: tempfile::TempDir,
+}
+
+async fn start(config: Config) -> Running {
+    let proc = tempfile::tempdir().unwrap();
+    fake_proc(proc.path());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = Shutdown::new();
+    let server = tokio::spawn(serve(listener, source(proc.path()), config, shutdown.clone()));
+    Running { addr, shutdown, server, _proc: proc }
+}
+
+impl Running {
+    async fn stop(self) {
+        self.shutdown.cancel();
+        self.server.await.unwrap().unwrap();
+    }
+}
+
 fn has_value(updates: &[Update], name: &str, index: &[u64]) -> bool {
     updates.iter().any(|u| matches!(u, Update::Value { name: n, index: i, .. } if &**n == name && i == index))
 }
 
 #[tokio::test]
 async fn tcp_client_gets_resync_header_definitions_then_live_samples() {
-    let dir = tempfile::tempdir().unwrap();
-    fake_proc(dir.path());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let server = tokio::spawn(serve(listener, source(dir.path()), fast(), shutdown.clone()));
+    let sim = start(fast()).await;
+    let addr = sim.addr;
 
     let mut reader = UpdateReader::new(TcpStream::connect(addr).await.unwrap(), DecoderConfig::default());
     assert_eq!(next(&mut reader).await, Update::Resync);
@@ -108,18 +129,13 @@ async fn tcp_client_gets_resync_header_definitions_then_live_samples() {
         })
         .collect();
     assert_eq!(times.len(), 3);
-    shutdown.cancel();
-    server.await.unwrap().unwrap();
+    sim.stop().await;
 }
 
 #[tokio::test]
 async fn a_late_client_gets_full_definitions_and_the_latest_values() {
-    let dir = tempfile::tempdir().unwrap();
-    fake_proc(dir.path());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let server = tokio::spawn(serve(listener, source(dir.path()), fast(), shutdown.clone()));
+    let sim = start(fast()).await;
+    let addr = sim.addr;
 
     let mut first = UpdateReader::new(TcpStream::connect(addr).await.unwrap(), DecoderConfig::default());
     until_samples(&mut first, 3).await;
@@ -134,8 +150,7 @@ async fn a_late_client_gets_full_definitions_and_the_latest_values() {
         );
     }
     assert!(has_value(&updates, "linux.disk.reads", &[8, 0]));
-    shutdown.cancel();
-    server.await.unwrap().unwrap();
+    sim.stop().await;
 }
 
 /// Big samples (a 48 KiB string restarted every time), so a client that stops reading fills its
@@ -280,14 +295,9 @@ fn bad_command_lines_fail_clearly() {
 
 #[tokio::test]
 async fn a_client_that_leaves_is_reported_and_does_not_disturb_the_others() {
-    let dir = tempfile::tempdir().unwrap();
-    fake_proc(dir.path());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
     let (events_tx, mut events) = mpsc::unbounded_channel();
-    let config = Config { events: Some(events_tx), ..fast() };
-    let server = tokio::spawn(serve(listener, source(dir.path()), config, shutdown.clone()));
+    let sim = start(Config { events: Some(events_tx), ..fast() }).await;
+    let addr = sim.addr;
 
     let leaver = TcpStream::connect(addr).await.unwrap();
     let leaver_addr = leaver.local_addr().unwrap();
@@ -300,6 +310,5 @@ async fn a_client_that_leaves_is_reported_and_does_not_disturb_the_others() {
         }
     }
     assert_eq!(until_samples(&mut stayer, 2).await.first(), Some(&Update::Resync));
-    shutdown.cancel();
-    server.await.unwrap().unwrap();
+    sim.stop().await;
 }
