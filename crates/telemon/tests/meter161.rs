@@ -2,29 +2,21 @@
 
 use std::path::Path;
 
-use sim_common::Shutdown;
 use sys161_sim::Config;
-use tokio::task::JoinHandle;
 
 mod support;
 use support::Telemon;
 
-struct Sim {
-    shutdown: Shutdown,
-    task: JoinHandle<std::io::Result<()>>,
-}
+/// The sim in the background; `Sim::start(dir, config)` and `.stop().await`.
+struct Sim(sys161_sim::Running);
 
 impl Sim {
     fn start(dir: &Path, config: Config) -> Sim {
-        let (listener, _) = sys161_sim::bind(dir).unwrap();
-        let shutdown = Shutdown::new();
-        let task = tokio::spawn(sys161_sim::run(listener, config, shutdown.clone()));
-        Sim { shutdown, task }
+        Sim(sys161_sim::Running::spawn(dir, config).unwrap())
     }
 
     async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.unwrap().unwrap();
+        self.0.stop().await.unwrap();
     }
 }
 
