@@ -8,6 +8,8 @@
 //!   stops reading never stalls the sim or its other clients: once the queue is full the client is
 //!   reported as lagging and its connection is cut.
 //! * [`bind_unix_replacing_stale`]: create `DIR/.sockets/NAME` (folder mode 0700), replacing a stale socket.
+//! * [`Running`]: a sim started in-process on a background task (tests, `telemon` tests, benches), stopped
+//!   with [`Running::stop`] or cancelled when dropped; [`Running::spawn_tcp`] binds `127.0.0.1:0` first.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -323,10 +325,84 @@ pub fn bind_unix_replacing_stale(dir: &Path, name: &str) -> io::Result<(UnixList
     Ok((UnixListener::bind(&path)?, path))
 }
 
+/// A sim running in-process on a background task: what every sim's tests, telemon's tests and the benches
+/// start. [`Running::stop`] cancels its [`Shutdown`] and returns how the sim ended; dropping it only cancels.
+#[derive(Debug)]
+pub struct Running {
+    shutdown: Shutdown,
+    task: Option<tokio::task::JoinHandle<io::Result<()>>>,
+}
+
+impl Running {
+    /// Starts `serve(shutdown)` on a new task; the sim ends when the token is cancelled.
+    pub fn spawn<F>(serve: impl FnOnce(Shutdown) -> F) -> Running
+    where
+        F: Future<Output = io::Result<()>> + Send + 'static,
+    {
+        let shutdown = Shutdown::new();
+        let task = tokio::spawn(serve(shutdown.clone()));
+        Running { shutdown, task: Some(task) }
+    }
+
+    /// Binds `127.0.0.1:0`, then starts `serve(listener, shutdown)` on a new task; returns the bound address.
+    pub async fn spawn_tcp<F>(
+        serve: impl FnOnce(TcpListener, Shutdown) -> F,
+    ) -> io::Result<(Running, std::net::SocketAddr)>
+    where
+        F: Future<Output = io::Result<()>> + Send + 'static,
+    {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        Ok((Running::spawn(|shutdown| serve(listener, shutdown)), addr))
+    }
+
+    /// The sim's shutdown token (cancel it to stop the sim without waiting).
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// Stops the sim (its clients see the end of their streams) and returns how it ended.
+    pub async fn stop(mut self) -> io::Result<()> {
+        self.shutdown.cancel();
+        match self.task.take() {
+            Some(task) => task.await.map_err(io::Error::other)?,
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
+
+    #[tokio::test]
+    async fn running_serves_until_stopped_and_reports_how_it_ended() {
+        let (sim, addr) = Running::spawn_tcp(|listener, shutdown| {
+            accept_loop(listener, shutdown, |stream: TcpStream, _| async move {
+                let (_r, w) = stream.into_split();
+                ClientWriter::spawn(w, 4, "t").send(Bytes::from_static(b"up"))?;
+                Ok::<_, SendError>(())
+            })
+        })
+        .await
+        .unwrap();
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let mut buf = Vec::new();
+        c.read_to_end(&mut buf).await.unwrap();
+        assert_eq!(buf, b"up");
+        sim.stop().await.unwrap();
+        assert!(TcpStream::connect(addr).await.is_err(), "the listener is closed once the sim stopped");
+
+        let failing = Running::spawn(|_| async { Err(io::Error::other("boom")) });
+        assert_eq!(failing.stop().await.unwrap_err().to_string(), "boom");
+    }
 
     #[tokio::test]
     async fn stale_socket_is_replaced_and_folder_is_private() {
