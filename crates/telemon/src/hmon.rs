@@ -15,7 +15,7 @@ use hmon::{
 };
 use tokio::sync::mpsc;
 
-use crate::output::{self, human_bytes, print_json_line, print_line, CliError, CliResult, Countdown};
+use crate::output::{self, human_bytes, print_json_line, print_line, CliError, CliResult, OutputArgs};
 
 /// Watch a Dyalog APL interpreter (HMON).
 #[derive(Debug, ClapArgs)]
@@ -59,12 +59,8 @@ struct SessionArgs {
     /// Ask for the last known state (answered even when the interpreter is busy).
     #[arg(long)]
     last_known_state: bool,
-    /// Stop after printing this many messages.
-    #[arg(long, value_name = "N")]
-    count: Option<u64>,
-    /// Print each message as one JSON array per line.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// How long to wait for each reply.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = output::parse_duration)]
     timeout: Duration,
@@ -149,7 +145,7 @@ pub async fn run(args: Args) -> CliResult {
 }
 
 async fn connect(addr: String, reconnect: bool, plan: Plan) -> CliResult {
-    let mut countdown = Countdown::new(plan.args.count);
+    let mut countdown = plan.args.output.countdown();
     if countdown.is_done() {
         return Ok(());
     }
@@ -157,7 +153,7 @@ async fn connect(addr: String, reconnect: bool, plan: Plan) -> CliResult {
         Client::connect(addr.clone(), plan.client_config(reconnect)).await.map_err(CliError::peer)?;
     let (tx, mut rx) = mpsc::channel(256);
     let plan = Arc::new(plan);
-    let json = plan.args.json;
+    let json = plan.args.output.json;
     tokio::spawn(session(client, events, plan, tx));
     loop {
         tokio::select! {
@@ -178,7 +174,7 @@ async fn connect(addr: String, reconnect: bool, plan: Plan) -> CliResult {
 }
 
 async fn listen(addr: String, plan: Plan) -> CliResult {
-    let mut countdown = Countdown::new(plan.args.count);
+    let mut countdown = plan.args.output.countdown();
     if countdown.is_done() {
         return Ok(());
     }
@@ -187,7 +183,7 @@ async fn listen(addr: String, plan: Plan) -> CliResult {
         .map_err(|e| CliError::Peer(format!("cannot listen on {addr}: {e}")))?;
     let local = listener.local_addr()?;
     eprintln!("telemon: listening for interpreters on {local}");
-    let json = plan.args.json;
+    let json = plan.args.output.json;
     let plan = Arc::new(plan);
     let (tx, mut rx) = mpsc::channel::<(String, Output)>(256);
     loop {

@@ -11,6 +11,7 @@ mod hmon;
 mod meter161;
 mod mono;
 mod output;
+mod retry;
 mod smon;
 mod sysinfo;
 

@@ -13,7 +13,7 @@ use ::meter161::{ClientError, Event, Header, Sample};
 use futures::StreamExt;
 use serde::ser::{Serialize, SerializeMap, Serializer};
 
-use crate::output::{self, CliError, CliResult, Countdown};
+use crate::output::{self, CliError, CliResult, OutputArgs};
 
 /// stat161 reprints its header when more than this many rows were printed since.
 const ROWS_PER_HEADER: usize = 22;
@@ -27,12 +27,8 @@ pub struct Args {
     /// Reporting interval in simulated time, 10us to 2s (e.g. 1s, 250ms, 0.5); default sys161's 0.2s.
     #[arg(long, value_parser = parse_interval)]
     interval: Option<Duration>,
-    /// Exit after N samples.
-    #[arg(long)]
-    count: Option<u64>,
-    /// One JSON object per sample instead of the table.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// Connect once: fail if no simulator is there, stop when it disconnects (default: wait and
     /// reconnect, like stat161).
     #[arg(long)]
@@ -47,7 +43,7 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 
 /// Runs the subcommand.
 pub async fn run(args: Args) -> CliResult {
-    let mut countdown = Countdown::new(args.count);
+    let mut countdown = args.output.countdown();
     if countdown.is_done() {
         return Ok(());
     }
@@ -66,7 +62,7 @@ pub async fn run(args: Args) -> CliResult {
                 table.reset(header);
             }
             Ok(Event::Sample(sample)) => {
-                if args.json {
+                if args.output.json {
                     output::print_json_line(&JsonRow(&sample))?;
                 } else {
                     table.print(&sample)?;
@@ -86,7 +82,7 @@ pub async fn run(args: Args) -> CliResult {
         }
     }
     // The watch ended: a wrong version, or (with --once) a failed connect or a disconnect.
-    match (last_error, args.count) {
+    match (last_error, args.output.count) {
         (Some(e), _) => Err(CliError::peer(e)),
         (None, Some(count)) => {
             Err(CliError::Peer(format!("disconnected after {samples} of {count} samples")))

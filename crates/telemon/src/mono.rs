@@ -11,7 +11,7 @@ use mono_counters::{
     InspectorConfig, Limits, Reading, RequestOpcodes, SampleUpdate, Session, Status, Unit, ValueData,
 };
 
-use crate::output::{self, CliError, CliResult, Countdown};
+use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};
 
 /// Mono counters: listen for an agent (`mono --profile=countersagent:address=…`) or read its file.
 #[derive(Debug, ClapArgs)]
@@ -41,12 +41,8 @@ struct ListenArgs {
     /// Print every counter the agent can sample.
     #[arg(long)]
     list: bool,
-    /// Stop after N samples.
-    #[arg(long)]
-    count: Option<u64>,
-    /// One JSON object per line.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// How long to wait for each response.
     #[arg(long, default_value = "5s", value_parser = output::parse_duration)]
     timeout: Duration,
@@ -59,12 +55,8 @@ struct ListenArgs {
 struct ReadArgs {
     /// The counters file.
     file: std::path::PathBuf,
-    /// One JSON object per line.
-    #[arg(long)]
-    json: bool,
-    /// Stop after N samples.
-    #[arg(long)]
-    count: Option<u64>,
+    #[command(flatten)]
+    output: OutputArgs,
 }
 
 fn parse_counter(s: &str) -> Result<CounterName, String> {
@@ -87,11 +79,11 @@ async fn listen(args: ListenArgs) -> CliResult {
     };
     let inspector = Inspector::bind(args.addr, config).await.map_err(CliError::peer)?;
     eprintln!("telemon: listening for Mono agents on {}", inspector.local_addr()?);
-    let mut countdown = Countdown::new(args.count);
+    let mut countdown = args.output.countdown();
     if countdown.is_done() {
         return Ok(());
     }
-    let mut printer = Printer::new(args.json);
+    let mut printer = Printer::new(args.output.json);
     loop {
         let (mut session, peer) = match inspector.accept().await {
             Ok(accepted) => accepted,
@@ -164,11 +156,11 @@ async fn watch(
 
 async fn read(args: ReadArgs) -> CliResult {
     let mut file = CounterFile::open(&args.file, Limits::default()).await.map_err(CliError::peer)?;
-    if !args.json {
+    if !args.output.json {
         eprintln!("telemon: {}: {} counters", args.file.display(), file.hello().headers.len());
     }
-    let mut printer = Printer::new(args.json);
-    let mut countdown = Countdown::new(args.count);
+    let mut printer = Printer::new(args.output.json);
+    let mut countdown = args.output.countdown();
     if countdown.is_done() {
         return Ok(());
     }

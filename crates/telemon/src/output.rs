@@ -91,6 +91,24 @@ pub fn human_bytes(n: f64) -> String {
     }
 }
 
+/// The output options every subcommand shares (`#[command(flatten)]`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OutputArgs {
+    /// One JSON object per line instead of the human view.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Stop after N samples (messages, updates or reports: what the subcommand prints).
+    #[arg(long, global = true, value_name = "N")]
+    pub count: Option<u64>,
+}
+
+impl OutputArgs {
+    /// A [`Countdown`] for `--count`.
+    pub fn countdown(&self) -> Countdown {
+        Countdown::new(self.count)
+    }
+}
+
 /// Counts samples for `--count N`: `None` means forever.
 #[derive(Debug, Clone, Copy)]
 pub struct Countdown(Option<u64>);

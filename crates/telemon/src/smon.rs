@@ -19,7 +19,8 @@ use smon_codec::{
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::output::{self, CliError, CliResult, Countdown};
+use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};
+use crate::retry;
 
 /// Arguments of `telemon smon`.
 #[derive(Debug, clap::Args)]
@@ -66,12 +67,8 @@ enum SmonCommand {
 
 #[derive(Debug, clap::Args)]
 struct ViewArgs {
-    /// One JSON object per value update instead of the table.
-    #[arg(long)]
-    json: bool,
-    /// Stop after N value updates.
-    #[arg(long, value_name = "N")]
-    count: Option<u64>,
+    #[command(flatten)]
+    output: OutputArgs,
     /// Reject deltas that leave the u64 range instead of wrapping them.
     #[arg(long)]
     strict: bool,
@@ -126,19 +123,9 @@ async fn connect_with_retry(addr: &str, wait: Duration) -> Result<TcpStream, Cli
         .await
         .map_err(|e| CliError::Usage(format!("bad address {addr:?}: {e}")))?
         .collect();
-    let deadline = tokio::time::Instant::now() + wait;
-    let mut delay = Duration::from_millis(50);
-    loop {
-        match TcpStream::connect(&targets[..]).await {
-            Ok(stream) => return Ok(stream),
-            Err(e) if tokio::time::Instant::now() + delay <= deadline => {
-                tracing::debug!(%addr, error = %e, "connect failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-            Err(e) => return Err(CliError::Peer(format!("connecting to {addr}: {e}"))),
-        }
-    }
+    retry::retry(addr, Some(wait), || TcpStream::connect(&targets[..]))
+        .await
+        .map_err(|e| CliError::Peer(format!("connecting to {addr}: {e}")))
 }
 
 /// Why a stream stopped being read.
@@ -183,11 +170,11 @@ struct View {
 impl View {
     fn new(args: &ViewArgs, live: bool) -> Self {
         View {
-            json: args.json,
+            json: args.output.json,
             live,
             terminal: std::io::stdout().is_terminal(),
-            countdown: Countdown::new(args.count),
-            limit: args.count,
+            countdown: args.output.countdown(),
+            limit: args.output.count,
             table: BTreeMap::new(),
             changed: Vec::new(),
             values: 0,

@@ -14,7 +14,8 @@ use sysinfo_wire::{
     Client, ClientConfig, End, Endpoint, Report, Response, SysinfoCommand, DEFAULT_MAX_RESPONSE,
 };
 
-use crate::output::{self, CliError, CliResult, Countdown};
+use crate::output::{self, CliError, CliResult, OutputArgs};
+use crate::retry;
 
 /// Ask an rvOS sysinfo service for a report, or parse a saved one.
 #[derive(Debug, clap::Args)]
@@ -25,15 +26,11 @@ pub struct Args {
     /// The host transport's TCP address.
     #[arg(long, default_value = sysinfo_wire::DEFAULT_ADDR)]
     connect: String,
-    /// Print the parsed report as one JSON document instead of the kernel's text.
-    #[arg(long, global = true)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// Repeat the request at this interval (e.g. 2s, 500ms), for a live view.
     #[arg(long, global = true, value_parser = output::parse_duration)]
     watch: Option<Duration>,
-    /// With --watch: stop after N reports.
-    #[arg(long, global = true)]
-    count: Option<u64>,
     /// The longest one request may take.
     #[arg(long, global = true, default_value = "10s", value_parser = output::parse_duration)]
     timeout: Duration,
@@ -81,9 +78,9 @@ pub async fn run(args: Args) -> CliResult {
         What::Schedlat => SysinfoCommand::SchedLatency,
         What::Ipclat => SysinfoCommand::IpcLatency,
         What::Watchdog => SysinfoCommand::Watchdog,
-        What::Parse { kind } => return parse(kind, args.json),
+        What::Parse { kind } => return parse(kind, args.output.json),
     };
-    if args.count.is_some() && args.watch.is_none() {
+    if args.output.count.is_some() && args.watch.is_none() {
         return Err(CliError::Usage("--count only applies with --watch".into()));
     }
     let endpoint = match args.socket {
@@ -94,10 +91,10 @@ pub async fn run(args: Args) -> CliResult {
     let Some(every) = args.watch else {
         let mut client = Client::connect(&endpoint, config).await.map_err(CliError::peer)?;
         let response = client.request(command).await.map_err(CliError::peer)?;
-        return show(&response, args.json);
+        return show(&response, args.output.json);
     };
 
-    let mut countdown = Countdown::new(args.count);
+    let mut countdown = args.output.countdown();
     if countdown.is_done() {
         return Ok(());
     }
@@ -107,22 +104,20 @@ pub async fn run(args: Args) -> CliResult {
     let mut shown = 0u64;
     loop {
         ticker.tick().await;
-        if client.is_none() {
-            match Client::connect(&endpoint, config.clone()).await {
-                Ok(c) => client = Some(c),
-                Err(e) => {
-                    eprintln!("telemon: sysinfo: {e} (retrying every {})", humantime::format_duration(every));
-                    continue;
-                }
-            }
-        }
-        let Some(c) = client.as_mut() else { continue };
+        let c = match client.as_mut() {
+            Some(c) => c,
+            None => client.insert(
+                retry::retry("sysinfo", None, || Client::connect(&endpoint, config.clone()))
+                    .await
+                    .map_err(CliError::peer)?,
+            ),
+        };
         match c.request(command).await {
             Ok(response) => {
-                if shown > 0 && !args.json {
+                if shown > 0 && !args.output.json {
                     output::print_line("")?;
                 }
-                show(&response, args.json)?;
+                show(&response, args.output.json)?;
                 shown += 1;
                 if countdown.tick() {
                     return Ok(());
