@@ -177,13 +177,15 @@ where
 /// The client did not keep up: its bounded queue was full (or its writer has stopped).
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SendError {
-    /// The queue was full: the client stopped reading or reads too slowly.
-    #[error("client {peer} lagged: {capacity} messages queued and unread")]
+    /// The queue was full (in messages or in bytes): the client stopped reading or reads too slowly.
+    #[error("client {peer} lagged: {capacity} messages or {max_bytes} bytes queued and unread")]
     Lagged {
         /// The client's name.
         peer: String,
-        /// The queue's capacity.
+        /// The queue's capacity in messages.
         capacity: usize,
+        /// The queue's capacity in bytes.
+        max_bytes: usize,
     },
     /// The writer task has ended (the client went away or a write failed).
     #[error("client {peer} is gone")]
@@ -197,16 +199,27 @@ pub enum SendError {
 /// closes the connection (a client that stopped reading must not pin the task and its socket forever).
 pub const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// The bytes a [`ClientWriter`] holds for one client by default: a client that stops reading pins at most this
+/// much (plus one message larger than it) before it is cut, however large the messages are.
+pub const DEFAULT_MAX_QUEUED_BYTES: usize = 1 << 20;
+
 /// A bounded output queue for one client, drained by its own writer task.
 ///
-/// [`ClientWriter::send`] never waits: when `capacity` messages are already queued the client is lagging,
+/// The queue is bounded twice: by messages (`capacity`) and by bytes ([`DEFAULT_MAX_QUEUED_BYTES`], or
+/// [`ClientWriter::with_max_bytes`]), so that a sim that wakes late and batches thousands of lines into one
+/// message cannot pin megabytes for each stalled client.
+///
+/// [`ClientWriter::send`] never waits: when the queue is full the client is lagging,
 /// the send fails with [`SendError::Lagged`] and the connection is cut at once (even a write blocked on
 /// the full socket is abandoned), so the caller only has to log it and carry on with the others.
 /// [`ClientWriter::sever`] cuts the connection on purpose. Dropping every handle lets the task flush
 /// what is queued, for at most [`LINGER`], and then shut the stream down.
 #[derive(Clone)]
 pub struct ClientWriter {
-    tx: mpsc::Sender<Bytes>,
+    tx: mpsc::Sender<(Bytes, tokio::sync::OwnedSemaphorePermit)>,
+    /// One permit per byte queued and not yet written (a message larger than the budget takes all of it).
+    budget: std::sync::Arc<tokio::sync::Semaphore>,
+    max_bytes: usize,
     peer: String,
     cut: Shutdown,
     _closing: std::sync::Arc<tokio_util::sync::DropGuard>,
@@ -217,18 +230,20 @@ impl std::fmt::Debug for ClientWriter {
         f.debug_struct("ClientWriter")
             .field("peer", &self.peer)
             .field("queued", &(self.tx.max_capacity() - self.tx.capacity()))
+            .field("queued_bytes", &(self.max_bytes - self.budget.available_permits()))
             .field("cut", &self.cut.is_cancelled())
             .finish()
     }
 }
 
 impl ClientWriter {
-    /// Spawns the writer task for `stream`, with room for `capacity` unsent messages.
+    /// Spawns the writer task for `stream`, with room for `capacity` unsent messages and at most
+    /// [`DEFAULT_MAX_QUEUED_BYTES`] unsent bytes.
     pub fn spawn<W>(mut stream: W, capacity: usize, peer: impl Display) -> Self
     where
         W: AsyncWrite + Unpin + Send + 'static,
     {
-        let (tx, mut rx) = mpsc::channel::<Bytes>(capacity.max(1));
+        let (tx, mut rx) = mpsc::channel::<(Bytes, tokio::sync::OwnedSemaphorePermit)>(capacity.max(1));
         let peer = peer.to_string();
         let cut = Shutdown::new();
         let closing = Shutdown::new();
@@ -245,7 +260,8 @@ impl ClientWriter {
                     _ = task_cut.cancelled() => return,
                     next = rx.recv() => next,
                 };
-                let Some(buf) = next else { break };
+                // The permit goes back to the budget once the bytes are written (or the task ends).
+                let Some((buf, _permit)) = next else { break };
                 tokio::select! {
                     biased;
                     _ = task_cut.cancelled() => return,
@@ -264,23 +280,52 @@ impl ClientWriter {
                 _ = &mut gave_up => {}
             }
         });
-        Self { tx, peer, cut, _closing: std::sync::Arc::new(closing.drop_guard()) }
+        let max_bytes = DEFAULT_MAX_QUEUED_BYTES;
+        let budget = std::sync::Arc::new(tokio::sync::Semaphore::new(max_bytes));
+        Self { tx, budget, max_bytes, peer, cut, _closing: std::sync::Arc::new(closing.drop_guard()) }
+    }
+
+    /// Bounds the bytes queued for this client to `max_bytes` instead of [`DEFAULT_MAX_QUEUED_BYTES`]
+    /// (call it before the first send).
+    pub fn with_max_bytes(mut self, max_bytes: usize) -> Self {
+        let max_bytes = max_bytes.clamp(1, tokio::sync::Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        self.budget = std::sync::Arc::new(tokio::sync::Semaphore::new(max_bytes));
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// The permits `buf` takes from the byte budget: its length, or the whole budget for a larger message.
+    fn cost(&self, buf: &Bytes) -> u32 {
+        buf.len().clamp(1, self.max_bytes) as u32
+    }
+
+    fn lagged(&self) -> SendError {
+        self.sever();
+        SendError::Lagged { peer: self.peer.clone(), capacity: self.tx.max_capacity(), max_bytes: self.max_bytes }
     }
 
     /// Queues `buf` for the client without waiting. A full queue cuts the connection (see the type's doc).
     pub fn send(&self, buf: Bytes) -> Result<(), SendError> {
-        self.tx.try_send(buf).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(_) => {
-                self.sever();
-                SendError::Lagged { peer: self.peer.clone(), capacity: self.tx.max_capacity() }
-            }
+        let permit = match self.budget.clone().try_acquire_many_owned(self.cost(&buf)) {
+            Ok(permit) => permit,
+            Err(tokio::sync::TryAcquireError::NoPermits) => return Err(self.lagged()),
+            Err(tokio::sync::TryAcquireError::Closed) => return Err(SendError::Closed { peer: self.peer.clone() }),
+        };
+        self.tx.try_send((buf, permit)).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(_) => self.lagged(),
             mpsc::error::TrySendError::Closed(_) => SendError::Closed { peer: self.peer.clone() },
         })
     }
 
-    /// Queues `buf`, waiting for room (for replies that must not be lost, from a task that may wait).
+    /// Queues `buf`, waiting for room in messages and bytes (for replies that must not be lost, from a task
+    /// that may wait).
     pub async fn send_wait(&self, buf: Bytes) -> Result<(), SendError> {
-        self.tx.send(buf).await.map_err(|_| SendError::Closed { peer: self.peer.clone() })
+        let closed = || SendError::Closed { peer: self.peer.clone() };
+        let permit = tokio::select! {
+            permit = self.budget.clone().acquire_many_owned(self.cost(&buf)) => permit.map_err(|_| closed())?,
+            _ = self.tx.closed() => return Err(closed()),
+        };
+        self.tx.send((buf, permit)).await.map_err(|_| closed())
     }
 
     /// Cuts the connection now: what is queued is discarded and the stream is dropped, even if a write
@@ -449,6 +494,42 @@ mod tests {
         b.read_to_end(&mut got).await.unwrap();
         assert!(got.len() <= 16 + 2 * 10, "{} bytes", got.len());
         assert!(matches!(writer.send(Bytes::from_static(b"x")), Err(SendError::Closed { .. })));
+    }
+
+    #[tokio::test]
+    async fn the_byte_budget_cuts_a_client_that_never_reads_however_few_messages_it_holds() {
+        let (a, _b) = tokio::io::duplex(16);
+        let writer = ClientWriter::spawn(a, 1024, "big").with_max_bytes(100);
+        let mut sent = 0usize;
+        let e = loop {
+            match writer.send(Bytes::from(vec![b'x'; 30])) {
+                Ok(()) => sent += 30,
+                Err(e) => break e,
+            }
+            tokio::task::yield_now().await;
+        };
+        assert!(matches!(e, SendError::Lagged { max_bytes: 100, .. }), "{e}");
+        // What the stalled client pinned: the pipe's 16 bytes, one message in the writer's hands and the budget.
+        assert!(sent <= 16 + 30 + 100, "{sent} bytes accepted for a client that never reads");
+        writer.closed().await;
+    }
+
+    #[tokio::test]
+    async fn send_wait_waits_for_bytes_to_drain_and_a_message_over_the_budget_still_goes() {
+        let (a, mut b) = tokio::io::duplex(8);
+        let writer = ClientWriter::spawn(a, 64, "reader").with_max_bytes(10);
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            b.read_to_end(&mut got).await.unwrap();
+            got
+        });
+        for _ in 0..20 {
+            writer.send_wait(Bytes::from_static(b"0123456")).await.unwrap();
+        }
+        writer.send_wait(Bytes::from(vec![b'y'; 50])).await.unwrap();
+        drop(writer);
+        let got = reader.await.unwrap();
+        assert_eq!(got.len(), 20 * 7 + 50);
     }
 
     #[tokio::test(start_paused = true)]
