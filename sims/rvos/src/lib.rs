@@ -111,6 +111,11 @@ pub struct Stats {
     pub replies_abandoned: u64,
     /// Connections dropped for breaking the transport's rules.
     pub protocol_errors: u64,
+    /// Bytes of rendered reply text held now, waiting for their clients to drain them.
+    pub reply_bytes_held: u64,
+    /// The most reply text ever held at once: one reply per connection at most, however many channels a
+    /// client opens and leaves unread.
+    pub peak_reply_bytes_held: u64,
 }
 
 /// A handle on a running sim: its stats.
@@ -205,6 +210,9 @@ where
 {
     let (read, write) = tokio::io::split(stream);
     let writer = ClientWriter::spawn(write, QUEUE_DEPTH, &peer);
+    // One reply in flight per connection (the real service serves one client at a time): a client that asks
+    // on many channels and reads none pins one rendered reply, not one per channel.
+    let reply_slot = Arc::new(tokio::sync::Semaphore::new(1));
     let mut frames = FramedRead::new(read, HostCodec);
     let client_pid = {
         let mut next = shared.next_pid.lock().expect("pid lock");
@@ -247,7 +255,14 @@ where
                     let hello =
                         Message::encode(&NewConnection { client_pid: client_pid as u32, channel_role: 0 })
                             .expect("five bytes fit");
-                    services.spawn(service(id, hello, rx, writer.clone(), shared.clone()));
+                    services.spawn(service(
+                        id,
+                        hello,
+                        rx,
+                        writer.clone(),
+                        reply_slot.clone(),
+                        shared.clone(),
+                    ));
                     id
                 });
                 let mut out = match reply {
@@ -297,6 +312,7 @@ type Service = fn(
     Message,
     mpsc::Receiver<Message>,
     ClientWriter,
+    Arc<tokio::sync::Semaphore>,
     Arc<Shared>,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
@@ -310,7 +326,9 @@ fn boot(shared: &Shared, message: &Message, open: usize, next: u32) -> Result<Se
             }
             shared.count(|s| s.channels_opened += 1);
             shared.system.lock().expect("system lock").note_channel_opened();
-            Ok(|ch, hello, rx, writer, shared| Box::pin(sysinfo_service(ch, hello, rx, writer, shared)))
+            Ok(|ch, hello, rx, writer, slot, shared| {
+                Box::pin(sysinfo_service(ch, hello, rx, writer, slot, shared))
+            })
         }
         Ok(BootRequest::ConnectService { name }) if name == "stdio" => Err("use stdin/stdout"),
         Ok(BootRequest::ConnectService { .. }) => Err("unknown service"),
@@ -330,6 +348,7 @@ async fn sysinfo_service(
     hello: Message,
     mut rx: mpsc::Receiver<Message>,
     writer: ClientWriter,
+    reply_slot: Arc<tokio::sync::Semaphore>,
     shared: Arc<Shared>,
 ) {
     let client_pid = hello.decode::<NewConnection>().map(|c| c.client_pid).unwrap_or(0);
@@ -353,11 +372,22 @@ async fn sysinfo_service(
             return;
         }
     };
+    let abandoned = |shared: &Shared| {
+        tracing::debug!(client_pid, %channel, "client went away mid-reply");
+        shared.count(|s| s.replies_abandoned += 1);
+        shared.system.lock().expect("system lock").note_channel_closed();
+    };
+    let _slot = tokio::select! {
+        biased;
+        _ = closed(&mut rx) => return abandoned(&shared),
+        slot = reply_slot.acquire_owned() => slot.expect("the slot is never closed"),
+    };
     let text = match request.decode::<SysinfoCommand>() {
         Ok(command) => {
             tracing::debug!(client_pid, %channel, ?command, "request");
             let now = shared.now_ticks();
-            shared.system.lock().expect("system lock").render(command, now)
+            let reply = shared.system.lock().expect("system lock").take_reply(command, now);
+            reply.into_text()
         }
         Err(e) => {
             tracing::debug!(client_pid, %channel, error = %e, "undecodable request");
@@ -365,20 +395,28 @@ async fn sysinfo_service(
             UNKNOWN_COMMAND_TEXT.to_owned()
         }
     };
+    let held = text.len() as u64;
+    shared.count(|s| {
+        s.reply_bytes_held += held;
+        s.peak_reply_bytes_held = s.peak_reply_bytes_held.max(s.reply_bytes_held);
+    });
     let chunks = chunk_text(text.as_bytes()).map(|c| Message::with_data(c).expect("chunks fit"));
+    let mut sent = true;
     for message in chunks.chain(std::iter::once(Message::new())) {
         let frame = Frame::Message { channel, message: message.with_sender(SYSINFO_PID) };
-        let sent = tokio::select! {
+        sent = tokio::select! {
             biased;
             _ = closed(&mut rx) => false,
             sent = writer.send_wait(frame_bytes(&frame)) => sent.is_ok(),
         };
         if !sent {
-            tracing::debug!(client_pid, %channel, "client went away mid-reply");
-            shared.count(|s| s.replies_abandoned += 1);
-            shared.system.lock().expect("system lock").note_channel_closed();
-            return;
+            break;
         }
+    }
+    drop(text);
+    shared.count(|s| s.reply_bytes_held -= held);
+    if !sent {
+        return abandoned(&shared);
     }
     let _ = writer.send_wait(frame_bytes(&Frame::Close { channel })).await;
     shared.system.lock().expect("system lock").note_channel_closed();

@@ -122,10 +122,52 @@ struct TagStat {
     allocs: u64,
 }
 
+/// One trace ring entry, label inline (no allocation), so the ring is copied cheaply under the system lock.
+#[derive(Debug, Clone, Copy)]
 struct RawTrace {
     timestamp: u64,
     pid: u64,
-    label: Vec<u8>,
+    len: u8,
+    label: [u8; TRACE_LABEL_MAX],
+}
+
+impl RawTrace {
+    fn label(&self) -> &[u8] {
+        &self.label[..usize::from(self.len)]
+    }
+}
+
+/// A reply taken from the [`System`] under its lock and rendered to text after the lock is released: the
+/// 16384-entry trace is copied in one go and formatted outside, so other clients are not held up.
+#[derive(Debug)]
+pub struct Reply(ReplyKind);
+
+#[derive(Debug)]
+enum ReplyKind {
+    Text(String),
+    Trace(Vec<RawTrace>),
+}
+
+impl Reply {
+    /// The reply's text, exactly as the kernel formats it.
+    pub fn into_text(self) -> String {
+        match self.0 {
+            ReplyKind::Text(text) => text,
+            ReplyKind::Trace(entries) => trace_report(&entries).render(),
+        }
+    }
+}
+
+fn trace_report(raw: &[RawTrace]) -> Trace {
+    let entries = raw
+        .iter()
+        .map(|e| TraceEntry {
+            timestamp: e.timestamp,
+            pid: e.pid,
+            label: std::str::from_utf8(e.label()).unwrap_or("???").into(),
+        })
+        .collect();
+    Trace { entries, unknown: Vec::new() }
 }
 
 const BOOT_NAMES: [&str; 12] = [
@@ -269,6 +311,22 @@ impl System {
 
     /// Renders `command`'s text at `now` ticks, exactly as the kernel would (recording what the kernel records).
     pub fn render(&mut self, command: SysinfoCommand, now: u64) -> String {
+        self.take_reply(command, now).into_text()
+    }
+
+    /// Takes what `command`'s reply needs at `now` ticks (recording what the kernel records); the large
+    /// replies are rendered by [`Reply::into_text`], after the caller has released the system's lock.
+    pub fn take_reply(&mut self, command: SysinfoCommand, now: u64) -> Reply {
+        if command == SysinfoCommand::Trace {
+            self.advance_to(now);
+            self.now = self.now.max(now);
+            self.counters[IPC_RECVS] += 1;
+            return Reply(ReplyKind::Trace(self.trace.iter().copied().collect()));
+        }
+        Reply(ReplyKind::Text(self.render_small(command, now)))
+    }
+
+    fn render_small(&mut self, command: SysinfoCommand, now: u64) -> String {
         self.advance_to(now);
         self.now = self.now.max(now);
         self.counters[IPC_RECVS] += 1;
@@ -280,7 +338,7 @@ impl System {
                 text
             }
             SysinfoCommand::Memstat => self.memstat().render(),
-            SysinfoCommand::Trace => self.trace().render(),
+            SysinfoCommand::Trace => trace_report(self.trace.make_contiguous()).render(),
             SysinfoCommand::TraceClear => {
                 self.trace.clear();
                 Ack { ok: true, unknown: Vec::new() }.render()
@@ -309,8 +367,10 @@ impl System {
         if self.trace.len() == self.config.trace_capacity {
             self.trace.pop_front();
         }
-        let label = label[..label.len().min(TRACE_LABEL_MAX)].to_vec();
-        self.trace.push_back(RawTrace { timestamp, pid, label });
+        let len = label.len().min(TRACE_LABEL_MAX);
+        let mut inline = [0; TRACE_LABEL_MAX];
+        inline[..len].copy_from_slice(&label[..len]);
+        self.trace.push_back(RawTrace { timestamp, pid, len: len as u8, label: inline });
     }
 
     /// Records a client's channel opening (init hands out a channel per request).
@@ -598,19 +658,6 @@ impl System {
             .map(|(pid, p)| ProcessMemory { pid: pid as u64, name: p.name.clone(), mem_kib: p.pages * 4 })
             .collect();
         Memstat { heap: Some(heap), tags, processes, unknown: Vec::new() }
-    }
-
-    fn trace(&self) -> Trace {
-        let entries = self
-            .trace
-            .iter()
-            .map(|e| TraceEntry {
-                timestamp: e.timestamp,
-                pid: e.pid,
-                label: std::str::from_utf8(&e.label).unwrap_or("???").into(),
-            })
-            .collect();
-        Trace { entries, unknown: Vec::new() }
     }
 
     fn channels(&self) -> Channels {
