@@ -37,7 +37,7 @@ enum Command {
     Sysinfo(sysinfo::Args),
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::meter161::{ClientError, Event, Header, Sample};
-use futures::StreamExt;
 use serde::ser::{Serialize, SerializeMap, Serializer};
+use std::io::Write;
 
-use crate::output::{self, CliError, CliResult, OutputArgs};
+use crate::output::{self, CliError, CliResult, OutputArgs, Rows};
 
 /// stat161 reprints its header when more than this many rows were printed since.
 const ROWS_PER_HEADER: usize = 22;
@@ -53,9 +53,11 @@ pub async fn run(args: Args) -> CliResult {
     eprintln!("telemon: meter161: connecting to {}...", path.display());
     let mut events = std::pin::pin!(meter161::watch(&args.dir, config));
     let mut table = Table::default();
+    let mut rows = Rows::default();
     let mut samples = 0u64;
     let mut last_error: Option<ClientError> = None;
-    while let Some(event) = events.next().await {
+    // Rows are written in batches: at 10us intervals a write per row would cost more than the decoding.
+    while let Some(event) = rows.next(&mut events).await? {
         match event {
             Ok(Event::Connected(header)) => {
                 eprintln!("telemon: meter161: connected");
@@ -63,13 +65,13 @@ pub async fn run(args: Args) -> CliResult {
             }
             Ok(Event::Sample(sample)) => {
                 if args.output.json {
-                    output::print_json_line(&JsonRow(&sample))?;
+                    rows.json_line(&JsonRow(&sample))?;
                 } else {
-                    table.print(&sample)?;
+                    table.print(&sample, &mut rows)?;
                 }
                 samples += 1;
                 if countdown.tick() {
-                    return Ok(());
+                    return rows.flush();
                 }
             }
             Ok(Event::Disconnected) => eprintln!("telemon: meter161: disconnected"),
@@ -82,6 +84,7 @@ pub async fn run(args: Args) -> CliResult {
         }
     }
     // The watch ended: a wrong version, or (with --once) a failed connect or a disconnect.
+    rows.flush()?;
     match (last_error, args.output.count) {
         (Some(e), _) => Err(CliError::peer(e)),
         (None, Some(count)) => {
@@ -108,31 +111,39 @@ impl Table {
         self.rows_since_header = usize::MAX;
     }
 
-    fn print(&mut self, sample: &Sample) -> CliResult {
+    fn print(&mut self, sample: &Sample, rows: &mut Rows) -> CliResult {
         if !self.header.as_ref().is_some_and(|h| Arc::ptr_eq(h, sample.header())) {
             self.reset(Arc::clone(sample.header()));
         }
         let shown = sample.deltas().unwrap_or(sample.values());
         if self.rows_since_header >= ROWS_PER_HEADER {
             let names = sample.header().names();
-            output::print_line("")?;
-            output::print_line(self.line(names))?;
+            rows.line("")?;
+            rows.line(self.line(names))?;
             self.rows_since_header = 0;
         }
         // Like stat161, a column grows to fit a wider value from that row on (the header keeps its
         // spacing until it is reprinted).
-        let cells: Vec<String> = shown.iter().map(u64::to_string).collect();
-        for (width, cell) in self.widths.iter_mut().zip(&cells) {
-            *width = (*width).max(cell.len());
+        for (width, value) in self.widths.iter_mut().zip(shown) {
+            *width = (*width).max(decimal_len(*value));
         }
-        output::print_line(self.line(&cells))?;
+        let buf = rows.buffer();
+        for (value, &w) in shown.iter().zip(&self.widths) {
+            write!(buf, "{value:<w$} ")?;
+        }
+        buf.push(b'\n');
         self.rows_since_header += 1;
-        Ok(())
+        rows.row_done()
     }
 
     fn line(&self, cells: &[impl AsRef<str>]) -> String {
         cells.iter().zip(&self.widths).map(|(cell, &w)| format!("{:<w$} ", cell.as_ref())).collect()
     }
+}
+
+/// How many digits `value` prints as.
+fn decimal_len(value: u64) -> usize {
+    value.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
 /// `{"nsec": 1, ..., "delta": {"nsec": 1, ...}}`, in `HEAD` order.
@@ -168,7 +179,7 @@ impl Serialize for JsonRow<'_> {
 mod tests {
     use super::*;
 
-    fn sample(values: &[&[u64]]) -> Vec<Sample> {
+    fn rows_of(values: &[&[u64]]) -> Vec<Sample> {
         let mut session = meter161::Session::new();
         session.handle(meter161::ServerMessage::Head(vec!["nsec".into(), "irqs".into()])).unwrap();
         session.handle(meter161::ServerMessage::Width(vec![11, 4])).unwrap();
@@ -183,7 +194,7 @@ mod tests {
 
     #[test]
     fn json_rows_keep_head_order_and_add_deltas_after_the_first() {
-        let rows = sample(&[&[100, 4294967290], &[300, 5]]);
+        let rows = rows_of(&[&[100, 4294967290], &[300, 5]]);
         assert_eq!(serde_json::to_string(&JsonRow(&rows[0])).unwrap(), r#"{"nsec":100,"irqs":4294967290}"#);
         assert_eq!(
             serde_json::to_string(&JsonRow(&rows[1])).unwrap(),
@@ -193,11 +204,16 @@ mod tests {
 
     #[test]
     fn table_columns_are_as_wide_as_stat161s() {
-        let rows = sample(&[&[788289383, 0]]);
+        let rows = rows_of(&[&[788289383, 0], &[788289384, 123456]]);
         let mut table = Table::default();
         table.reset(Arc::clone(rows[0].header()));
         assert_eq!(table.line(rows[0].header().names()), "nsec        irqs ");
         assert_eq!(table.line(&["788289383", "0"]), "788289383   0    ");
+        let mut out = Rows::default();
+        table.rows_since_header = 0;
+        table.print(&rows[1], &mut out).unwrap();
+        assert_eq!(out.buffer(), b"1           123456 \n", "deltas, the column grown to fit");
+        assert_eq!([0, 9, 10, 99, 100, u64::MAX].map(decimal_len), [1, 1, 2, 2, 3, 20]);
     }
 
     #[test]

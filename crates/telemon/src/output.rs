@@ -58,6 +58,68 @@ pub fn print_json_line(value: &impl serde::Serialize) -> CliResult {
     Ok(())
 }
 
+/// Rows for stdout, written in batches: a burst of rows that arrived together costs one write, and a live view
+/// still shows every row as soon as the source has nothing more ready ([`Rows::next`] flushes before waiting).
+#[derive(Debug, Default)]
+pub struct Rows {
+    buf: Vec<u8>,
+}
+
+impl Rows {
+    /// Flush at least this often within a long burst, so memory stays small and the pipe keeps moving.
+    const FLUSH_AT: usize = 64 * 1024;
+
+    /// The buffer to format a row into (end it with `\n`); [`Rows::row_done`] flushes a full buffer.
+    pub fn buffer(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// Flushes when the buffer has grown past its batch size.
+    pub fn row_done(&mut self) -> CliResult {
+        if self.buf.len() >= Self::FLUSH_AT {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Adds one line of text.
+    pub fn line(&mut self, line: impl std::fmt::Display) -> CliResult {
+        writeln!(self.buf, "{line}")?;
+        self.row_done()
+    }
+
+    /// Adds `value` as one JSON line.
+    pub fn json_line(&mut self, value: &impl serde::Serialize) -> CliResult {
+        serde_json::to_writer(&mut self.buf, value).map_err(std::io::Error::from)?;
+        self.buf.push(b'\n');
+        self.row_done()
+    }
+
+    /// Writes what is buffered to stdout.
+    pub fn flush(&mut self) -> CliResult {
+        if !self.buf.is_empty() {
+            let mut out = std::io::stdout().lock();
+            out.write_all(&self.buf)?;
+            out.flush()?;
+            self.buf.clear();
+        }
+        Ok(())
+    }
+
+    /// The stream's next item: at once if one is ready, else after flushing the rows (nothing shown waits).
+    pub async fn next<S: futures::Stream + Unpin>(
+        &mut self,
+        stream: &mut S,
+    ) -> Result<Option<S::Item>, CliError> {
+        use futures::{FutureExt, StreamExt};
+        if let Some(item) = stream.next().now_or_never() {
+            return Ok(item);
+        }
+        self.flush()?;
+        Ok(stream.next().await)
+    }
+}
+
 /// Writes one line of text on stdout and flushes.
 pub fn print_line(line: impl std::fmt::Display) -> CliResult {
     let mut out = std::io::stdout().lock();
@@ -154,6 +216,16 @@ mod tests {
         assert_eq!(human_bytes(512.0), "512 B");
         assert_eq!(human_bytes(1536.0), "1.5 KiB");
         assert_eq!(human_bytes(3.0 * 1024.0 * 1024.0 * 1024.0), "3.0 GiB");
+    }
+
+    #[test]
+    fn rows_batch_until_flushed() {
+        let mut rows = Rows::default();
+        rows.line("a").unwrap();
+        rows.json_line(&[1, 2]).unwrap();
+        writeln!(rows.buffer(), "{:<3}|", 7).unwrap();
+        rows.row_done().unwrap();
+        assert_eq!(rows.buf, b"a\n[1,2]\n7  |\n");
     }
 
     #[test]
