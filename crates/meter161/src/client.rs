@@ -2,7 +2,7 @@
 //! as stat161 does ([`watch`]).
 
 use std::collections::VecDeque;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{ready, Context, Poll};
@@ -12,19 +12,14 @@ use futures::{SinkExt, Stream, StreamExt};
 use tokio::net::UnixStream;
 use tokio_util::codec::Framed;
 
-use crate::codec::{ClientCodec, IntervalRange};
+use crate::codec::ClientCodec;
 use crate::error::{ClientError, ProtocolError};
-use crate::message::{duration_to_ns, ClientMessage, DEFAULT_MAX_FIELDS, DEFAULT_MAX_LINE, SOCKET_PATH};
+use crate::message::{interval_ns, socket_path, ClientMessage, DEFAULT_MAX_FIELDS, DEFAULT_MAX_LINE};
 use crate::session::{Header, Sample, Session, Update};
-
-/// The meter socket of a simulator running in `dir`: `dir/.sockets/meter`.
-pub fn socket_path(dir: impl AsRef<Path>) -> PathBuf {
-    dir.as_ref().join(SOCKET_PATH)
-}
 
 /// How a client connects.
 #[derive(Debug, Clone)]
-pub struct Config {
+pub struct ClientConfig {
     /// The interval to ask for right after connecting (before `HELLO`, like stat161); `None` keeps the
     /// server's default (0.2 s).
     pub interval: Option<Duration>,
@@ -43,9 +38,9 @@ pub struct Config {
     pub error_retry_delay: Duration,
 }
 
-impl Default for Config {
+impl Default for ClientConfig {
     fn default() -> Self {
-        Config {
+        ClientConfig {
             interval: None,
             handshake_timeout: Duration::from_secs(5),
             max_line: DEFAULT_MAX_LINE,
@@ -57,15 +52,36 @@ impl Default for Config {
     }
 }
 
-/// Checks an interval against sys161's range and converts it to nanoseconds.
-pub fn interval_ns(interval: Duration) -> Result<u64, ClientError> {
-    let ns = duration_to_ns(interval);
-    let range = IntervalRange::SYS161;
-    if !range.contains(ns) {
-        return Err(ClientError::IntervalOutOfRange { ns, min: range.min, max: range.max });
+impl ClientConfig {
+    /// Asks for `interval` (10 us to 2 s) right after connecting.
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = Some(interval);
+        self
     }
-    Ok(ns)
+
+    /// Whether [`watch`] waits for the socket and reconnects (default `true`).
+    pub fn reconnect(mut self, reconnect: bool) -> Self {
+        self.reconnect = reconnect;
+        self
+    }
+
+    /// How long to wait for the greeting after connecting.
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// The bounds on what the simulator may send.
+    pub fn limits(mut self, max_line: usize, max_fields: usize) -> Self {
+        self.max_line = max_line;
+        self.max_fields = max_fields;
+        self
+    }
 }
+
+/// The name this type had before 0.2.
+#[deprecated(note = "renamed ClientConfig")]
+pub type Config = ClientConfig;
 
 /// One connection to the meter socket: the handshake's header, then a [`Stream`] of [`Sample`]s.
 ///
@@ -83,14 +99,14 @@ pub struct Client {
 
 impl Client {
     /// Connects to the simulator running in `dir` (its socket `dir/.sockets/meter`).
-    pub async fn connect(dir: impl AsRef<Path>, config: &Config) -> Result<Client, ClientError> {
+    pub async fn connect(dir: impl AsRef<Path>, config: &ClientConfig) -> Result<Client, ClientError> {
         Self::connect_path(socket_path(dir), config).await
     }
 
     /// Connects to the meter socket at `path`, asks for `config.interval` and reads the handshake.
     ///
     /// Fails with [`ProtocolError::UnsupportedVersion`] for any `HELLO` other than 2.
-    pub async fn connect_path(path: impl AsRef<Path>, config: &Config) -> Result<Client, ClientError> {
+    pub async fn connect_path(path: impl AsRef<Path>, config: &ClientConfig) -> Result<Client, ClientError> {
         let path = path.as_ref();
         let interval = config.interval.map(interval_ns).transpose()?;
         let stream = UnixStream::connect(path)
@@ -234,7 +250,7 @@ enum WatchState {
 /// silent, as in stat161. A wrong protocol version ends the watch, as it ends stat161.
 pub fn watch(
     dir: impl AsRef<Path>,
-    config: Config,
+    config: ClientConfig,
 ) -> impl Stream<Item = Result<Event, ClientError>> + Send + 'static {
     let path = socket_path(dir);
     futures::stream::unfold(WatchState::Connecting { delay: Duration::ZERO }, move |state| {

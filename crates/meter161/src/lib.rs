@@ -18,7 +18,7 @@
 //! Values are cumulative u64; `irqs` to `net` are 32-bit sums that wrap at 2^32. This crate follows the
 //! real sys161 where it differs from the protocol text: intervals are 10 us to 2 s, no `OK` is sent.
 //!
-//! * [`codec`]: [`ClientCodec`] and [`ServerCodec`], liberal decoders (any case, LF or CRLF, any
+//! * Codecs: [`ClientCodec`] and [`ServerCodec`], liberal decoders (any case, LF or CRLF, any
 //!   blanks, bounded line length, recovery at the next LF) and exact encoders (uppercase, CRLF).
 //! * [`Session`]: the sans-IO state machine that turns messages into a [`Header`] and [`Sample`]s
 //!   with per-field wrapping deltas.
@@ -42,7 +42,7 @@
 //!         DATA 6168380263 154102272 0 0 0 0 0 0 0 0 0\r\n").await.unwrap();
 //! });
 //!
-//! let mut client = meter161::Client::connect(dir.path(), &meter161::Config::default()).await?;
+//! let mut client = meter161::Client::connect(dir.path(), &meter161::ClientConfig::default()).await?;
 //! assert_eq!(client.header().names()[1], "kinsns");
 //! let first = client.next().await.unwrap()?;
 //! assert_eq!(first.get("nsec"), Some(5968289383));
@@ -52,15 +52,31 @@
 //! assert!(client.next().await.is_none(), "EOF ends the stream");
 //! # Ok(()) }
 //! ```
-#![warn(missing_docs)]
+//!
+//! ## Features
+//!
+//! | feature | what it adds | needs |
+//! |---|---|---|
+//! | `codec` | tokio-util `Decoder`/`Encoder` impls of [`ClientCodec`] and [`ServerCodec`] | tokio-util |
+//! | `client` (default) | [`Client`] and [`watch`]; implies `codec` | tokio, futures, tracing |
+//! | `serde` | `Serialize`/`Deserialize` on the messages | serde |
+//!
+//! With `default-features = false` the crate is the sans-IO core: codecs, messages and [`Session`], on
+//! `bytes`, `memchr` and `thiserror` alone.
+#![warn(missing_docs, unreachable_pub)]
 
-pub mod client;
-pub mod codec;
-pub mod error;
-pub mod message;
-pub mod session;
+#[cfg(feature = "client")]
+mod client;
+mod codec;
+mod error;
+mod message;
+mod session;
+#[cfg(feature = "codec")]
+mod tokio_codec;
 
-pub use client::{interval_ns, no_simulator, socket_path, watch, Client, Config, Event};
+#[cfg(feature = "client")]
+#[allow(deprecated)]
+pub use client::{no_simulator, watch, Client, ClientConfig, Config, Event};
 pub use codec::{
     decode_command_line, decode_server_line, encode_client, encode_server, strtoul, ClientCodec,
     IntervalRange, ServerCodec,
@@ -69,74 +85,10 @@ pub use error::{ClientError, CommandError, DecodeError, EncodeError, ProtocolErr
 pub use message::*;
 pub use session::{Header, Sample, Session, Update};
 
-/// Fuzz target bodies, shared by `fuzz/fuzz_targets/` and the corpus replay in `cargo test`.
 #[doc(hidden)]
-pub mod fuzz {
-    use bytes::BytesMut;
+pub mod fuzz;
 
-    use crate::codec::{ClientCodec, ServerCodec};
-    use crate::message::ServerMessage;
-
-    /// Every result of decoding `chunks` in order with a fresh codec, then EOF.
-    fn client_results(chunks: &[&[u8]], max_line: usize) -> Vec<Result<ServerMessage, crate::DecodeError>> {
-        let mut codec = ClientCodec::new(max_line, 16);
-        let mut buf = BytesMut::new();
-        let mut out = Vec::new();
-        for chunk in chunks {
-            buf.extend_from_slice(chunk);
-            while let Some(item) = codec.decode(&mut buf).transpose() {
-                out.push(item);
-            }
-        }
-        while let Some(item) = codec.decode_eof(&mut buf).transpose() {
-            out.push(item);
-        }
-        assert!(buf.is_empty(), "EOF leaves nothing buffered");
-        out
-    }
-
-    fn server_results(chunks: &[&[u8]]) -> Vec<Result<crate::ClientMessage, crate::CommandError>> {
-        let mut codec = ServerCodec::default();
-        let mut buf = BytesMut::new();
-        let mut out = Vec::new();
-        for chunk in chunks {
-            buf.extend_from_slice(chunk);
-            while let Some(item) = codec.decode(&mut buf).transpose() {
-                out.push(item);
-            }
-            assert!(buf.len() < crate::SERVER_INPUT_BUFSIZE, "the command buffer stays bounded");
-        }
-        out
-    }
-
-    /// Decodes `data` in both directions, whole and split at a point taken from the data, and checks:
-    /// no panic; the same results whatever the split; every decoded message re-encodes to a line that
-    /// decodes to the same message; the session accepts whatever the codec yields.
-    pub fn decode(data: &[u8]) {
-        let split = data.first().map_or(0, |&b| usize::from(b)) % (data.len() + 1);
-        let (a, b) = data.split_at(split);
-        let max_line = 64;
-
-        let whole = client_results(&[data], max_line);
-        assert_eq!(whole, client_results(&[a, b], max_line), "split at {split}");
-        let bytewise: Vec<&[u8]> = data.chunks(1).collect();
-        assert_eq!(whole, client_results(&bytewise, max_line), "byte by byte");
-
-        let mut session = crate::Session::new();
-        for msg in whole.into_iter().flatten() {
-            let mut line = BytesMut::new();
-            crate::encode_server(&msg, &mut line).expect("a decoded message is encodable");
-            let again = client_results(&[&line], usize::MAX);
-            assert_eq!(again, vec![Ok(msg.clone())], "re-decoding {line:?}");
-            let _ = session.handle(msg);
-        }
-
-        let commands = server_results(&[data]);
-        assert_eq!(commands, server_results(&[a, b]), "commands split at {split}");
-        for cmd in commands.into_iter().flatten() {
-            let mut line = BytesMut::new();
-            crate::encode_client(&cmd, &mut line);
-            assert_eq!(server_results(&[&line]), vec![Ok(cmd)]);
-        }
-    }
-}
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -46,6 +46,7 @@ pub fn duration_to_ns(d: Duration) -> u64 {
 ///
 /// Decoding is liberal (any case, LF or CRLF, runs of blanks); [`encode_server`](crate::encode_server)
 /// writes the exact form sys161 sends: uppercase keyword, single spaces, CRLF.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ServerMessage {
@@ -98,6 +99,7 @@ impl ServerMessage {
 }
 
 /// A line from a client to the server.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ClientMessage {
@@ -106,6 +108,7 @@ pub enum ClientMessage {
 }
 
 /// Why sys161 rejects a command: each maps to one exact `BAD` text.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum BadReason {
@@ -161,4 +164,19 @@ impl std::fmt::Display for BadReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.text())
     }
+}
+
+/// The meter socket of a simulator running in `dir`: `dir/.sockets/meter`.
+pub fn socket_path(dir: impl AsRef<std::path::Path>) -> std::path::PathBuf {
+    dir.as_ref().join(SOCKET_PATH)
+}
+
+/// Checks an interval against sys161's range and converts it to nanoseconds.
+pub fn interval_ns(interval: std::time::Duration) -> Result<u64, crate::ClientError> {
+    let ns = duration_to_ns(interval);
+    let range = crate::IntervalRange::SYS161;
+    if !range.contains(ns) {
+        return Err(crate::ClientError::IntervalOutOfRange { ns, min: range.min, max: range.max });
+    }
+    Ok(ns)
 }

@@ -207,6 +207,37 @@ impl Session {
     }
 }
 
+/// `{"nsec": 1, ..., "delta": {"nsec": 1, ...}}`: the values under their `HEAD` names, in `HEAD` order, then the
+/// deltas since the previous row (absent on the first row).
+#[cfg(feature = "serde")]
+impl serde::Serialize for Sample {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+
+        struct Fields<'a>(&'a [String], &'a [u64]);
+
+        impl serde::Serialize for Fields<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                let mut map = serializer.serialize_map(Some(self.0.len()))?;
+                for (name, value) in self.0.iter().zip(self.1) {
+                    map.serialize_entry(name, value)?;
+                }
+                map.end()
+            }
+        }
+
+        let names = self.header.names();
+        let mut map = serializer.serialize_map(None)?;
+        for (name, value) in names.iter().zip(&self.values) {
+            map.serialize_entry(name, value)?;
+        }
+        if let Some(deltas) = &self.deltas {
+            map.serialize_entry("delta", &Fields(names, deltas))?;
+        }
+        map.end()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -266,3 +297,4 @@ mod tests {
         assert_eq!(s.handle(ServerMessage::Ok), Ok(None));
     }
 }
+

@@ -1,7 +1,7 @@
 //! The client against scripted servers: each test's server writes a fixed byte stream and closes.
 
 use futures::StreamExt;
-use meter161::{Client, ClientError, Config, DecodeError, ProtocolError};
+use meter161::{Client, ClientConfig, ClientError, DecodeError, ProtocolError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixListener;
 
@@ -28,7 +28,7 @@ async fn the_scripted_stream_gives_rows_and_per_line_errors() {
         b"hello 2\nhead nsec kinsns\nwidth 3 3\ndata 100 5\n  DATA\t200   7  \r\nOK\nBAD Interval too small\n\
 FOO bar\nDATA 1 2 3\nDATA 18446744073709551615 9\nDATA 5 12abc\nHEAD\n\nDATA 20 30",
     );
-    let mut client = Client::connect(dir.path(), &Config::default()).await.unwrap();
+    let mut client = Client::connect(dir.path(), &ClientConfig::default()).await.unwrap();
     assert_eq!(client.header().names(), ["nsec", "kinsns"]);
     assert_eq!(client.header().widths(), [3, 3]);
     let mut out = Vec::new();
@@ -66,7 +66,8 @@ FOO bar\nDATA 1 2 3\nDATA 18446744073709551615 9\nDATA 5 12abc\nHEAD\n\nDATA 20 
 #[tokio::test]
 async fn the_interval_goes_out_first_in_one_command() {
     let (dir, server) = scripted(b"HELLO 2\r\nHEAD a\r\nWIDTH 1\r\nDATA 1\r\n");
-    let config = Config { interval: Some(std::time::Duration::from_secs(1)), ..Config::default() };
+    let config =
+        ClientConfig { interval: Some(std::time::Duration::from_secs(1)), ..ClientConfig::default() };
     let mut client = Client::connect(dir.path(), &config).await.unwrap();
     assert_eq!(client.next().await.unwrap().unwrap().values(), [1]);
     drop(client);
@@ -76,7 +77,7 @@ async fn the_interval_goes_out_first_in_one_command() {
 #[tokio::test]
 async fn a_wrong_version_fails_the_connect() {
     let (dir, _server) = scripted(b"HELLO 3\r\nHEAD a\r\nWIDTH 1\r\nDATA 1\r\n");
-    let err = Client::connect(dir.path(), &Config::default()).await.unwrap_err();
+    let err = Client::connect(dir.path(), &ClientConfig::default()).await.unwrap_err();
     assert!(matches!(err, ClientError::Protocol(ProtocolError::UnsupportedVersion { got: 3 })), "{err}");
     assert!(err.to_string().contains("wrong protocol version 3"), "{err}");
 }
@@ -84,7 +85,7 @@ async fn a_wrong_version_fails_the_connect() {
 #[tokio::test]
 async fn head_without_hello_is_accepted_like_stat161_does() {
     let (dir, _server) = scripted(b"HEAD a b\r\nDATA 1 2\r\n");
-    let mut client = Client::connect(dir.path(), &Config::default()).await.unwrap();
+    let mut client = Client::connect(dir.path(), &ClientConfig::default()).await.unwrap();
     assert_eq!(client.version(), None);
     assert_eq!(client.header().widths(), [1, 1], "without WIDTH, a column is as wide as its name");
     assert_eq!(client.next().await.unwrap().unwrap().values(), [1, 2]);
@@ -93,14 +94,14 @@ async fn head_without_hello_is_accepted_like_stat161_does() {
 #[tokio::test]
 async fn eof_before_head_fails_the_handshake() {
     let (dir, _server) = scripted(b"HELLO 2\r\n");
-    let err = Client::connect(dir.path(), &Config::default()).await.unwrap_err();
+    let err = Client::connect(dir.path(), &ClientConfig::default()).await.unwrap_err();
     assert!(matches!(err, ClientError::HandshakeEof), "{err}");
 }
 
 #[tokio::test]
 async fn error_after_the_handshake_ends_the_stream() {
     let (dir, _server) = scripted(b"HELLO 2\r\nHEAD a\r\nERROR\r\nDATA 1\r\n");
-    let mut client = Client::connect(dir.path(), &Config::default()).await.unwrap();
+    let mut client = Client::connect(dir.path(), &ClientConfig::default()).await.unwrap();
     let err = client.next().await.unwrap().unwrap_err();
     assert!(matches!(err, ClientError::Protocol(ProtocolError::ServerError { text: None })), "{err}");
     assert!(client.next().await.is_none(), "nothing is read after ERROR");
@@ -110,7 +111,7 @@ async fn error_after_the_handshake_ends_the_stream() {
 async fn an_overlong_line_is_skipped() {
     let (dir, _server) =
         scripted(b"HELLO 2\r\nHEAD a\r\nWIDTH 1\r\nDATA 1111111111111111111111111111111111111\r\nDATA 2\r\n");
-    let config = Config { max_line: 16, ..Config::default() };
+    let config = ClientConfig { max_line: 16, ..ClientConfig::default() };
     let mut client = Client::connect(dir.path(), &config).await.unwrap();
     let err = client.next().await.unwrap().unwrap_err();
     assert!(matches!(

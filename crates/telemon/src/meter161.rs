@@ -10,7 +10,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::meter161::{ClientError, Event, Header, Sample};
-use serde::ser::{Serialize, SerializeMap, Serializer};
 use std::io::Write;
 
 use crate::output::{self, CliError, CliResult, OutputArgs, Rows};
@@ -47,8 +46,11 @@ pub async fn run(args: Args) -> CliResult {
     if countdown.is_done() {
         return Ok(());
     }
-    let config =
-        meter161::Config { interval: args.interval, reconnect: !args.once, ..meter161::Config::default() };
+    let config = meter161::ClientConfig {
+        interval: args.interval,
+        reconnect: !args.once,
+        ..meter161::ClientConfig::default()
+    };
     let path = meter161::socket_path(&args.dir);
     eprintln!("telemon: meter161: connecting to {}...", path.display());
     let mut events = std::pin::pin!(meter161::watch(&args.dir, config));
@@ -65,7 +67,7 @@ pub async fn run(args: Args) -> CliResult {
             }
             Ok(Event::Sample(sample)) => {
                 if args.output.json {
-                    rows.json_line(&JsonRow(&sample))?;
+                    rows.json_line(&sample)?;
                 } else {
                     table.print(&sample, &mut rows)?;
                 }
@@ -146,35 +148,6 @@ fn decimal_len(value: u64) -> usize {
     value.checked_ilog10().map_or(1, |log| log as usize + 1)
 }
 
-/// `{"nsec": 1, ..., "delta": {"nsec": 1, ...}}`, in `HEAD` order.
-struct JsonRow<'a>(&'a Sample);
-
-struct Fields<'a>(&'a [String], &'a [u64]);
-
-impl Serialize for Fields<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        for (name, value) in self.0.iter().zip(self.1) {
-            map.serialize_entry(name, value)?;
-        }
-        map.end()
-    }
-}
-
-impl Serialize for JsonRow<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let names = self.0.header().names();
-        let mut map = serializer.serialize_map(None)?;
-        for (name, value) in names.iter().zip(self.0.values()) {
-            map.serialize_entry(name, value)?;
-        }
-        if let Some(deltas) = self.0.deltas() {
-            map.serialize_entry("delta", &Fields(names, deltas))?;
-        }
-        map.end()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,9 +168,9 @@ mod tests {
     #[test]
     fn json_rows_keep_head_order_and_add_deltas_after_the_first() {
         let rows = rows_of(&[&[100, 4294967290], &[300, 5]]);
-        assert_eq!(serde_json::to_string(&JsonRow(&rows[0])).unwrap(), r#"{"nsec":100,"irqs":4294967290}"#);
+        assert_eq!(serde_json::to_string(&rows[0]).unwrap(), r#"{"nsec":100,"irqs":4294967290}"#);
         assert_eq!(
-            serde_json::to_string(&JsonRow(&rows[1])).unwrap(),
+            serde_json::to_string(&rows[1]).unwrap(),
             r#"{"nsec":300,"irqs":5,"delta":{"nsec":200,"irqs":11}}"#
         );
     }

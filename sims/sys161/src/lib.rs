@@ -17,7 +17,7 @@
 //! let shutdown = sim_common::Shutdown::new();
 //! let sim = tokio::spawn(sys161_sim::run(listener, sys161_sim::Config::default(), shutdown.clone()));
 //!
-//! let mut client = meter161::Client::connect(dir.path(), &meter161::Config::default()).await?;
+//! let mut client = meter161::Client::connect(dir.path(), &meter161::ClientConfig::default()).await?;
 //! let sample = client.next().await.unwrap()?;
 //! assert_eq!(sample.header().names(), meter161::SYS161_FIELDS);
 //! shutdown.cancel();

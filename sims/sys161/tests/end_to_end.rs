@@ -34,8 +34,8 @@ async fn within<T>(fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(3600), fut).await.expect("the test hung")
 }
 
-fn client_config() -> meter161::Config {
-    meter161::Config::default()
+fn client_config() -> meter161::ClientConfig {
+    meter161::ClientConfig::default()
 }
 
 async fn sample(client: &mut Client) -> Sample {
@@ -122,7 +122,7 @@ async fn interval_asked_on_connect_like_stat161() {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), Config::default());
     within(async {
-        let config = meter161::Config { interval: Some(Duration::from_secs(1)), ..client_config() };
+        let config = meter161::ClientConfig { interval: Some(Duration::from_secs(1)), ..client_config() };
         let mut client = Client::connect(dir.path(), &config).await.unwrap();
         let mut times = Vec::new();
         for _ in 0..4 {
@@ -305,7 +305,8 @@ async fn two_clients_at_different_intervals() {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), Config::default());
     within(async {
-        let fast_config = meter161::Config { interval: Some(Duration::from_millis(10)), ..client_config() };
+        let fast_config =
+            meter161::ClientConfig { interval: Some(Duration::from_millis(10)), ..client_config() };
         let mut slow = Client::connect(dir.path(), &client_config()).await.unwrap();
         let mut fast = Client::connect(dir.path(), &fast_config).await.unwrap();
         let (slow_gaps, fast_gaps) = tokio::join!(gaps(&mut slow, 6), gaps(&mut fast, 60));
@@ -325,7 +326,8 @@ async fn a_stalled_client_does_not_block_a_live_one() {
         // The stalled client asks for the fastest rate, then never reads.
         let mut stalled = UnixStream::connect(meter161::socket_path(dir.path())).await.unwrap();
         stalled.write_all(b"INTERVAL 10000\r\n").await.unwrap();
-        let live_config = meter161::Config { interval: Some(Duration::from_micros(10)), ..client_config() };
+        let live_config =
+            meter161::ClientConfig { interval: Some(Duration::from_micros(10)), ..client_config() };
         let mut live = Client::connect(dir.path(), &live_config).await.unwrap();
         // Far more rows than the stalled client's socket buffer and queue can hold.
         let rows = 30_000;
@@ -398,7 +400,7 @@ async fn the_watch_waits_for_the_socket_to_appear() {
 #[tokio::test(start_paused = true)]
 async fn without_reconnect_a_missing_socket_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let config = meter161::Config { reconnect: false, ..client_config() };
+    let config = meter161::ClientConfig { reconnect: false, ..client_config() };
     let mut watch = std::pin::pin!(meter161::watch(dir.path(), config));
     let err = watch.next().await.unwrap().unwrap_err();
     assert!(meter161::no_simulator(&err), "{err}");
