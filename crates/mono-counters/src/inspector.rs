@@ -25,7 +25,7 @@ use crate::table::CounterTable;
 
 /// How an inspector talks to its agents.
 #[derive(Debug, Clone)]
-pub struct InspectorConfig {
+pub struct ClientConfig {
     /// Decoder limits.
     pub limits: Limits,
     /// The request numbering to send (the real agent's by default).
@@ -39,9 +39,9 @@ pub struct InspectorConfig {
     pub sample_queue: usize,
 }
 
-impl Default for InspectorConfig {
+impl Default for ClientConfig {
     fn default() -> Self {
-        InspectorConfig {
+        ClientConfig {
             limits: Limits::default(),
             opcodes: RequestOpcodes::Agent,
             request_timeout: Duration::from_secs(5),
@@ -50,6 +50,30 @@ impl Default for InspectorConfig {
         }
     }
 }
+
+impl ClientConfig {
+    /// Decoder limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The request numbering to send.
+    pub fn opcodes(mut self, opcodes: RequestOpcodes) -> Self {
+        self.opcodes = opcodes;
+        self
+    }
+
+    /// How long `list`, `add` and `remove` wait for their response.
+    pub fn request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+}
+
+/// The name this type had before 0.2.
+#[deprecated(note = "renamed ClientConfig")]
+pub type InspectorConfig = ClientConfig;
 
 /// One decoded sample and the full state after it.
 #[derive(Debug, Clone)]
@@ -68,17 +92,17 @@ pub struct SampleUpdate {
 #[derive(Debug)]
 pub struct Inspector {
     listener: TcpListener,
-    config: InspectorConfig,
+    config: ClientConfig,
 }
 
 impl Inspector {
     /// Listens on `addr`.
-    pub async fn bind(addr: impl ToSocketAddrs, config: InspectorConfig) -> io::Result<Self> {
+    pub async fn bind(addr: impl ToSocketAddrs, config: ClientConfig) -> io::Result<Self> {
         Ok(Inspector { listener: TcpListener::bind(addr).await?, config })
     }
 
     /// Uses a bound listener.
-    pub fn from_listener(listener: TcpListener, config: InspectorConfig) -> Self {
+    pub fn from_listener(listener: TcpListener, config: ClientConfig) -> Self {
         Inspector { listener, config }
     }
 
@@ -146,7 +170,7 @@ impl std::fmt::Debug for SessionHandle {
 impl Session {
     /// Runs the inspector side over any connected stream (TCP, a pipe in tests): reads the Hello, then
     /// starts the reader task.
-    pub async fn start<S>(stream: S, config: InspectorConfig) -> Result<Session, Error>
+    pub async fn start<S>(stream: S, config: ClientConfig) -> Result<Session, Error>
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {

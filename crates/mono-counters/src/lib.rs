@@ -39,106 +39,58 @@
 //! assert_eq!(sample.values[0].data.typed(), Some(CounterValue::Int(1234)));
 //! # Ok::<(), mono_counters::DecodeError>(())
 //! ```
-#![warn(missing_docs)]
+//!
+//! ## Features
+//!
+//! | feature | what it adds | needs |
+//! |---|---|---|
+//! | `codec` | tokio-util `Decoder`/`Encoder` impls of [`InspectorCodec`] and [`AgentCodec`] | tokio-util |
+//! | `client` (default) | the TCP `Inspector` with one `Session` per agent, and `CounterFile`; implies `codec` | tokio, futures, tracing |
+//! | `serde` | `Serialize`/`Deserialize` on the messages | serde |
+//!
+//! With `default-features = false` the crate is the sans-IO core (codecs, messages, [`CounterTable`]) on
+//! `bytes` and `thiserror` alone.
+//!
+//! ## What the real agent does wrong
+//!
+//! Found by running the Mono runtime's own agent code (`mono/profiler/counters-agent`), worth knowing when
+//! an agent goes away:
+//! * it closes the connection when asked to Add a counter it already samples (the sim answers EXISTING
+//!   instead unless `--drop-on-duplicate-add`);
+//! * started with `address=` (a TCP inspector), it aborts at disconnect: it frees a string constant;
+//! * it crashes (SIGSEGV) after a Remove of index 0;
+//! * without `interval=` it samples in a tight loop, about 100,000 Sampling messages a second, almost all
+//!   with no changed value.
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
 
-pub mod codec;
-pub mod error;
-pub mod file;
-pub mod inspector;
-pub mod message;
-pub mod table;
+mod codec;
+mod error;
+#[cfg(feature = "client")]
+mod file;
+#[cfg(feature = "client")]
+mod inspector;
+mod message;
+mod table;
+#[cfg(feature = "codec")]
+mod tokio_codec;
 
 pub use codec::{
     encode_agent_message, encode_inspector_message, encode_sample, AgentCodec, InspectorCodec, Limits,
 };
 pub use error::{DecodeError, EncodeError, Error};
+#[cfg(feature = "client")]
 pub use file::CounterFile;
-pub use inspector::{Inspector, InspectorConfig, SampleUpdate, Session, SessionHandle};
+#[cfg(feature = "client")]
+#[allow(deprecated)]
+pub use inspector::{ClientConfig, Inspector, InspectorConfig, SampleUpdate, Session, SessionHandle};
 pub use message::*;
 pub use table::{CounterTable, Reading};
 
-/// Fuzz target bodies, shared by `fuzz/` and the corpus replay test.
 #[doc(hidden)]
-pub mod fuzz {
-    use bytes::BytesMut;
+pub mod fuzz;
 
-    use crate::codec::*;
-    use crate::message::*;
-
-    /// Bytes from an agent, decoded by the inspector: never panics; every message re-encodes to the
-    /// exact bytes it came from; feeding the bytes in two pieces (split where the last byte says)
-    /// gives the same messages.
-    pub fn agent_stream(data: &[u8]) {
-        let split = data.last().map_or(0, |&b| b as usize % (data.len() + 1));
-        agent_stream_split(data, split);
-    }
-
-    /// [`agent_stream`] with an explicit split point (at most `data.len()`).
-    ///
-    /// Messages are compared by their encoding, because a NaN double is not equal to itself.
-    pub fn agent_stream_split(data: &[u8], split: usize) {
-        let (messages, consumed, err) = decode_agent(&[data]);
-        let (a, b) = data.split_at(split.min(data.len()));
-        let (pieces, pieces_consumed, pieces_err) = decode_agent(&[a, b]);
-        assert_eq!(wire(&pieces), wire(&messages), "split at {} changed the messages", a.len());
-        assert_eq!(
-            (pieces_consumed, &pieces_err),
-            (consumed, &err),
-            "split at {} changed the outcome",
-            a.len()
-        );
-        let again = wire(&messages);
-        assert_eq!(&again[..], &data[..consumed], "re-encoding differs");
-        let (redecoded, _, err) = decode_agent(&[&again]);
-        assert_eq!(wire(&redecoded), again);
-        assert_eq!(err, None);
-    }
-
-    fn wire(messages: &[AgentMessage]) -> BytesMut {
-        let mut out = BytesMut::new();
-        for m in messages {
-            encode_agent_message(m, &mut out).expect("decoded messages encode");
-        }
-        out
-    }
-
-    type AgentDecoded = (Vec<AgentMessage>, usize, Option<crate::DecodeError>);
-
-    fn decode_agent(pieces: &[&[u8]]) -> AgentDecoded {
-        let mut codec = InspectorCodec::default();
-        let mut buf = BytesMut::new();
-        let mut out = Vec::new();
-        let mut consumed = 0;
-        for piece in pieces {
-            buf.extend_from_slice(piece);
-            loop {
-                let before = buf.len();
-                match codec.decode_message(&mut buf) {
-                    Ok(Some(m)) => {
-                        consumed += before - buf.len();
-                        out.push(m);
-                    }
-                    Ok(None) => break,
-                    Err(e) => return (out, consumed, Some(e)),
-                }
-            }
-        }
-        (out, consumed, None)
-    }
-
-    /// Bytes from an inspector, decoded by the agent under both numberings: never panics; every
-    /// request re-encodes to the exact bytes it came from.
-    pub fn inspector_stream(data: &[u8]) {
-        for opcodes in [RequestOpcodes::Agent, RequestOpcodes::Gist] {
-            let codec = AgentCodec::new(Limits::default(), opcodes);
-            let mut buf = BytesMut::from(data);
-            let mut again = BytesMut::new();
-            let mut consumed = 0;
-            while let Ok(Some(m)) = codec.decode_message(&mut buf) {
-                consumed = data.len() - buf.len();
-                encode_inspector_message(&m, opcodes, &mut again).expect("decoded requests encode");
-            }
-            assert_eq!(&again[..], &data[..consumed], "re-encoding differs");
-        }
-    }
-}
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

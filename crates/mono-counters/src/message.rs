@@ -26,6 +26,7 @@ pub const GOOD_BYE: u8 = 127;
 pub const END_OF_VALUES: i16 = -1;
 
 /// Which inspector-to-agent request opcodes are on the wire.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum RequestOpcodes {
     /// The real agent's numbering: List 0, Add 1, Remove 2 (the default).
@@ -56,6 +57,7 @@ impl RequestOpcodes {
 macro_rules! ordinal_enum {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $value:literal => $label:literal),* $(,)? }) => {
         $(#[$doc])*
+        #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
         #[non_exhaustive]
         pub enum $name {
@@ -176,6 +178,7 @@ ordinal_enum! {
 }
 
 /// Describes a counter that samples will carry, under its `index`.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Header {
     /// The category.
@@ -207,6 +210,7 @@ impl Header {
 }
 
 /// A counter as named by List and Add: category string, then name.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CounterName {
     /// The category string ("Mono JIT", ..., or a custom one).
@@ -235,6 +239,7 @@ impl fmt::Display for CounterName {
 }
 
 /// One counter value, decoded by its size and its counter's type.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CounterValue {
     /// INT, 4 bytes.
@@ -298,6 +303,7 @@ impl fmt::Display for CounterValue {
 }
 
 /// The payload of one Sampling value: typed, or the raw bytes of a counter whose type is unknown.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq)]
 pub enum ValueData {
     /// A value of a known type.
@@ -331,6 +337,7 @@ impl From<CounterValue> for ValueData {
 }
 
 /// One `[index][size][bytes]` entry of a Sampling message.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampleValue {
     /// The counter's index (from its header).
@@ -340,6 +347,7 @@ pub struct SampleValue {
 }
 
 /// A Sampling message: the values that changed since the last sample, at `timestamp`.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     /// 100 ns ticks; the epoch depends on the agent's build, so treat it as relative.
@@ -349,6 +357,7 @@ pub struct Sample {
 }
 
 /// The agent's first message.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
     /// The protocol version (always [`PROTOCOL_VERSION`]).
@@ -358,6 +367,7 @@ pub struct Hello {
 }
 
 /// The status byte of a response.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Status {
     /// 0: done.
@@ -405,6 +415,7 @@ impl fmt::Display for Status {
 }
 
 /// The answer to an Add request: a header only on OK.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AddResponse {
     /// Added; samples will carry it under `header.index`.
@@ -430,6 +441,7 @@ impl AddResponse {
 }
 
 /// A message from the agent to the inspector.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq)]
 pub enum AgentMessage {
     /// `[0][version][count][headers]`.
@@ -458,6 +470,7 @@ impl AgentMessage {
 }
 
 /// A message from the inspector to the agent.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum InspectorMessage {
     /// List every counter the agent can sample.

@@ -30,7 +30,7 @@ fn sample(timestamp: i64, values: &[(i16, CounterValue)]) -> AgentMessage {
     })
 }
 
-async fn started(config: InspectorConfig) -> (Session, DuplexStream) {
+async fn started(config: ClientConfig) -> (Session, DuplexStream) {
     let (inspector_side, mut agent) = tokio::io::duplex(1 << 16);
     let hello = Hello { version: 1, headers: vec![header(0, "a", CounterType::Int)] };
     agent.write_all(&bytes(&[AgentMessage::Hello(hello)])).await.unwrap();
@@ -45,7 +45,7 @@ async fn expect_request(agent: &mut DuplexStream, expected: &[u8]) {
 
 #[tokio::test(start_paused = true)]
 async fn responses_match_requests_fifo_per_kind_between_samples() {
-    let (mut session, mut agent) = started(InspectorConfig::default()).await;
+    let (mut session, mut agent) = started(ClientConfig::default()).await;
     let handle = session.handle();
     let adds = tokio::spawn(async move {
         tokio::join!(handle.add("Mono GC", "b"), handle.remove(0), handle.add("Mono GC", "c"),)
@@ -96,7 +96,7 @@ async fn responses_match_requests_fifo_per_kind_between_samples() {
 
 #[tokio::test(start_paused = true)]
 async fn a_request_times_out_and_a_late_answer_keeps_its_slot() {
-    let config = InspectorConfig { request_timeout: Duration::from_secs(2), ..InspectorConfig::default() };
+    let config = ClientConfig { request_timeout: Duration::from_secs(2), ..ClientConfig::default() };
     let (session, mut agent) = started(config).await;
     let err = session.list().await.unwrap_err();
     assert!(matches!(err, Error::Timeout { request: "list", .. }), "{err}");
@@ -113,7 +113,7 @@ async fn a_request_times_out_and_a_late_answer_keeps_its_slot() {
 
 #[tokio::test(start_paused = true)]
 async fn eof_fails_pending_requests_and_ends_the_samples() {
-    let (mut session, mut agent) = started(InspectorConfig::default()).await;
+    let (mut session, mut agent) = started(ClientConfig::default()).await;
     let handle = session.handle();
     let pending = tokio::spawn(async move { handle.add("Mono GC", "a").await });
     expect_request(&mut agent, &[1, 7, 0, 0, 0, b'M', b'o', b'n', b'o', b' ', b'G', b'C', 1, 0, 0, 0, b'a'])
@@ -125,7 +125,7 @@ async fn eof_fails_pending_requests_and_ends_the_samples() {
 
 #[tokio::test(start_paused = true)]
 async fn a_decode_error_ends_the_session_with_that_error() {
-    let (mut session, mut agent) = started(InspectorConfig::default()).await;
+    let (mut session, mut agent) = started(ClientConfig::default()).await;
     agent.write_all(&[9]).await.unwrap();
     let err = session.next_sample().await.unwrap_err();
     assert!(matches!(err, Error::Decode(DecodeError::UnknownAgentOpcode(9))), "{err}");
@@ -136,16 +136,16 @@ async fn a_decode_error_ends_the_session_with_that_error() {
 async fn the_first_message_must_be_hello() {
     let (inspector_side, mut agent) = tokio::io::duplex(1024);
     agent.write_all(&bytes(&[AgentMessage::Remove(Status::Ok)])).await.unwrap();
-    let err = Session::start(inspector_side, InspectorConfig::default()).await.unwrap_err();
+    let err = Session::start(inspector_side, ClientConfig::default()).await.unwrap_err();
     assert!(matches!(err, Error::ExpectedHello("remove response")), "{err}");
     let (inspector_side, _silent) = tokio::io::duplex(1024);
-    let err = Session::start(inspector_side, InspectorConfig::default()).await.unwrap_err();
+    let err = Session::start(inspector_side, ClientConfig::default()).await.unwrap_err();
     assert!(matches!(err, Error::Timeout { request: "hello", .. }), "{err}");
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_slow_consumer_misses_samples_but_not_state() {
-    let config = InspectorConfig { sample_queue: 2, ..InspectorConfig::default() };
+    let config = ClientConfig { sample_queue: 2, ..ClientConfig::default() };
     let (mut session, mut agent) = started(config).await;
     let mut msgs: Vec<_> = (0..10).map(|n| sample(n, &[(0, CounterValue::Int(n as i32))])).collect();
     msgs.push(AgentMessage::List(vec![]));
@@ -175,7 +175,7 @@ async fn a_request_the_agent_never_reads_times_out() {
     let (inspector_side, mut agent) = tokio::io::duplex(64);
     let hello = Hello { version: 1, headers: vec![] };
     agent.write_all(&bytes(&[AgentMessage::Hello(hello)])).await.unwrap();
-    let config = InspectorConfig { request_timeout: Duration::from_secs(1), ..InspectorConfig::default() };
+    let config = ClientConfig { request_timeout: Duration::from_secs(1), ..ClientConfig::default() };
     let session = Session::start(inspector_side, config).await.unwrap();
     let long = "x".repeat(500);
     let err = session.add("Mono GC", long).await.unwrap_err();

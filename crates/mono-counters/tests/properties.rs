@@ -136,7 +136,7 @@ proptest! {
         for r in &requests {
             encode_inspector_message(r, RequestOpcodes::Agent, &mut wire).unwrap();
         }
-        let codec = AgentCodec::default();
+        let mut codec = AgentCodec::default();
         let mut decoded = Vec::new();
         while let Some(r) = codec.decode_message(&mut wire).unwrap() {
             decoded.push(r);
@@ -150,7 +150,7 @@ proptest! {
         for r in &requests {
             encode_inspector_message(r, RequestOpcodes::Gist, &mut wire).unwrap();
         }
-        let codec = AgentCodec::new(Limits::default(), RequestOpcodes::Gist);
+        let mut codec = AgentCodec::new(Limits::default(), RequestOpcodes::Gist);
         let mut decoded = Vec::new();
         while let Some(r) = codec.decode_message(&mut wire).unwrap() {
             decoded.push(r);

@@ -64,7 +64,7 @@ fn agent_roundtrip(codec: &mut InspectorCodec, bytes: &[u8]) -> AgentMessage {
 }
 
 fn request_roundtrip(bytes: &[u8], expected: InspectorMessage) {
-    let codec = AgentCodec::default();
+    let mut codec = AgentCodec::default();
     let mut buf = BytesMut::from(bytes);
     assert_eq!(codec.decode_message(&mut buf), Ok(Some(expected.clone())));
     assert!(buf.is_empty());
@@ -224,7 +224,7 @@ fn good_bye() {
 
 #[test]
 fn gist_numbering_knob() {
-    let codec = AgentCodec::new(Limits::default(), RequestOpcodes::Gist);
+    let mut codec = AgentCodec::new(Limits::default(), RequestOpcodes::Gist);
     let mut buf = BytesMut::from(&hex("01 02 ff ff ff ff 02 00 00 00 41 42 03 01 00 00")[..]);
     assert_eq!(codec.decode_message(&mut buf), Ok(Some(InspectorMessage::List)));
     assert_eq!(
@@ -246,7 +246,7 @@ fn gist_numbering_knob() {
 
 #[test]
 fn unknown_command_byte_consumes_only_itself() {
-    let codec = AgentCodec::default();
+    let mut codec = AgentCodec::default();
     let mut buf = BytesMut::from(&hex("05 00")[..]);
     assert_eq!(codec.decode_message(&mut buf), Ok(Some(InspectorMessage::Unknown(5))));
     assert_eq!(codec.decode_message(&mut buf), Ok(Some(InspectorMessage::List)));

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Subcommand};
 use mono_counters::{
-    AddResponse, CounterFile, CounterName, CounterTable, CounterValue, Error as MonoError, Inspector,
-    InspectorConfig, Limits, Reading, RequestOpcodes, SampleUpdate, Session, Status, Unit, ValueData,
+    AddResponse, ClientConfig, CounterFile, CounterName, CounterTable, CounterValue, DecodeError,
+    Error as MonoError, Inspector, Limits, Reading, RequestOpcodes, SampleUpdate, Session, Status, Unit,
+    ValueData,
 };
 
 use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};
@@ -72,10 +73,10 @@ pub async fn run(args: Args) -> CliResult {
 }
 
 async fn listen(args: ListenArgs) -> CliResult {
-    let config = InspectorConfig {
+    let config = ClientConfig {
         request_timeout: args.timeout,
         opcodes: if args.gist_opcodes { RequestOpcodes::Gist } else { RequestOpcodes::Agent },
-        ..InspectorConfig::default()
+        ..ClientConfig::default()
     };
     let inspector = Inspector::bind(args.addr, config).await.map_err(CliError::peer)?;
     eprintln!("telemon: listening for Mono agents on {}", inspector.local_addr()?);
@@ -136,7 +137,8 @@ async fn watch(
             Ok(other) => eprintln!("telemon: add {name}: {}", other.status()),
             Err(MonoError::Closed { .. }) => {
                 return Err(CliError::Peer(format!(
-                    "the agent closed the connection on add {name} (real agents do this for a counter already sampled)"
+                    "the agent closed the connection on add {name} (one possible cause: the real agent drops \
+                     the connection when asked to add a counter it already samples; it may also have crashed)"
                 )))
             }
             Err(e) => return Err(CliError::peer(e)),
@@ -146,11 +148,12 @@ async fn watch(
         if update.missed > 0 {
             eprintln!("telemon: {} samples not shown (output too slow)", update.missed);
         }
-        printer.sample(&update)?;
-        if countdown.tick() {
+        if printer.sample(&update)? && countdown.tick() {
+            printer.finish();
             return Ok(true);
         }
     }
+    printer.finish();
     Ok(false)
 }
 
@@ -164,26 +167,55 @@ async fn read(args: ReadArgs) -> CliResult {
     if countdown.is_done() {
         return Ok(());
     }
-    while let Some(update) = file.next_sample().await.map_err(CliError::peer)? {
-        printer.sample(&update)?;
-        if countdown.tick() {
-            break;
+    loop {
+        match file.next_sample().await {
+            Ok(Some(update)) => {
+                if printer.sample(&update)? && countdown.tick() {
+                    break;
+                }
+            }
+            Ok(None) => break,
+            // The Mono process was killed while writing: what came before the cut is good.
+            Err(MonoError::Decode(e @ DecodeError::Truncated { .. })) => {
+                printer.finish();
+                eprintln!(
+                    "telemon: warning: {}: {e}; showing the complete samples before it",
+                    args.file.display()
+                );
+                return Ok(());
+            }
+            Err(e) => return Err(CliError::peer(e)),
         }
     }
+    printer.finish();
     Ok(())
 }
 
 /// Prints samples as a table (a header row whenever the counter set changes) or as JSON lines.
+///
+/// A sample that changed no value is not shown and does not count towards `--count`: the real agent without
+/// `interval=` sends about 100,000 a second. They are coalesced into the next row shown (`"coalesced": N` in
+/// JSON, `(+N empty samples)` after a table row), and a count still pending at the end goes to stderr.
 struct Printer {
     json: bool,
     first_timestamp: Option<i64>,
     columns: Option<BTreeSet<i16>>,
     widths: Vec<usize>,
+    /// Samples with no changed value since the last row shown.
+    coalesced: u64,
 }
 
 impl Printer {
     fn new(json: bool) -> Self {
-        Printer { json, first_timestamp: None, columns: None, widths: Vec::new() }
+        Printer { json, first_timestamp: None, columns: None, widths: Vec::new(), coalesced: 0 }
+    }
+
+    /// Says how many empty samples came after the last row shown, if any.
+    fn finish(&mut self) {
+        if self.coalesced > 0 {
+            eprintln!("telemon: {} samples with no changed value since the last row", self.coalesced);
+            self.coalesced = 0;
+        }
     }
 
     fn list(&self, counters: &[CounterName]) -> CliResult {
@@ -195,9 +227,20 @@ impl Printer {
         }
     }
 
-    fn sample(&mut self, update: &SampleUpdate) -> CliResult {
+    /// Shows `update`, unless it changed nothing; returns whether it was shown.
+    fn sample(&mut self, update: &SampleUpdate) -> Result<bool, CliError> {
+        if update.changed.is_empty() {
+            self.coalesced += 1;
+            return Ok(false);
+        }
+        let coalesced = std::mem::take(&mut self.coalesced);
         if self.json {
-            return output::print_json_line(&json_sample(update.timestamp, &update.table));
+            let mut line = json_sample(update.timestamp, &update.table);
+            if coalesced > 0 {
+                line["coalesced"] = coalesced.into();
+            }
+            output::print_json_line(&line)?;
+            return Ok(true);
         }
         let first = *self.first_timestamp.get_or_insert(update.timestamp);
         let indexes: BTreeSet<i16> = update.table.readings().map(|r| r.header.index).collect();
@@ -211,7 +254,12 @@ impl Printer {
         let elapsed = (update.timestamp - first) as f64 / 1e7;
         let mut cells = vec![format!("{elapsed:.1}s")];
         cells.extend(update.table.readings().map(format_reading));
-        output::print_line(row(&cells, &self.widths))
+        let mut line = row(&cells, &self.widths);
+        if coalesced > 0 {
+            line.push_str(&format!("  (+{coalesced} empty samples)"));
+        }
+        output::print_line(line)?;
+        Ok(true)
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use mono_agent_sim::{AgentConfig, Backoff, DuplicateAdd, ValueMode};
+use mono_agent_sim::{AgentConfig, Backoff, DuplicateAdd, ValueMode, ValueOverrides};
 use sim_common::Shutdown;
 
 mod support;
@@ -18,13 +18,14 @@ async fn listening_on(t: &mut Telemon) -> std::net::SocketAddr {
     line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
-fn agent(options: &str, tweak: impl FnOnce(&mut AgentConfig)) -> Shutdown {
+fn agent(options: &str, tweak: impl FnOnce(&mut AgentConfig, &ValueOverrides)) -> Shutdown {
     let mut config = AgentConfig::from_options(options).unwrap();
     config.values = ValueMode::Fixed;
     config.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
-    tweak(&mut config);
+    let overrides = ValueOverrides::default();
+    tweak(&mut config, &overrides);
     let shutdown = Shutdown::new();
-    tokio::spawn(mono_agent_sim::run(config, shutdown.clone()));
+    tokio::spawn(mono_agent_sim::run_with_overrides(config, overrides, shutdown.clone()));
     shutdown
 }
 
@@ -42,46 +43,50 @@ async fn listen_lists_adds_removes_and_prints_json_state() {
         "--add",
         "Mono JIT/Nope",
         "--remove",
-        "0",
+        "1",
         "--count",
-        "4",
+        "3",
         "--json",
     ]);
     let addr = listening_on(&mut t).await;
-    let _agent = agent(&format!("address={addr},counters={TWO},interval=5"), |_| {});
+    // Live values: compiled methods grow every second, so samples keep changing something (a sample that
+    // changes nothing is not shown and does not count).
+    let _agent =
+        agent(&format!("address={addr},counters={TWO},interval=5"), |c, _| c.values = ValueMode::Live);
     let (code, out, err) = t.finish().await;
     assert_eq!(code, 0, "stderr: {err:?}");
     let lines: Vec<serde_json::Value> = out.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
-    assert_eq!(lines.len(), 5, "the list, then 4 samples: {out:?}");
+    assert_eq!(lines.len(), 4, "the list, then 3 samples: {out:?}");
     let counters = lines[0]["counters"].as_array().unwrap();
     assert!(counters.iter().any(|c| c == "Mono System/Page Faults"));
     assert!(err.iter().any(|l| l.contains("added Mono System/User Time as index 2")), "{err:?}");
     assert!(err.iter().any(|l| l.contains("Mono JIT/Nope: the agent has no such counter")), "{err:?}");
-    assert!(err.iter().any(|l| l.contains("removed index 0")), "{err:?}");
+    assert!(err.iter().any(|l| l.contains("removed index 1")), "{err:?}");
     for sample in &lines[1..] {
         assert!(sample["timestamp"].as_i64().unwrap() > 0);
     }
     // The last sample holds the full current state: removed counter gone, added one present.
     let last = lines.last().unwrap()["values"].as_object().unwrap();
     let keys: Vec<_> = last.keys().map(String::as_str).collect();
-    assert_eq!(keys, ["Mono System/User Time", "Mono System/Working Set"]);
-    assert!(last["Mono System/Working Set"].is_i64(), "{last:?}");
+    assert_eq!(keys, ["Mono JIT/Compiled methods", "Mono System/User Time"]);
+    assert!(last["Mono JIT/Compiled methods"].is_i64(), "{last:?}");
 }
 
 #[tokio::test]
 async fn listen_prints_a_table_with_units() {
-    let mut t = telemon(&["mono", "listen", "127.0.0.1:0", "--count", "2"]);
+    let mut t = telemon(&["mono", "listen", "127.0.0.1:0", "--count", "1"]);
     let addr = listening_on(&mut t).await;
-    let _agent = agent(&format!("address={addr},counters={TWO};Mono System/User Time,interval=5"), |c| {
-        c.overrides.set("Mono System/Working Set", mono_counters::CounterValue::Long(52_428_800));
-        c.overrides.set("Mono System/User Time", mono_counters::CounterValue::Long(15_000_000));
-    });
+    let _agent =
+        agent(&format!("address={addr},counters={TWO};Mono System/User Time,interval=5"), |_, overrides| {
+            overrides.set("Mono System/Working Set", mono_counters::CounterValue::Long(52_428_800));
+            overrides.set("Mono System/User Time", mono_counters::CounterValue::Long(15_000_000));
+        });
     let (code, out, err) = t.finish().await;
     assert_eq!(code, 0, "stderr: {err:?}");
     assert!(out[0].contains("Mono System/Working Set [bytes]"), "{out:?}");
     assert!(out[0].contains("Mono System/User Time [time]"), "{out:?}");
     assert!(out[1].contains("50.0 MiB") && out[1].contains("1.500 s"), "{out:?}");
-    assert_eq!(out.len(), 3, "one header, two rows: {out:?}");
+    assert_eq!(out.len(), 2, "one header, one row (fixed values: later samples change nothing): {out:?}");
 }
 
 #[tokio::test]
@@ -89,7 +94,7 @@ async fn duplicate_add_answered_existing() {
     let mut t =
         telemon(&["mono", "listen", "127.0.0.1:0", "--add", "Mono JIT/Compiled methods", "--count", "1"]);
     let addr = listening_on(&mut t).await;
-    let _agent = agent(&format!("address={addr},counters={TWO},interval=5"), |_| {});
+    let _agent = agent(&format!("address={addr},counters={TWO},interval=5"), |_, _| {});
     let (code, _out, err) = t.finish().await;
     assert_eq!(code, 0);
     assert!(err.iter().any(|l| l.contains("add Mono JIT/Compiled methods: already sampled")), "{err:?}");
@@ -100,7 +105,7 @@ async fn duplicate_add_dropped_by_a_real_agent_then_it_reconnects() {
     let mut t =
         telemon(&["mono", "listen", "127.0.0.1:0", "--add", "Mono JIT/Compiled methods", "--count", "1"]);
     let addr = listening_on(&mut t).await;
-    let agent = agent(&format!("address={addr},counters={TWO},interval=5"), |c| {
+    let agent = agent(&format!("address={addr},counters={TWO},interval=5"), |c, _| {
         c.duplicate_add = DuplicateAdd::DropConnection
     });
     t.stderr_line("closed the connection on add Mono JIT/Compiled methods").await;
@@ -122,19 +127,42 @@ async fn read_a_file_written_in_file_mode() {
 
     let (code, out, err) = telemon(&["mono", "read", path.to_str().unwrap(), "--json"]).finish().await;
     assert_eq!(code, 0, "{err:?}");
-    assert_eq!(out.len(), 3);
-    for line in &out {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        assert_eq!(v["values"]["Mono JIT/Compiled methods"], 0, "fixed value: its position in the List");
-        assert!(v["values"]["Mono System/Working Set"].is_i64(), "every sample holds the full state");
-    }
+    // Fixed values never change: the first sample carries them, the next two change nothing and are
+    // coalesced (the real agent without interval= sends ~100,000 such samples a second).
+    assert_eq!(out.len(), 1, "{out:?}");
+    let v: serde_json::Value = serde_json::from_str(&out[0]).unwrap();
+    assert_eq!(v["values"]["Mono JIT/Compiled methods"], 0, "fixed value: its position in the List");
+    assert!(v["values"]["Mono System/Working Set"].is_i64(), "every sample holds the full state");
+    assert!(err.iter().any(|l| l.contains("2 samples with no changed value")), "{err:?}");
 
+    // A file cut inside its last record (the Mono process was killed while writing): the complete records
+    // are shown, a warning says what happened, and the exit code is 0.
     let bytes = std::fs::read(&path).unwrap();
     std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
     let (code, out, err) = telemon(&["mono", "read", path.to_str().unwrap()]).finish().await;
-    assert_eq!(code, 1, "a record cut short is an error");
-    assert_eq!(out.len(), 3, "header and the two complete records: {out:?}");
-    assert!(err.iter().any(|l| l.contains("stream ended inside a message")), "{err:?}");
+    assert_eq!(code, 0, "{err:?}");
+    assert_eq!(out.len(), 2, "header and the first record: {out:?}");
+    assert!(
+        err.iter().any(|l| l.contains("warning") && l.contains("stream ended inside a message")),
+        "{err:?}"
+    );
+    assert!(err.iter().any(|l| l.contains("1 samples with no changed value")), "{err:?}");
+}
+
+#[tokio::test]
+async fn empty_samples_do_not_count_and_are_coalesced_into_the_next_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("counters.bin");
+    let mut config =
+        AgentConfig::from_options(&format!("address=file://{},counters={TWO},interval=1", path.display()))
+            .unwrap();
+    config.values = ValueMode::Fixed;
+    config.max_samples = Some(50);
+    mono_agent_sim::run(config, Shutdown::new()).await.unwrap();
+    // 50 samples, one with values: --count 1 is met by it, and no empty sample is a row.
+    let (code, out, _) = telemon(&["mono", "read", path.to_str().unwrap(), "--count", "1"]).finish().await;
+    assert_eq!(code, 0);
+    assert_eq!(out.len(), 2, "header and one row: {out:?}");
 }
 
 #[tokio::test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use mono_counters::{CounterName, RequestOpcodes};
 
-use crate::counters::ValueOverrides;
+use crate::counters::ValueMode;
 
 /// The real agent's fallback when `address=` is missing or not understood.
 pub const DEFAULT_ADDRESS: SocketAddrV4 = SocketAddrV4::new(Ipv4Addr::LOCALHOST, 8888);
@@ -28,16 +28,6 @@ pub enum DuplicateAdd {
     AnswerExisting,
     /// Close the connection without a response, as the real agent does.
     DropConnection,
-}
-
-/// Where counter values come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ValueMode {
-    /// Live figures: `/proc/self` for the system counters, growing JIT and GC figures.
-    #[default]
-    Live,
-    /// Constant values (each counter's value is its position in the List), for tests.
-    Fixed,
 }
 
 /// Reconnection delays: doubling from `initial` up to `max`.
@@ -84,8 +74,6 @@ pub struct AgentConfig {
     pub duplicate_add: DuplicateAdd,
     /// Live or fixed values.
     pub values: ValueMode,
-    /// Values forced from outside (tests, or the command line), by `"Category/Name"`.
-    pub overrides: ValueOverrides,
     /// Stop after this many samples per connection (or file); `None` runs until stopped.
     pub max_samples: Option<u64>,
     /// Reconnect after a connection ends (the real agent stops instead).
@@ -104,7 +92,6 @@ impl Default for AgentConfig {
             opcodes: RequestOpcodes::Agent,
             duplicate_add: DuplicateAdd::AnswerExisting,
             values: ValueMode::Live,
-            overrides: ValueOverrides::default(),
             max_samples: None,
             reconnect: true,
             backoff: Backoff::default(),

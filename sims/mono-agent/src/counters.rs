@@ -6,8 +6,6 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use mono_counters::{Category, CounterName, CounterType, CounterValue, Header, Unit, Variance};
 
-use crate::config::ValueMode;
-
 /// One counter the agent can sample.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CounterDef {
@@ -67,9 +65,19 @@ pub fn builtin_counters() -> Vec<CounterDef> {
     ]
 }
 
+/// Where counter values come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ValueMode {
+    /// Live figures: `/proc/self` for the system counters, growing JIT and GC figures.
+    #[default]
+    Live,
+    /// Constant values (each counter's value is its position in the List), for tests.
+    Fixed,
+}
+
 /// Values forced from outside, by `"Category/Name"`; they win over live and fixed values and are sent
 /// converted to the counter's type. Clones share the same map, so a test can change values while the
-/// agent runs.
+/// agent runs: a live handle, passed to [`crate::run_with_overrides`] beside the plain `Clone` config.
 #[derive(Debug, Clone, Default)]
 pub struct ValueOverrides(Arc<Mutex<HashMap<String, CounterValue>>>);
 

@@ -16,9 +16,9 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use mono_agent_sim::{AgentConfig, Destination};
-//! use mono_counters::{Inspector, InspectorConfig};
+//! use mono_counters::{Inspector, ClientConfig};
 //!
-//! let inspector = Inspector::bind("127.0.0.1:0", InspectorConfig::default()).await?;
+//! let inspector = Inspector::bind("127.0.0.1:0", ClientConfig::default()).await?;
 //! let mut config = AgentConfig::from_options(&format!(
 //!     "address={},counters=Mono System/Working Set,interval=10",
 //!     inspector.local_addr()?
@@ -38,6 +38,6 @@ mod config;
 mod counters;
 mod session;
 
-pub use config::{parse_address, AgentConfig, Backoff, ConfigError, Destination, DuplicateAdd, ValueMode};
-pub use counters::{builtin_counters, dotnet_ticks_now, CounterDef, ValueOverrides};
-pub use session::{run, run_file, serve_connection, SessionEnd, SimError};
+pub use config::{parse_address, AgentConfig, Backoff, ConfigError, Destination, DuplicateAdd};
+pub use counters::{builtin_counters, dotnet_ticks_now, CounterDef, ValueMode, ValueOverrides};
+pub use session::{run, run_file, run_with_overrides, serve_connection, SessionEnd, SimError};

@@ -50,10 +50,16 @@ struct Args {
 async fn main() -> std::process::ExitCode {
     sim_common::init_tracing();
     let args = Args::parse();
+    let overrides = mono_agent_sim::ValueOverrides::default();
+    for (name, value) in &args.set {
+        overrides.set(name, *value);
+    }
     match configure(args) {
         Ok(config) => {
             tracing::info!(destination = ?config.destination, interval = ?config.interval, "mono agent starting");
-            match mono_agent_sim::run(config, sim_common::shutdown_on_ctrl_c()).await {
+            match mono_agent_sim::run_with_overrides(config, overrides, sim_common::shutdown_on_ctrl_c())
+                .await
+            {
                 Ok(()) => std::process::ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("mono-agent-sim: {e}");
@@ -91,9 +97,6 @@ fn configure(args: Args) -> Result<AgentConfig, mono_agent_sim::ConfigError> {
     }
     if args.fixed_values {
         config.values = ValueMode::Fixed;
-    }
-    for (name, value) in &args.set {
-        config.overrides.set(name, *value);
     }
     config.max_samples = args.samples;
     config.reconnect = !args.no_reconnect;

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tokio_util::codec::Framed;
 
 use crate::config::{AgentConfig, ConfigError, Destination, DuplicateAdd};
-use crate::counters::{builtin_counters, dotnet_ticks_now, CounterDef, ValueReader};
+use crate::counters::{builtin_counters, dotnet_ticks_now, CounterDef, ValueOverrides, ValueReader};
 
 /// Why the fake agent stopped.
 #[derive(Debug, thiserror::Error)]
@@ -59,13 +59,13 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn new(config: &AgentConfig) -> Self {
+    fn new(config: &AgentConfig, overrides: &ValueOverrides) -> Self {
         let mut sampler = Sampler {
             defs: builtin_counters(),
             active: BTreeMap::new(),
             next_index: 0,
             last_sent: BTreeMap::new(),
-            reader: ValueReader::new(config.values, config.overrides.clone(), config.word_size),
+            reader: ValueReader::new(config.values, overrides.clone(), config.word_size),
         };
         for name in &config.counters {
             match sampler.find(name) {
@@ -146,8 +146,17 @@ impl Sampler {
 /// Runs the agent until `shutdown`: to a file, or connecting to the inspector with backoff and, when
 /// [`AgentConfig::reconnect`] is set, reconnecting after each connection ends.
 pub async fn run(config: AgentConfig, shutdown: Shutdown) -> Result<(), SimError> {
+    run_with_overrides(config, ValueOverrides::default(), shutdown).await
+}
+
+/// [`run`], with values forced from outside while the agent runs.
+pub async fn run_with_overrides(
+    config: AgentConfig,
+    overrides: ValueOverrides,
+    shutdown: Shutdown,
+) -> Result<(), SimError> {
     let addr = match &config.destination {
-        Destination::File(path) => return run_file(path, &config, shutdown).await.map(|_| ()),
+        Destination::File(path) => return run_file(path, &config, &overrides, shutdown).await.map(|_| ()),
         Destination::Tcp(addr) => *addr,
     };
     let mut delay = config.backoff.initial;
@@ -161,7 +170,7 @@ pub async fn run(config: AgentConfig, shutdown: Shutdown) -> Result<(), SimError
                 delay = config.backoff.initial;
                 let _ = stream.set_nodelay(true);
                 tracing::info!(%addr, "connected to the inspector");
-                match serve_connection(stream, &config, shutdown.clone()).await {
+                match serve_connection(stream, &config, &overrides, shutdown.clone()).await {
                     Ok(SessionEnd::Shutdown) => return Ok(()),
                     Ok(end) => tracing::info!(?end, "connection ended"),
                     Err(e) => tracing::warn!(error = %e, "connection failed"),
@@ -186,12 +195,13 @@ pub async fn run(config: AgentConfig, shutdown: Shutdown) -> Result<(), SimError
 pub async fn serve_connection<S>(
     stream: S,
     config: &AgentConfig,
+    overrides: &ValueOverrides,
     shutdown: Shutdown,
 ) -> Result<SessionEnd, SimError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut sampler = Sampler::new(config);
+    let mut sampler = Sampler::new(config, overrides);
     let mut framed = Framed::new(stream, AgentCodec::new(Limits::default(), config.opcodes));
     framed.send(AgentMessage::Hello(sampler.hello())).await?;
     let mut sent = 0u64;
@@ -243,9 +253,14 @@ where
 
 /// File mode: truncates `path`, writes Hello, then a sample every interval until the sample limit or
 /// `shutdown`. Each record is flushed whole, so a reader sees complete records.
-pub async fn run_file(path: &Path, config: &AgentConfig, shutdown: Shutdown) -> Result<SessionEnd, SimError> {
+pub async fn run_file(
+    path: &Path,
+    config: &AgentConfig,
+    overrides: &ValueOverrides,
+    shutdown: Shutdown,
+) -> Result<SessionEnd, SimError> {
     let mut file = tokio::fs::OpenOptions::new().write(true).create(true).truncate(true).open(path).await?;
-    let mut sampler = Sampler::new(config);
+    let mut sampler = Sampler::new(config, overrides);
     let mut buf = BytesMut::new();
     encode_agent_message(&AgentMessage::Hello(sampler.hello()), &mut buf)
         .map_err(mono_counters::Error::from)?;
@@ -272,13 +287,14 @@ pub async fn run_file(path: &Path, config: &AgentConfig, shutdown: Shutdown) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ValueMode;
+    use crate::counters::ValueMode;
     use mono_counters::CounterValue;
 
-    fn sampler(counters: &str) -> (Sampler, AgentConfig) {
+    fn sampler(counters: &str) -> (Sampler, ValueOverrides) {
         let mut config = AgentConfig::from_options(&format!("counters={counters}")).unwrap();
         config.values = ValueMode::Fixed;
-        (Sampler::new(&config), config)
+        let overrides = ValueOverrides::default();
+        (Sampler::new(&config, &overrides), overrides)
     }
 
     #[test]
@@ -294,14 +310,14 @@ mod tests {
 
     #[test]
     fn samples_are_deltas() {
-        let (mut s, config) = sampler("Mono JIT/Compiled methods;Mono System/Working Set");
+        let (mut s, overrides) = sampler("Mono JIT/Compiled methods;Mono System/Working Set");
         assert_eq!(s.sample().values.len(), 2, "first sample carries every counter");
         assert!(s.sample().values.is_empty(), "nothing changed");
-        config.overrides.set("Mono System/Working Set", CounterValue::Long(52428800));
+        overrides.set("Mono System/Working Set", CounterValue::Long(52428800));
         let third = s.sample();
         assert_eq!(third.values, vec![SampleValue { index: 1, data: CounterValue::Long(52428800).into() }]);
         // An override in another type is sent in the counter's own type (Compiled methods is an INT).
-        config.overrides.set("Mono JIT/Compiled methods", CounterValue::Double(1234.0));
+        overrides.set("Mono JIT/Compiled methods", CounterValue::Double(1234.0));
         let fourth = s.sample();
         assert_eq!(fourth.values, vec![SampleValue { index: 0, data: CounterValue::Int(1234).into() }]);
     }

@@ -4,7 +4,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use mono_agent_sim::{AgentConfig, Backoff, DuplicateAdd, SessionEnd, ValueMode};
+use mono_agent_sim::{AgentConfig, Backoff, DuplicateAdd, SessionEnd, ValueMode, ValueOverrides};
 use mono_counters::*;
 use sim_common::Shutdown;
 use tokio::net::TcpListener;
@@ -28,19 +28,21 @@ fn config(addr: std::net::SocketAddr, counters: &str) -> AgentConfig {
 
 const TWO: &str = "Mono JIT/Compiled methods;Mono System/Working Set";
 
+/// An inspector and an agent dialling it; the agent's values can be forced through the returned overrides.
 async fn start(
     counters: &str,
     tweak: impl FnOnce(&mut AgentConfig),
-) -> (Inspector, AgentConfig, JoinHandle<()>, Shutdown) {
-    let inspector = Inspector::bind("127.0.0.1:0", InspectorConfig::default()).await.unwrap();
+) -> (Inspector, ValueOverrides, JoinHandle<()>, Shutdown) {
+    let inspector = Inspector::bind("127.0.0.1:0", ClientConfig::default()).await.unwrap();
     let mut config = config(inspector.local_addr().unwrap(), counters);
     tweak(&mut config);
     let shutdown = Shutdown::new();
+    let overrides = ValueOverrides::default();
     let agent = tokio::spawn({
-        let (config, shutdown) = (config.clone(), shutdown.clone());
-        async move { mono_agent_sim::run(config, shutdown).await.expect("agent runs") }
+        let (overrides, shutdown) = (overrides.clone(), shutdown.clone());
+        async move { mono_agent_sim::run_with_overrides(config, overrides, shutdown).await.expect("agent runs") }
     });
-    (inspector, config, agent, shutdown)
+    (inspector, overrides, agent, shutdown)
 }
 
 async fn accept(inspector: &Inspector) -> Session {
@@ -70,7 +72,8 @@ fn value(update: &SampleUpdate, index: i16) -> Option<CounterValue> {
 
 #[tokio::test]
 async fn hello_then_deltas() {
-    let (inspector, config, _agent, shutdown) = start(&format!("{TWO};Mono JIT/Nonexistent"), |_| {}).await;
+    let (inspector, overrides, _agent, shutdown) =
+        start(&format!("{TWO};Mono JIT/Nonexistent"), |_| {}).await;
     let mut session = accept(&inspector).await;
     let names: Vec<_> = session.hello().headers.iter().map(|h| (h.full_name(), h.index, h.kind)).collect();
     assert_eq!(
@@ -84,7 +87,7 @@ async fn hello_then_deltas() {
     let first = sample_where(&mut session, "the first sample", |_| true).await;
     assert_eq!(first.changed, vec![0, 1], "the first sample carries every counter");
     sample_where(&mut session, "an unchanged sample", |u| u.changed.is_empty()).await;
-    config.overrides.set("Mono System/Working Set", CounterValue::Long(52_428_800));
+    overrides.set("Mono System/Working Set", CounterValue::Long(52_428_800));
     let update = sample_where(&mut session, "the change", |u| !u.changed.is_empty()).await;
     assert_eq!(update.changed, vec![1], "only the changed counter is sent");
     assert_eq!(value(&update, 1), Some(CounterValue::Long(52_428_800)));
@@ -94,7 +97,7 @@ async fn hello_then_deltas() {
 
 #[tokio::test]
 async fn list_add_remove_interleaved_with_sampling() {
-    let (inspector, _config, _agent, shutdown) = start(TWO, |_| {}).await;
+    let (inspector, _overrides, _agent, shutdown) = start(TWO, |_| {}).await;
     let mut session = accept(&inspector).await;
     sample_where(&mut session, "a sample", |_| true).await;
 
@@ -142,7 +145,7 @@ async fn list_add_remove_interleaved_with_sampling() {
 
 #[tokio::test]
 async fn add_of_an_unknown_counter_is_notfound() {
-    let (inspector, _config, _agent, shutdown) = start(TWO, |_| {}).await;
+    let (inspector, _overrides, _agent, shutdown) = start(TWO, |_| {}).await;
     let mut session = accept(&inspector).await;
     assert_eq!(session.add("Mono JIT", "No such counter").await.unwrap(), AddResponse::NotFound);
     assert_eq!(session.add("MyApp", "Requests").await.unwrap(), AddResponse::NotFound);
@@ -152,7 +155,7 @@ async fn add_of_an_unknown_counter_is_notfound() {
 
 #[tokio::test]
 async fn duplicate_add_answers_existing_by_default() {
-    let (inspector, _config, _agent, shutdown) = start(TWO, |_| {}).await;
+    let (inspector, _overrides, _agent, shutdown) = start(TWO, |_| {}).await;
     let mut session = accept(&inspector).await;
     let dup = session.add("Mono JIT", "Compiled methods").await.unwrap();
     assert_eq!(dup, AddResponse::Existing);
@@ -162,7 +165,7 @@ async fn duplicate_add_answers_existing_by_default() {
 
 #[tokio::test]
 async fn duplicate_add_drops_the_connection_like_the_real_agent_then_it_reconnects() {
-    let (inspector, _config, _agent, shutdown) =
+    let (inspector, _overrides, _agent, shutdown) =
         start(TWO, |c| c.duplicate_add = DuplicateAdd::DropConnection).await;
     let mut session = accept(&inspector).await;
     let err = session.add("Mono System", "Working Set").await.unwrap_err();
@@ -179,7 +182,7 @@ async fn duplicate_add_drops_the_connection_like_the_real_agent_then_it_reconnec
 
 #[tokio::test]
 async fn remove_all() {
-    let (inspector, _config, _agent, shutdown) = start(TWO, |_| {}).await;
+    let (inspector, _overrides, _agent, shutdown) = start(TWO, |_| {}).await;
     let mut session = accept(&inspector).await;
     sample_where(&mut session, "a sample", |_| true).await;
     assert_eq!(session.remove(-1).await.unwrap(), Status::Ok);
@@ -192,7 +195,7 @@ async fn remove_all() {
 
 #[tokio::test]
 async fn good_bye_closes_the_connection() {
-    let (inspector, _config, agent, _shutdown) = start(TWO, |c| c.reconnect = false).await;
+    let (inspector, _overrides, agent, _shutdown) = start(TWO, |c| c.reconnect = false).await;
     let mut session = accept(&inspector).await;
     session.goodbye().await.unwrap();
     within("the agent to close", async { while session.next_sample().await.unwrap().is_some() {} }).await;
@@ -201,7 +204,7 @@ async fn good_bye_closes_the_connection() {
 
 #[tokio::test]
 async fn agent_reconnects_when_the_inspector_goes_away() {
-    let (inspector, _config, _agent, shutdown) = start(TWO, |_| {}).await;
+    let (inspector, _overrides, _agent, shutdown) = start(TWO, |_| {}).await;
     let mut first = accept(&inspector).await;
     sample_where(&mut first, "a sample", |_| true).await;
     drop(first);
@@ -219,7 +222,7 @@ async fn agent_retries_until_the_inspector_listens() {
     let agent = tokio::spawn(mono_agent_sim::run(config(addr, TWO), shutdown.clone()));
     // Nothing listens yet: the agent gets "connection refused" and retries with backoff.
     tokio::task::yield_now().await;
-    let inspector = Inspector::bind(addr, InspectorConfig::default()).await.unwrap();
+    let inspector = Inspector::bind(addr, ClientConfig::default()).await.unwrap();
     accept(&inspector).await;
     shutdown.cancel();
     within("the agent to stop", agent).await.unwrap().unwrap();
@@ -262,11 +265,10 @@ async fn serve_connection_reports_how_it_ended() {
     let (inspector_side, agent_side) = tokio::io::duplex(1 << 16);
     let mut config = config("127.0.0.1:1".parse().unwrap(), TWO);
     config.duplicate_add = DuplicateAdd::DropConnection;
-    let agent =
-        tokio::spawn(
-            async move { mono_agent_sim::serve_connection(agent_side, &config, Shutdown::new()).await },
-        );
-    let session = Session::start(inspector_side, InspectorConfig::default()).await.unwrap();
+    let agent = tokio::spawn(async move {
+        mono_agent_sim::serve_connection(agent_side, &config, &Default::default(), Shutdown::new()).await
+    });
+    let session = Session::start(inspector_side, ClientConfig::default()).await.unwrap();
     assert!(session.add("Mono JIT", "Compiled methods").await.is_err());
     assert_eq!(agent.await.unwrap().unwrap(), SessionEnd::DroppedOnDuplicateAdd);
 }
@@ -275,7 +277,7 @@ async fn serve_connection_reports_how_it_ended() {
 async fn word_size_4_and_gist_opcodes() {
     let inspector = Inspector::bind(
         "127.0.0.1:0",
-        InspectorConfig { opcodes: RequestOpcodes::Gist, ..InspectorConfig::default() },
+        ClientConfig { opcodes: RequestOpcodes::Gist, ..ClientConfig::default() },
     )
     .await
     .unwrap();
@@ -294,7 +296,7 @@ async fn word_size_4_and_gist_opcodes() {
 
 #[tokio::test]
 async fn interval_zero_floods_and_still_answers() {
-    let (inspector, _config, _agent, shutdown) = start(TWO, |c| c.interval = Duration::ZERO).await;
+    let (inspector, _overrides, _agent, shutdown) = start(TWO, |c| c.interval = Duration::ZERO).await;
     let mut session = accept(&inspector).await;
     for _ in 0..200 {
         within("a sample", session.next_sample()).await.unwrap().unwrap();
