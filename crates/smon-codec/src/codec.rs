@@ -10,8 +10,9 @@ use crate::message::{Sample, Update};
 /// A [`tokio_util::codec::Decoder`] and [`tokio_util::codec::Encoder`] for smon streams, for use with
 /// `FramedRead`/`FramedWrite`.
 ///
-/// Note that `FramedRead` ends the stream after the first error; to keep reading past errors (skipping
-/// to the next resync) use [`crate::UpdateReader`].
+/// A decode error is an item (`Item = Result<Update, DecodeError>`), not the stream's error: the decoder
+/// skips to the next resync sequence and the `FramedRead` goes on, as `mon`'s readers do. Only I/O errors
+/// end the stream. [`crate::UpdateReader`] adds what `FramedRead` cannot do: following a file as it grows.
 #[derive(Debug, Clone, Default)]
 pub struct SmonCodec {
     decoder: StreamDecoder,
@@ -36,15 +37,15 @@ impl SmonCodec {
 }
 
 impl tokio_util::codec::Decoder for SmonCodec {
-    type Item = Update;
-    type Error = DecodeError;
+    type Item = Result<Update, DecodeError>;
+    type Error = std::io::Error;
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Update>, DecodeError> {
-        self.decoder.decode(src)
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, std::io::Error> {
+        Ok(self.decoder.decode(src).transpose())
     }
 
-    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Update>, DecodeError> {
-        self.decoder.decode_eof(src)
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Self::Item>, std::io::Error> {
+        Ok(self.decoder.decode_eof(src).transpose())
     }
 }
 

@@ -4,9 +4,12 @@
 //! pair with its definition if it has one) and consumes it only when it is complete, so the result
 //! never depends on how the input was split. State changes are applied only for complete items.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::Arc;
+#[allow(unused_imports)]
+use crate::prelude::*;
+#[cfg(feature = "std")]
+use core::hash::Hasher;
+
+mod fast;
 
 use bytes::{Buf, Bytes, BytesMut};
 
@@ -77,9 +80,11 @@ impl Last {
 
 /// A multiplicative hash for token numbers (small dense integers) and the encoder's own names: SipHash's
 /// flood resistance is not needed for either.
+#[cfg(feature = "std")]
 #[derive(Default)]
 pub(crate) struct TokenHasher(u64);
 
+#[cfg(feature = "std")]
 impl Hasher for TokenHasher {
     fn finish(&self) -> u64 {
         self.0
@@ -96,7 +101,12 @@ impl Hasher for TokenHasher {
     }
 }
 
-pub(crate) type TokenMap<V> = HashMap<u64, V, BuildHasherDefault<TokenHasher>>;
+/// Tokens outside the dense range: a hash map with [`TokenHasher`], or an ordered map without `std`.
+#[cfg(feature = "std")]
+pub(crate) type TokenMap<V> = std::collections::HashMap<u64, V, core::hash::BuildHasherDefault<TokenHasher>>;
+/// Tokens outside the dense range: a hash map with [`TokenHasher`], or an ordered map without `std`.
+#[cfg(not(feature = "std"))]
+pub(crate) type TokenMap<V> = alloc::collections::BTreeMap<u64, V>;
 
 /// Token numbers below this live in a vector (the encoder numbers tokens 1, 2, 3, ...); others in a map.
 const DENSE_TOKENS: u64 = 4096;
@@ -273,11 +283,27 @@ pub struct StreamDecoder {
     scratch: Vec<u64>,
     /// Do not re-parse before the buffer holds this many bytes (a lower bound for the current item).
     need: usize,
+    /// The current item's string, decoded as far as the bytes went.
+    partial: Option<PartialString>,
 }
 
 impl Default for StreamDecoder {
     fn default() -> Self {
         StreamDecoder::new(DecoderConfig::default())
+    }
+}
+
+/// Counts the bytes item parses walk, in this crate's unit tests only (the linear-decoding test).
+mod work {
+    #[cfg(test)]
+    thread_local! {
+        pub(super) static EXAMINED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    #[inline(always)]
+    pub(super) fn examined(_bytes: usize) {
+        #[cfg(test)]
+        EXAMINED.with(|c| c.set(c.get() + _bytes));
     }
 }
 
@@ -327,6 +353,25 @@ struct Cursor<'a> {
     buf: &'a [u8],
     pos: usize,
     base: u64,
+    ff_run: u32,
+    /// The string that ran out of bytes on the last call, to resume instead of decoding it again.
+    partial: Option<PartialString>,
+    /// Bytes stepped over by resuming that string (for the work count of the linear-decoding test).
+    resumed: usize,
+}
+
+/// A string whose data ran out of buffered bytes: what was decoded of it, so that the next call resumes
+/// there. Without it, a long string of FFs trickling in (each 16 FFs carry a stuffed FE, so its raw length is
+/// unknown until it ends) was decoded again from its start on every read: quadratic.
+#[derive(Debug, Clone)]
+struct PartialString {
+    /// The absolute stream offset of the string's first data byte.
+    at: u64,
+    /// Raw bytes of it consumed (data and stuffing).
+    raw: usize,
+    /// The data decoded so far.
+    out: Vec<u8>,
+    /// The FF run at the end of what was consumed.
     ff_run: u32,
 }
 
@@ -400,43 +445,66 @@ impl Cursor<'_> {
         }
     }
 
-    /// `n` bytes of string data, dropping the FE stuffed after each 16 FFs (A10).
+    /// `n` bytes of string data, dropping the FE stuffed after each 16 FFs (A10). A string cut short by the
+    /// end of the buffer is kept in [`Cursor::partial`] and resumed on the next call.
     fn string_data(&mut self, n: usize) -> Parse<Vec<u8>> {
-        if self.buf.len() < self.pos + n {
-            return Err(Stop::Incomplete(self.pos + n));
-        }
-        let mut out = Vec::with_capacity(n);
-        while out.len() < n {
-            // Fast path: copy a stretch free of FF in one go.
-            let want = n - out.len();
-            let avail = &self.buf[self.pos..];
-            if avail.len() < want {
-                return Err(Stop::Incomplete(self.pos + want));
+        let at = self.offset();
+        let data_pos = self.pos;
+        let mut out = match self.partial.take() {
+            Some(p) if p.at == at && p.out.len() <= n => {
+                self.pos += p.raw;
+                self.resumed += p.raw;
+                self.ff_run = p.ff_run;
+                p.out
             }
-            let clean = avail[..want].iter().position(|&b| b == FF).unwrap_or(want);
+            _ => {
+                if self.buf.len() < self.pos + n {
+                    return Err(Stop::Incomplete(self.pos + n));
+                }
+                Vec::with_capacity(n)
+            }
+        };
+        loop {
+            // After 16 FFs in a row: the stuffed FE, or the 17th FF of a resync run.
+            if self.ff_run == FF_STUFF_AFTER && self.pos > data_pos {
+                let offset = self.offset();
+                match self.buf.get(self.pos) {
+                    None => return Err(self.suspend(at, data_pos, out, self.pos + 1)),
+                    Some(&STUFFING) => {
+                        self.bump();
+                    }
+                    Some(&FF) => {
+                        self.bump();
+                        return Err(Stop::Resync(self.pos));
+                    }
+                    Some(&byte) => return Err(DecodeError::MissingStuffing { byte, offset }.into()),
+                }
+            }
+            let want = n - out.len();
+            if want == 0 {
+                return Ok(out);
+            }
+            let avail = &self.buf[self.pos..];
+            if avail.is_empty() {
+                return Err(self.suspend(at, data_pos, out, self.pos + want));
+            }
+            // Fast path: copy a stretch free of FF in one go.
+            let stretch = &avail[..want.min(avail.len())];
+            let clean = memchr::memchr(FF, stretch).unwrap_or(stretch.len());
             if clean > 0 {
-                out.extend_from_slice(&avail[..clean]);
+                out.extend_from_slice(&stretch[..clean]);
                 self.pos += clean;
                 self.ff_run = 0;
                 continue;
             }
-            let b = self.bump();
-            out.push(b);
-            if b == FF && self.ff_run == FF_STUFF_AFTER {
-                let offset = self.offset();
-                match self.peek()? {
-                    STUFFING => {
-                        self.bump();
-                    }
-                    FF => {
-                        self.bump();
-                        return Err(Stop::Resync(self.pos));
-                    }
-                    byte => return Err(DecodeError::MissingStuffing { byte, offset }.into()),
-                }
-            }
+            out.push(self.bump());
         }
-        Ok(out)
+    }
+
+    /// Keeps a string cut short by the end of the buffer, and says how many bytes the item needs at least.
+    fn suspend(&mut self, at: u64, data_pos: usize, out: Vec<u8>, need: usize) -> Stop {
+        self.partial = Some(PartialString { at, raw: self.pos - data_pos, out, ff_run: self.ff_run });
+        Stop::Incomplete(need)
     }
 }
 
@@ -454,6 +522,7 @@ impl StreamDecoder {
             pending: None,
             scratch: Vec::new(),
             need: 0,
+            partial: None,
         }
     }
 
@@ -507,6 +576,7 @@ impl StreamDecoder {
         self.ix.clear();
         self.pending = None;
         self.need = 0;
+        self.partial = None;
         self.state = SyncState::Synced;
     }
 
@@ -517,7 +587,7 @@ impl StreamDecoder {
     /// the next resync.
     #[inline]
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Update>, DecodeError> {
-        if self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
+        if fast::ENABLED && self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
             if let Some(ev) = self.fast_pair(buf) {
                 return Ok(Some(self.owned(ev)));
             }
@@ -529,7 +599,7 @@ impl StreamDecoder {
     /// [`DecodeError::Truncated`] (and dropped).
     #[inline]
     pub fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Update>, DecodeError> {
-        if self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
+        if fast::ENABLED && self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
             if let Some(ev) = self.fast_pair(buf) {
                 return Ok(Some(self.owned(ev)));
             }
@@ -541,7 +611,7 @@ impl StreamDecoder {
     /// no allocation or reference counting per value.
     #[inline]
     pub fn decode_ref(&mut self, buf: &mut BytesMut) -> Result<Option<UpdateRef<'_>>, DecodeError> {
-        if self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
+        if fast::ENABLED && self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
             if let Some(ev) = self.fast_pair(buf) {
                 return Ok(Some(self.view(ev)));
             }
@@ -555,7 +625,7 @@ impl StreamDecoder {
     /// Like [`StreamDecoder::decode_eof`], borrowing the update as [`StreamDecoder::decode_ref`] does.
     #[inline]
     pub fn decode_eof_ref(&mut self, buf: &mut BytesMut) -> Result<Option<UpdateRef<'_>>, DecodeError> {
-        if self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
+        if fast::ENABLED && self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
             if let Some(ev) = self.fast_pair(buf) {
                 return Ok(Some(self.view(ev)));
             }
@@ -618,25 +688,6 @@ impl StreamDecoder {
         UpdateRef::Value { token, name: &tok.name, index, value }
     }
 
-    /// The fast path for the commonest pair: a direct token delta and a direct value delta of a `u`
-    /// token (two bytes, no FF, no index op). Anything else goes the general way.
-    #[inline]
-    fn fast_pair(&mut self, buf: &mut BytesMut) -> Option<Event> {
-        let &[t, v] = buf.first_chunk::<2>()?;
-        if t > wire::DIRECT_MAX || v > wire::DIRECT_MAX {
-            return None;
-        }
-        let token = self.current.checked_add(u64::from(t))?;
-        let tok = self.tokens.get_mut(token)?;
-        let Last::Unsigned(last) = &mut tok.last else { return None };
-        *last = last.checked_add(u64::from(v))?;
-        self.current = token;
-        buf.advance(2);
-        self.consumed += 2;
-        self.ff_run = 0;
-        Some(Event::Value(token))
-    }
-
     fn step(&mut self, buf: &mut BytesMut) -> Result<Option<Event>, DecodeError> {
         if let Some(token) = self.pending.take() {
             return Ok(Some(Event::Value(token)));
@@ -658,7 +709,7 @@ impl StreamDecoder {
                     return Err(DecodeError::BrokenResync { byte: next, offset: self.consumed });
                 }
                 SyncState::Synced => {
-                    if self.need == 0 {
+                    if fast::ENABLED && self.need == 0 {
                         if let Some(ev) = self.fast_pair(buf) {
                             return Ok(Some(ev));
                         }
@@ -666,8 +717,14 @@ impl StreamDecoder {
                     if buf.is_empty() || buf.len() < self.need {
                         return Ok(None);
                     }
-                    let mut cur = Cursor { buf, pos: 0, base: self.consumed, ff_run: self.ff_run };
-                    match self.parse_item(&mut cur) {
+                    let partial = self.partial.take();
+                    let mut cur =
+                        Cursor { buf, pos: 0, base: self.consumed, ff_run: self.ff_run, partial, resumed: 0 };
+                    let parsed = self.parse_item(&mut cur);
+                    work::examined(cur.pos - cur.resumed);
+                    // Only an item still incomplete keeps its string's progress.
+                    self.partial = cur.partial.take().filter(|_| matches!(parsed, Err(Stop::Incomplete(_))));
+                    match parsed {
                         Ok(item) => {
                             let (used, run) = (cur.pos, cur.ff_run);
                             self.advance(buf, used);
@@ -730,7 +787,7 @@ impl StreamDecoder {
     ) -> Result<usize, DecodeError> {
         let mut count = 0;
         loop {
-            if self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
+            if fast::ENABLED && self.state == SyncState::Synced && self.pending.is_none() && self.need == 0 {
                 count += self.fast_run(buf, &mut f);
             }
             match self.step(buf)? {
@@ -741,41 +798,6 @@ impl StreamDecoder {
                 None => return Ok(count),
             }
         }
-    }
-
-    /// Decodes consecutive plain pairs (direct token delta, direct delta of a `u` token) in one go.
-    fn fast_run(&mut self, buf: &mut BytesMut, f: &mut impl FnMut(UpdateRef<'_>)) -> usize {
-        let bytes: &[u8] = buf;
-        let mut pos = 0;
-        let mut current = self.current;
-        while let Some(&[t, v]) = bytes.get(pos..pos + 2).and_then(|p| p.first_chunk::<2>()) {
-            if t > wire::DIRECT_MAX || v > wire::DIRECT_MAX {
-                break;
-            }
-            let Some(token) = current.checked_add(u64::from(t)) else { break };
-            let Some(tok) = self.tokens.get_mut(token) else { break };
-            let Last::Unsigned(last) = &mut tok.last else { break };
-            let Some(new) = last.checked_add(u64::from(v)) else { break };
-            *last = new;
-            current = token;
-            pos += 2;
-            let index: &[u64] = match tok.bound {
-                None => &self.ix,
-                Some(b) => {
-                    self.scratch.clear();
-                    self.scratch.push(b);
-                    self.scratch.extend(self.ix.iter().skip(1));
-                    &self.scratch
-                }
-            };
-            f(UpdateRef::Value { token, name: &tok.name, index, value: ValueRef::Unsigned(new) });
-        }
-        if pos > 0 {
-            self.current = current;
-            self.ff_run = 0;
-            self.advance(buf, pos);
-        }
-        pos / 2
     }
 
     /// Decodes every complete update in `input`, as if it were the whole stream (truncation is an
@@ -1050,6 +1072,54 @@ impl StreamDecoder {
             (Last::Text(last), NewValue::Restart(data)) => *last = data,
             // parse_pair reads values by the token's kind, so the kinds always agree.
             (Last::Unsigned(_), _) | (Last::Text(_), NewValue::Unsigned(_)) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Decodes `wire`, each string's last 4 KB trickled a byte per call; returns the updates and the work.
+    fn trickle(wire: &[u8], ends: &[usize]) -> (Vec<Update>, usize) {
+        work::EXAMINED.with(|c| c.set(0));
+        let mut dec = StreamDecoder::default();
+        let mut buf = BytesMut::new();
+        let mut out = Vec::new();
+        let mut start = 0;
+        for &end in ends {
+            let bulk = end.saturating_sub(4096).max(start);
+            for piece in std::iter::once(&wire[start..bulk]).chain(wire[bulk..end].chunks(1)) {
+                buf.extend_from_slice(piece);
+                while let Some(u) = dec.decode(&mut buf).unwrap() {
+                    out.push(u);
+                }
+            }
+            start = end;
+        }
+        (out, work::EXAMINED.with(|c| c.get()))
+    }
+
+    #[test]
+    fn longest_strings_of_ffs_trickled_in_are_decoded_once() {
+        // Three strings of 65,000 FF bytes (each 16 FFs carry a stuffed FE), and the same with `a`.
+        for fill in [0xff, b'a'] {
+            let mut enc = crate::StreamEncoder::default();
+            let mut wire = BytesMut::new();
+            let mut ends = Vec::new();
+            for i in 0..3 {
+                let text = vec![fill; 65_000];
+                enc.encode(&crate::Sample::new(format!("big.s{i}"), [], &text[..]), &mut wire).unwrap();
+                ends.push(wire.len());
+            }
+            let (whole, whole_work) = trickle(&wire, &[wire.len()]);
+            let (trickled, work) = trickle(&wire, &ends);
+            assert_eq!(trickled, whole);
+            eprintln!(
+                "figure: {fill:#04x} strings, last 4 KB a byte per call: {:.2}x the bytes walked in one call",
+                work as f64 / whole_work as f64
+            );
+            assert!(work <= 3 * whole_work, "{work} bytes walked against {whole_work}");
         }
     }
 }

@@ -1,12 +1,18 @@
 //! The sans-IO encoder: [`Sample`]s in, bytes out. The same input always gives the same bytes.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-use std::sync::Arc;
-
+#[allow(unused_imports)]
+use crate::prelude::*;
 use bytes::{BufMut, BytesMut};
 
-use crate::decoder::{TokenHasher, TokenMap};
+use crate::decoder::TokenMap;
+
+/// The encoder's names: a hash map with the token hasher, or an ordered map without `std`.
+#[cfg(feature = "std")]
+type NameMap<V> =
+    std::collections::HashMap<Arc<str>, V, core::hash::BuildHasherDefault<crate::decoder::TokenHasher>>;
+/// The encoder's names: a hash map with the token hasher, or an ordered map without `std`.
+#[cfg(not(feature = "std"))]
+type NameMap<V> = alloc::collections::BTreeMap<Arc<str>, V>;
 use crate::error::EncodeError;
 use crate::message::{Kind, Sample, Value};
 use crate::wire::{
@@ -73,7 +79,7 @@ struct NameEntry {
 pub struct StreamEncoder {
     config: EncoderConfig,
     /// Names are the caller's own, so a fast non-keyed hash is fine here.
-    names: HashMap<Arc<str>, NameEntry, BuildHasherDefault<TokenHasher>>,
+    names: NameMap<NameEntry>,
     tokens: usize,
     next_token: u64,
     current: u64,
@@ -92,7 +98,7 @@ impl StreamEncoder {
     pub fn new(config: EncoderConfig) -> Self {
         StreamEncoder {
             config,
-            names: HashMap::default(),
+            names: NameMap::default(),
             tokens: 0,
             next_token: 1,
             current: DEFINITION_TOKEN,

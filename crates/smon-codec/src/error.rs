@@ -1,6 +1,8 @@
 //! Typed errors. Every decode error names the absolute byte offset of the offending byte.
 
 use crate::message::Kind;
+#[allow(unused_imports)]
+use crate::prelude::*;
 
 /// Why a stream could not be decoded. `offset` is the position of the offending byte counted from the
 /// first byte the decoder was given.
@@ -145,6 +147,7 @@ pub enum DecodeError {
     },
     /// Reading the input failed.
     #[error("read failed: {0}")]
+    #[cfg(feature = "std")]
     Io(#[from] std::io::Error),
 }
 
@@ -170,6 +173,7 @@ impl DecodeError {
             | BrokenResync { offset, .. }
             | OutOfRange { offset }
             | Truncated { offset, .. } => Some(*offset),
+            #[cfg(feature = "std")]
             Io(_) => None,
         }
     }
@@ -227,5 +231,6 @@ pub enum EncodeError {
     },
     /// Writing the output failed.
     #[error("write failed: {0}")]
+    #[cfg(feature = "std")]
     Io(#[from] std::io::Error),
 }

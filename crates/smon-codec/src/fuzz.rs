@@ -1,6 +1,8 @@
 //! The bodies of the fuzz targets `smon_decode` and `smon_roundtrip`, also replayed over the seed
 //! corpora by `tests/fuzz_corpus.rs` on stable.
 
+#[allow(unused_imports)]
+use crate::prelude::*;
 use bytes::BytesMut;
 
 use crate::{DecoderConfig, EncoderConfig, Sample, StreamDecoder, StreamEncoder, Update, Value};
@@ -135,7 +137,7 @@ impl Gen<'_> {
             let b = self.byte().unwrap_or(0);
             let n = usize::from(self.byte().unwrap_or(0) % 48);
             let fill = if b < 0x60 { 0xFF } else { b };
-            s.extend(std::iter::repeat_n(fill, n));
+            s.extend(core::iter::repeat_n(fill, n));
         }
         s
     }

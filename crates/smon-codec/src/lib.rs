@@ -99,26 +99,61 @@
 //!
 //! Bounds ([`Limits`]) on string length, token count and index depth are checked before allocating.
 
-#![warn(missing_docs)]
+//!
+//! ## Features
+//!
+//! | feature | what it adds | needs |
+//! |---|---|---|
+//! | `std` (default) | `std::error::Error`, I/O errors; without it the crate is `#![no_std]` with `alloc` | |
+//! | `codec` | [`SmonCodec`], the tokio-util `Decoder`/`Encoder` (a decode error is an item: a `FramedRead` goes on) | tokio-util |
+//! | `client` (default) | [`UpdateReader`], which also follows a file as it grows; implies `codec` | tokio |
+//! | `serde` | `Serialize`/`Deserialize` on [`Update`], [`Sample`] and [`Value`] | serde |
+//!
+//! With `default-features = false` the crate is the sans-IO core on `bytes`, `memchr` and `thiserror`
+//! alone, and builds without `std`.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
 
+extern crate alloc;
+
+#[cfg(feature = "codec")]
 mod codec;
 mod decoder;
 mod encoder;
 mod error;
 mod message;
+#[cfg(feature = "client")]
 mod reader;
+/// The wire format's constants (number prefixes, index ops, resync, limits), one source of truth for the
+/// codec, the sim and the tests.
 pub mod wire;
+
+/// What every module uses from `alloc` (the std prelude has it; `no_std` does not).
+mod prelude {
+    pub(crate) use alloc::boxed::Box;
+    pub(crate) use alloc::string::{String, ToString};
+    pub(crate) use alloc::sync::Arc;
+    pub(crate) use alloc::vec::Vec;
+}
 
 /// The buffer types of this crate's API, re-exported for convenience.
 pub use bytes::{Bytes, BytesMut};
+#[cfg(feature = "codec")]
 pub use codec::SmonCodec;
 pub use decoder::{DecoderConfig, StreamDecoder, SyncState, TokenInfo, UpdateRef, ValueRef};
 pub use encoder::{EncoderConfig, StreamEncoder};
 pub use error::{DecodeError, EncodeError};
 pub use message::{Kind, Sample, Update, Value};
+#[cfg(feature = "client")]
 pub use reader::{UpdateReader, READ_CHUNK};
 pub use wire::{Limits, BYTE_ORDER, RESYNC};
 
 /// Fuzz-target bodies, shared by `fuzz/` and the corpus replay test. Not a stable API.
 #[doc(hidden)]
 pub mod fuzz;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

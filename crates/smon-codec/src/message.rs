@@ -1,13 +1,15 @@
 //! The typed things a stream carries: what the decoder yields and what the encoder takes.
 
-use std::fmt;
-use std::sync::Arc;
+#[allow(unused_imports)]
+use crate::prelude::*;
+use core::fmt;
 
 use bytes::Bytes;
 
 use crate::wire::{TYPE_STRING, TYPE_UNSIGNED};
 
 /// The data type of a token, the first byte of its definition string (A8).
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// `u`: an unsigned 64-bit number, sent as deltas.
@@ -46,6 +48,7 @@ impl fmt::Display for Kind {
 
 /// A value: an unsigned number or a byte string (strings are bytes; show them with
 /// [`String::from_utf8_lossy`]).
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Value {
     /// A `u` token's value.
@@ -92,6 +95,7 @@ impl fmt::Display for Value {
 }
 
 /// What the decoder yields.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Update {
     /// A token was defined (by a token-0 definition string, A8, or as an indexed copy, A13).
@@ -122,6 +126,7 @@ pub enum Update {
 }
 
 /// One sample for the encoder: a name, an index vector (empty for none) and a value.
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Sample {
     /// The dotted name, such as `linux.cpu.idle` (at least 3 bytes).

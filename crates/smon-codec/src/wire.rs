@@ -2,6 +2,8 @@
 //!
 //! Every other module takes its facts from here (one source of truth per fact).
 
+#[allow(unused_imports)]
+use crate::prelude::*;
 use bytes::{BufMut, BytesMut};
 
 /// The order of multi-byte payloads (A4).

@@ -29,7 +29,7 @@ async fn framed_write_then_framed_read_round_trip() {
     }
     assert!(wire.starts_with(&RESYNC));
     let updates: Vec<Update> =
-        FramedRead::new(&wire[..], SmonCodec::default()).map(|u| u.unwrap()).collect().await;
+        FramedRead::new(&wire[..], SmonCodec::default()).map(|u| u.unwrap().unwrap()).collect().await;
     assert_eq!(updates[0], Update::Resync);
     let back: Vec<Sample> = updates.into_iter().filter_map(Update::into_sample).collect();
     assert_eq!(back, samples());
@@ -39,8 +39,25 @@ async fn framed_write_then_framed_read_round_trip() {
 async fn framed_read_reports_truncation_at_eof() {
     let wire = b"\x00\x04ua.b\x01".to_vec();
     let mut frames = FramedRead::new(&wire[..], SmonCodec::default());
-    let err = frames.next().await.unwrap().unwrap_err();
+    let err = frames.next().await.unwrap().unwrap().unwrap_err();
     assert!(matches!(err, DecodeError::Truncated { offset: 0, pending: 7 }), "{err:?}");
+}
+
+#[tokio::test]
+async fn framed_read_goes_on_after_a_decode_error_at_the_next_resync() {
+    // A bad item (an unknown type byte in a definition), then a resync and a good value.
+    let mut wire = b"\x00\x04xa.b\x01\x05".to_vec();
+    wire.extend_from_slice(&RESYNC);
+    wire.extend_from_slice(b"\x00\x04ua.b\x01\x07");
+    let items: Vec<_> = FramedRead::new(&wire[..], SmonCodec::default()).collect().await;
+    let items: Vec<Result<Update, DecodeError>> =
+        items.into_iter().map(|i| i.expect("no I/O error")).collect();
+    assert!(matches!(items[0], Err(DecodeError::UnknownType { type_byte: b'x', .. })), "{items:?}");
+    assert!(matches!(items[1], Ok(Update::Resync)), "{items:?}");
+    assert!(
+        matches!(&items[3], Ok(Update::Value { value, .. }) if *value == smon_codec::Value::Unsigned(7)),
+        "{items:?}"
+    );
 }
 
 #[tokio::test]
