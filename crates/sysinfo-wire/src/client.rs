@@ -127,7 +127,8 @@ pub enum ClientError {
 }
 
 /// A complete answer to one command.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Response {
     /// The command sent.
     pub command: SysinfoCommand,

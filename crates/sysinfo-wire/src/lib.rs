@@ -17,10 +17,11 @@
 //! ```
 //!
 //! * [`wire`]: the `rvos-wire` subset (integers, bool, `Option`, strings, bytes) with its errors.
-//! * [`message`]: [`SysinfoCommand`], [`BootRequest`], [`BootResponse`], [`NewConnection`], [`Message`].
-//! * [`reassembly`]: [`chunk_text`] (the service side) and [`Reassembler`] (the client side).
+//! * Messages: [`SysinfoCommand`], [`BootRequest`], [`BootResponse`], [`NewConnection`], [`Message`].
+//! * Reassembly: [`chunk_text`] (the service side) and [`Reassembler`] (the client side).
 //! * [`report`]: a parser and an exact formatter for every command's text.
-//! * [`transport`] and [`client`]: the host stand-in for rvOS channels, and an async [`Client`].
+//! * The host transport ([`Frame`], [`HostCodec`]), the stand-in for rvOS channels, and an async `Client`
+//!   (feature `client`).
 //!
 //! Sans-IO, from the command bytes to a parsed report:
 //!
@@ -57,17 +58,45 @@
 //! # Ok(()) }
 //! ```
 
-#![warn(missing_docs)]
+//!
+//! ## Features
+//!
+//! | feature | what it adds | needs |
+//! |---|---|---|
+//! | `std` (default) | `std::error::Error` and I/O errors; without it the crate is `#![no_std]` with `alloc`, as rvOS programs are | |
+//! | `codec` | the tokio-util `Decoder`/`Encoder` of [`HostCodec`] | tokio-util |
+//! | `client` (default) | `Client` over TCP or a Unix socket; implies `codec` | tokio, futures, tracing |
+//! | `serde` | `Serialize` on the messages and every report (what `telemon sysinfo --json` prints) | serde |
+//!
+//! With `default-features = false` the crate is the sans-IO core (wire, messages, reassembly, reports) on
+//! `bytes`, `memchr` and `thiserror` alone, and builds without `std`.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
 
-pub mod client;
-pub mod message;
-pub mod reassembly;
+extern crate alloc;
+
+#[cfg(feature = "client")]
+mod client;
+mod message;
+mod reassembly;
 pub mod report;
-pub mod transport;
+mod transport;
 pub mod wire;
 
+/// What every module uses from `alloc` (the std prelude has it; `no_std` does not).
+mod prelude {
+    pub(crate) use alloc::borrow::ToOwned;
+    pub(crate) use alloc::boxed::Box;
+    pub(crate) use alloc::format;
+    pub(crate) use alloc::string::{String, ToString};
+    pub(crate) use alloc::vec::Vec;
+}
+
+#[cfg(feature = "client")]
 pub use client::{
     Client, ClientConfig, ClientError, Endpoint, Response, DEFAULT_ADDR, DEFAULT_REQUEST_TIMEOUT,
+    MAX_QUEUE_DEPTH,
 };
 pub use message::{
     BootRequest, BootResponse, ChannelId, Message, NewConnection, SysinfoCommand, BOOT_ERRORS, MAX_CAPS,
@@ -75,11 +104,16 @@ pub use message::{
 };
 pub use reassembly::{chunk_text, End, Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
 pub use report::Report;
-pub use transport::{Frame, HostCodec, TransportError};
+pub use transport::{
+    decode_frame, encode_frame, Frame, HostCodec, TransportError, KIND_CLOSE, KIND_MESSAGE, MAX_FRAME_SIZE,
+};
 pub use wire::{WireError, MAX_MSG_SIZE};
 
 /// Names for commands on command lines: `ps memstat trace trace-clear kstat channels schedlat ipclat watchdog`.
-impl std::str::FromStr for SysinfoCommand {
+#[allow(unused_imports)]
+use prelude::*;
+
+impl core::str::FromStr for SysinfoCommand {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, String> {
@@ -120,79 +154,10 @@ impl SysinfoCommand {
     }
 }
 
-/// Property checks shared by the fuzz targets and the corpus-replay tests.
 #[doc(hidden)]
-pub mod fuzz {
-    use bytes::BytesMut;
+pub mod fuzz;
 
-    use crate::message::{BootRequest, BootResponse, NewConnection, SysinfoCommand};
-    use crate::reassembly::Reassembler;
-    use crate::report::Report;
-    use crate::transport::{decode_frame, encode_frame, Frame};
-    use crate::wire::{from_bytes, to_bytes, Wire};
-
-    fn reencodes<T: Wire + PartialEq + std::fmt::Debug>(data: &[u8]) {
-        if let Ok(v) = from_bytes::<T>(data) {
-            let bytes = to_bytes(&v).expect("a decoded value re-encodes");
-            assert_eq!(from_bytes::<T>(&bytes).expect("and decodes again"), v);
-            assert!(data.starts_with(&bytes), "decoding read a prefix: the encoding is that prefix");
-        }
-    }
-
-    /// Wire values and host frames: decoding never panics; what decodes re-encodes and re-decodes equal.
-    pub fn wire(data: &[u8]) {
-        // Wire values travel in one message's data, at most MAX_MSG_SIZE bytes.
-        let payload = &data[..data.len().min(crate::MAX_MSG_SIZE)];
-        reencodes::<SysinfoCommand>(payload);
-        reencodes::<BootRequest>(payload);
-        reencodes::<BootResponse>(payload);
-        reencodes::<NewConnection>(payload);
-        reencodes::<Option<u32>>(payload);
-        reencodes::<String>(payload);
-
-        let mut src = BytesMut::from(data);
-        let mut frames: Vec<Frame> = Vec::new();
-        while let Ok(Some(f)) = decode_frame(&mut src) {
-            frames.push(f);
-        }
-        let mut again = BytesMut::new();
-        for f in &frames {
-            encode_frame(f, &mut again);
-        }
-        // The same frames fed one byte at a time decode identically.
-        let mut split = BytesMut::new();
-        let mut decoded = Vec::new();
-        for b in again.iter() {
-            split.extend_from_slice(&[*b]);
-            while let Some(f) = decode_frame(&mut split).expect("re-encoded frames are valid") {
-                decoded.push(f);
-            }
-        }
-        assert_eq!(decoded, frames);
-    }
-
-    /// Report text: chunked anywhere, reassembled and parsed as every command, never panics; a report with no
-    /// unknown lines renders to text that parses back to the same report.
-    pub fn reports(data: &[u8]) {
-        let (cut, body) = match data.split_first() {
-            Some((&c, rest)) => (usize::from(c).max(1), rest),
-            None => (1, data),
-        };
-        let mut r = Reassembler::new(1 << 20);
-        for chunk in body.chunks(cut) {
-            if r.push(chunk).is_err() {
-                return;
-            }
-        }
-        r.close();
-        let reply = r.finish();
-        assert_eq!(reply.text.as_bytes() == body, !reply.lossy);
-        for command in SysinfoCommand::ALL {
-            let report = Report::parse(command, &reply.text);
-            let rendered = report.render();
-            if report.unknown_lines().is_empty() {
-                assert_eq!(Report::parse(command, &rendered), report, "{rendered:?}");
-            }
-        }
-    }
-}
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

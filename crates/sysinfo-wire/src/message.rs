@@ -1,5 +1,7 @@
 //! The typed messages: sysinfo commands, the boot channel's requests and replies, and rvOS's `Message`.
 
+#[allow(unused_imports)]
+use crate::prelude::*;
 use crate::wire::{Reader, Wire, WireBytes, WireError, Writer, MAX_MSG_SIZE};
 
 /// At most this many capabilities travel in one message (`MAX_CAPS`).
@@ -12,7 +14,8 @@ pub const SYSINFO_SERVICE: &str = "sysinfo";
 pub const UNKNOWN_COMMAND_TEXT: &str = "Unknown command\n";
 
 /// One command to the sysinfo service (`rvos_proto::sysinfo::SysinfoCommand`): a one-byte tag, no fields.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum SysinfoCommand {
     /// The process table.
@@ -70,7 +73,8 @@ impl Wire for SysinfoCommand {
 }
 
 /// A request on the boot channel, handle 0 (`rvos_proto::boot::BootRequest`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BootRequest {
     /// Tag 0: connect to a named service; the reply carries a new channel in `caps[0]`.
     ConnectService {
@@ -125,7 +129,8 @@ impl Wire for BootRequest {
 }
 
 /// A reply on the boot channel (`rvos_proto::boot::BootResponse`).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BootResponse {
     /// Tag 0: success; for `ConnectService` the new channel travels in `caps[0]`.
     Ok,
@@ -141,9 +146,18 @@ pub enum BootResponse {
     },
 }
 
-/// The messages init's `BootResponse::Error` carries.
-pub const BOOT_ERRORS: [&str; 5] =
-    ["unknown service", "service not ready", "no channels", "bad request", "use stdin/stdout"];
+/// The messages init's `BootResponse::Error` carries. The last two come from init's console paths (a program
+/// that asks for its console before the console server registered, or when it has none), not from the
+/// protocol text.
+pub const BOOT_ERRORS: [&str; 7] = [
+    "unknown service",
+    "service not ready",
+    "no channels",
+    "bad request",
+    "use stdin/stdout",
+    "console not ready",
+    "no console",
+];
 
 impl Wire for BootResponse {
     fn encode(&self, w: &mut Writer) -> Result<(), WireError> {
@@ -170,7 +184,8 @@ impl Wire for BootResponse {
 }
 
 /// What init sends a service's control endpoint with the server end of a new client channel in `caps[0]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NewConnection {
     /// The client's pid.
     pub client_pid: u32,
@@ -189,7 +204,8 @@ impl Wire for NewConnection {
 }
 
 /// A channel handle on the host transport (rvOS's handle numbers). Handle 0 is the boot channel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ChannelId(pub u32);
 
 impl ChannelId {
@@ -197,8 +213,8 @@ impl ChannelId {
     pub const BOOT: ChannelId = ChannelId(0);
 }
 
-impl std::fmt::Display for ChannelId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl core::fmt::Display for ChannelId {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         write!(f, "#{}", self.0)
     }
 }

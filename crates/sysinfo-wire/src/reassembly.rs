@@ -4,6 +4,8 @@
 //! zero-length sentinel. Chunk boundaries are byte offsets, so a line or a UTF-8 sequence may be split; the
 //! reassembler therefore concatenates bytes and converts to text only at the end.
 
+#[allow(unused_imports)]
+use crate::prelude::*;
 use crate::wire::MAX_MSG_SIZE;
 
 /// The default cap on a reassembled reply: 4 MiB, far above a full 16384-entry trace ring (~1 MiB at most).
@@ -11,13 +13,14 @@ pub const DEFAULT_MAX_RESPONSE: usize = 4 * 1024 * 1024;
 
 /// Splits `text` into the chunks the service sends, without the sentinel: every chunk but the last is
 /// exactly [`MAX_MSG_SIZE`] bytes; empty text gives no chunk at all.
-pub fn chunk_text(text: &[u8]) -> std::slice::Chunks<'_, u8> {
+pub fn chunk_text(text: &[u8]) -> core::slice::Chunks<'_, u8> {
     text.chunks(MAX_MSG_SIZE)
 }
 
 /// Why a reply ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", serde(rename_all = "snake_case"))]
 pub enum End {
     /// The zero-length sentinel arrived.
     Sentinel,
@@ -51,7 +54,8 @@ pub enum ReassemblyError {
 }
 
 /// A complete reply.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reply {
     /// The text (invalid UTF-8, which the kernel never sends, is replaced by U+FFFD).
     pub text: String,

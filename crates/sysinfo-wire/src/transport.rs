@@ -24,6 +24,8 @@
 //!   Closing the stream closes every channel on it.
 //! * The server stamps `sender_pid` with the real sender's pid; the client's value is ignored.
 
+#[allow(unused_imports)]
+use crate::prelude::*;
 use bytes::{Buf, BufMut, BytesMut};
 
 use crate::message::{ChannelId, Message, MAX_CAPS};
@@ -96,6 +98,7 @@ pub enum TransportError {
         buffered: usize,
     },
     /// The socket failed.
+    #[cfg(feature = "std")]
     #[error("transport I/O: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -123,10 +126,27 @@ pub fn encode_frame(frame: &Frame, dst: &mut BytesMut) {
     }
 }
 
+/// Counts the work of [`decode_frame`] (calls, and bytes copied out), in this crate's unit tests only.
+mod work {
+    #[cfg(test)]
+    thread_local! {
+        pub(super) static EXAMINED: core::cell::Cell<usize> = const { core::cell::Cell::new(0) };
+    }
+
+    #[inline(always)]
+    pub(super) fn examined(_work: usize) {
+        #[cfg(test)]
+        EXAMINED.with(|c| c.set(c.get() + _work));
+    }
+}
+
 /// Decodes one frame from the front of `src`: `Ok(None)` means more bytes are needed.
 ///
 /// Limits are checked as soon as their header field has arrived, before anything is buffered for the body.
 pub fn decode_frame(src: &mut BytesMut) -> Result<Option<Frame>, TransportError> {
+    // A call reads at most the fixed header positions (no scan), and copies a frame once it is whole: a frame
+    // trickling in costs a constant per read.
+    work::examined(1);
     let Some(&kind) = src.first() else { return Ok(None) };
     if kind != KIND_MESSAGE && kind != KIND_CLOSE {
         return Err(TransportError::UnknownKind(kind));
@@ -157,6 +177,7 @@ pub fn decode_frame(src: &mut BytesMut) -> Result<Option<Frame>, TransportError>
         src.reserve(total - src.len());
         return Ok(None);
     }
+    work::examined(total);
     let mut frame = src.split_to(total);
     frame.advance(5);
     let sender_pid = frame.get_u64_le();
@@ -170,10 +191,11 @@ pub fn decode_frame(src: &mut BytesMut) -> Result<Option<Frame>, TransportError>
     Ok(Some(Frame::Message { channel: ChannelId(channel), message }))
 }
 
-/// The [`tokio_util::codec`] face of [`encode_frame`] / [`decode_frame`].
+/// The `tokio_util::codec` face of [`encode_frame`] / [`decode_frame`] (feature `codec`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostCodec;
 
+#[cfg(feature = "codec")]
 impl tokio_util::codec::Decoder for HostCodec {
     type Item = Frame;
     type Error = TransportError;
@@ -191,6 +213,7 @@ impl tokio_util::codec::Decoder for HostCodec {
     }
 }
 
+#[cfg(feature = "codec")]
 impl tokio_util::codec::Encoder<Frame> for HostCodec {
     type Error = TransportError;
 
@@ -200,6 +223,7 @@ impl tokio_util::codec::Encoder<Frame> for HostCodec {
     }
 }
 
+#[cfg(feature = "codec")]
 impl tokio_util::codec::Encoder<&Frame> for HostCodec {
     type Error = TransportError;
 
@@ -212,6 +236,41 @@ impl tokio_util::codec::Encoder<&Frame> for HostCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Decodes a whole reply's frames fed `step` bytes at a time into a reassembler; returns the text and work.
+    fn trickle(wire: &[u8], step: usize) -> (String, usize) {
+        work::EXAMINED.with(|c| c.set(0));
+        let mut buf = BytesMut::new();
+        let mut reply = crate::Reassembler::default();
+        for piece in wire.chunks(step) {
+            buf.extend_from_slice(piece);
+            while let Some(Frame::Message { message, .. }) = decode_frame(&mut buf).unwrap() {
+                reply.push(message.data()).unwrap();
+            }
+        }
+        (reply.finish().text, work::EXAMINED.with(|c| c.get()))
+    }
+
+    #[test]
+    fn a_largest_reply_trickled_a_byte_per_read_costs_a_small_constant_times_the_whole() {
+        // A 4 MiB reply (the default cap) in 1024-byte chunks and the sentinel, as the service sends it.
+        let text = "0123456789abcdef".repeat(crate::DEFAULT_MAX_RESPONSE / 16);
+        let mut wire = BytesMut::new();
+        for chunk in crate::chunk_text(text.as_bytes()).map(|c| c.to_vec()).chain([Vec::new()]) {
+            let message = Message::with_data(chunk).unwrap();
+            encode_frame(&Frame::Message { channel: ChannelId(1), message }, &mut wire);
+        }
+        let (whole, whole_work) = trickle(&wire, wire.len());
+        let (trickled, work) = trickle(&wire, 1);
+        assert_eq!(whole, text);
+        assert_eq!(trickled, text);
+        eprintln!(
+            "figure: {} bytes a byte per read: {:.2}x the work of one read",
+            wire.len(),
+            work as f64 / whole_work as f64
+        );
+        assert!(work <= 3 * whole_work, "{work} against {whole_work}");
+    }
 
     #[test]
     fn limits_are_checked_on_the_header() {

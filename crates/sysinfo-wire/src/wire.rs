@@ -6,6 +6,8 @@
 //! varints, no padding and no framing: [`from_bytes`] ignores bytes after a complete value, exactly as
 //! `rvos_wire::from_bytes` does.
 
+#[allow(unused_imports)]
+use crate::prelude::*;
 /// The largest data payload of one rvOS message, and so of one encoded value (`MAX_MSG_SIZE`).
 pub const MAX_MSG_SIZE: usize = 1024;
 
@@ -136,7 +138,7 @@ impl<'a> Reader<'a> {
     /// Takes a `u16` length and that many bytes of UTF-8.
     pub fn take_str(&mut self) -> Result<&'a str, WireError> {
         let bytes = self.take_len_prefixed()?;
-        std::str::from_utf8(bytes).map_err(|_| WireError::InvalidUtf8 { offset: self.pos - bytes.len() })
+        core::str::from_utf8(bytes).map_err(|_| WireError::InvalidUtf8 { offset: self.pos - bytes.len() })
     }
 }
 
@@ -167,7 +169,7 @@ macro_rules! wire_int {
                 w.put(&self.to_le_bytes())
             }
             fn decode(r: &mut Reader<'_>) -> Result<Self, WireError> {
-                let bytes = r.take(std::mem::size_of::<$t>())?;
+                let bytes = r.take(core::mem::size_of::<$t>())?;
                 Ok(<$t>::from_le_bytes(bytes.try_into().expect("take returned the asked length")))
             }
         }
@@ -237,7 +239,8 @@ impl Wire for String {
 }
 
 /// A byte slice on the wire (`&[u8]` in rvos-wire): a `u16` length then the bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct WireBytes(pub Vec<u8>);
 
 impl Wire for WireBytes {

@@ -141,7 +141,7 @@ fn memstat_tag_row_and_heap_line() {
             used_percent: 7,
             free_kib: 3784,
         }),
-        tags: vec![HeapTag { tag: "IPC_".into(), current_kib: 128, peak_kib: 256, allocs: 23 }],
+        tags: vec![HeapTag { tag: "IPC_".into(), current_kib: 128, peak_kib: 256, live_allocations: 23 }],
         processes: vec![],
         unknown: vec![],
     };
@@ -309,8 +309,10 @@ fn unknown_command_text_and_kept_unknown_lines() {
 }
 
 #[test]
-fn spec_ps_example_parses_despite_its_extra_space() {
-    // The spec's idle row has 18 spaces before the name where the kernel prints 17; both parse.
+fn spec_ps_example_parses_and_its_extra_space_is_kept_in_the_names() {
+    // The spec's rows have one space more before the name than the kernel prints. A name may start with a
+    // space (rvOS names a process after the last `/` of its path: `/bin/ lead` runs as ` lead`), so the
+    // extra space is read as the name's, and the report prints back exactly as it came.
     let text = "  PID  STATE     CPU1s  CPU1m  MEM     BLOCKED ON     NAME\n  ---  --------  -----  -----  ------  \
                 -------------  ----------------\n    0  Ready      0.0%   0.0%     0K                  idle\n    1  \
                 Running   12.3%   8.5%   144K                  init\n    2  Blocked    0.0%   0.1%    16K  recv(ep 4)      \
@@ -320,6 +322,31 @@ fn spec_ps_example_parses_despite_its_extra_space() {
     assert_eq!(ps.processes.len(), 3);
     assert_eq!(ps.processes[1].cpu_1s.fraction(), 0.123);
     assert_eq!(ps.processes[2].blocked_on, BlockedOn::Recv { ep: 4 });
-    assert_eq!(ps.processes[0].name, "idle");
-    assert_eq!(ps.processes[2].name, "serial-con");
+    assert_eq!(ps.processes[0].name, " idle");
+    assert_eq!(ps.processes[2].name, " serial-con");
+    assert_eq!(ps.render(), text);
+}
+
+#[test]
+fn a_process_name_starting_with_a_space_keeps_it() {
+    let row = "    7  Running    0.5%  10.0%    16K                  lead\n";
+    let text = format!("  PID  STATE     CPU1s  CPU1m  MEM     BLOCKED ON     NAME\n  ---  --------  -----  -----  ------  -------------  ----------------\n{row}");
+    let ps = Ps::parse(&text);
+    assert_eq!(ps.processes[0].name, " lead");
+    assert_eq!(ps.render(), text, "the row prints back as the kernel printed it");
+}
+
+#[test]
+fn trace_labels_keep_a_trailing_cr_and_a_split_label_prints_back_in_place() {
+    use sysinfo_wire::report::Trace;
+    // A label may hold any bytes: one ends in `\r`, one holds a `\n` (the kernel's text is then ambiguous:
+    // the rest of that label reads as a line of its own, kept where it was).
+    let text = "10: pid 1 hit cr\r\n20: pid 2 hit split\nrest of it\n30: pid 3 hit last\n";
+    let trace = Trace::parse(text);
+    assert_eq!(trace.entries.len(), 3);
+    assert_eq!(&*trace.entries[0].label, "cr\r");
+    assert_eq!(&*trace.entries[1].label, "split");
+    assert_eq!(trace.unknown.len(), 1);
+    assert_eq!((trace.unknown[0].line, trace.unknown[0].text.as_str()), (3, "rest of it"));
+    assert_eq!(trace.render(), text, "every line prints back in its place");
 }

@@ -8,12 +8,12 @@ use sysinfo_wire::report::{
     Heartbeat, Histogram, Kstat, Memstat, ProcState, ProcessMemory, Ps, PsRow, Trace, TraceEntry, Watchdog,
     HEAP_TAGS, HIST_BUCKETS, IPC_LATENCY_TITLE, KSTAT_COUNTERS, SCHED_LATENCY_TITLE,
 };
-use sysinfo_wire::transport::{decode_frame, encode_frame};
 use sysinfo_wire::wire::{from_bytes, to_bytes, WireBytes};
 use sysinfo_wire::{
     chunk_text, BootRequest, BootResponse, ChannelId, End, Frame, Message, NewConnection, Reassembler,
     Report, SysinfoCommand,
 };
+use sysinfo_wire::{decode_frame, encode_frame};
 
 fn command() -> impl Strategy<Value = SysinfoCommand> {
     (0u8..9).prop_map(|t| SysinfoCommand::from_tag(t).unwrap())
@@ -112,7 +112,7 @@ fn memstat() -> impl Strategy<Value = Memstat> {
             |(t, u, p, f)| HeapSummary { total_kib: t, used_kib: u, used_percent: p, free_kib: f },
         ));
     let tag = (0..HEAP_TAGS.len(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(i, c, p, a)| {
-        HeapTag { tag: HEAP_TAGS[i].to_owned(), current_kib: c, peak_kib: p, allocs: a }
+        HeapTag { tag: HEAP_TAGS[i].to_owned(), current_kib: c, peak_kib: p, live_allocations: a }
     });
     let process = (any::<u64>(), name(), any::<u64>()).prop_map(|(pid, name, mem_kib)| ProcessMemory {
         pid,

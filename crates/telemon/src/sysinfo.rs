@@ -34,51 +34,23 @@ pub struct Args {
     /// The longest one request may take.
     #[arg(long, global = true, default_value = "10s", value_parser = output::parse_duration)]
     timeout: Duration,
-    #[command(subcommand)]
-    what: What,
-}
-
-#[derive(Debug, clap::Subcommand)]
-enum What {
-    /// The process table.
-    Ps,
-    /// Kernel heap tags and per-process memory.
-    Memstat,
-    /// The kernel trace ring, oldest first.
-    Trace,
-    /// Clear the trace ring.
-    TraceClear,
-    /// The 18 kernel counters.
-    Kstat,
-    /// Per-channel statistics.
-    Channels,
-    /// The scheduler run-queue latency histogram.
-    Schedlat,
-    /// The IPC delivery latency histogram.
-    Ipclat,
-    /// The watchdog's status.
-    Watchdog,
-    /// Parse a saved report from stdin (KIND: ps, memstat, trace, trace-clear, kstat, channels, schedlat,
-    /// ipclat, watchdog).
-    Parse {
-        /// Which command's text it is.
-        kind: SysinfoCommand,
-    },
+    /// The report (ps, memstat, trace, trace-clear, kstat, channels, schedlat, ipclat, watchdog), or `parse`
+    /// to parse a saved report from stdin.
+    #[arg(value_name = "REPORT|parse")]
+    what: String,
+    /// With `parse`: which report's text it is.
+    #[arg(value_name = "KIND")]
+    kind: Option<SysinfoCommand>,
 }
 
 /// Runs the subcommand.
 pub async fn run(args: Args) -> CliResult {
-    let command = match args.what {
-        What::Ps => SysinfoCommand::Ps,
-        What::Memstat => SysinfoCommand::Memstat,
-        What::Trace => SysinfoCommand::Trace,
-        What::TraceClear => SysinfoCommand::TraceClear,
-        What::Kstat => SysinfoCommand::Kstat,
-        What::Channels => SysinfoCommand::Channels,
-        What::Schedlat => SysinfoCommand::SchedLatency,
-        What::Ipclat => SysinfoCommand::IpcLatency,
-        What::Watchdog => SysinfoCommand::Watchdog,
-        What::Parse { kind } => return parse(kind, args.output.json),
+    // The report names are the crate's own (`SysinfoCommand: FromStr`), not a list of our own.
+    let command = match (args.what.as_str(), args.kind) {
+        ("parse", Some(kind)) => return parse(kind, args.output.json),
+        ("parse", None) => return Err(CliError::Usage("parse needs the KIND of report on stdin".into())),
+        (what, None) => what.parse::<SysinfoCommand>().map_err(CliError::Usage)?,
+        (what, Some(_)) => return Err(CliError::Usage(format!("{what} takes no further argument"))),
     };
     if args.output.count.is_some() && args.watch.is_none() {
         return Err(CliError::Usage("--count only applies with --watch".into()));

@@ -47,7 +47,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use futures::StreamExt;
 use sim_common::{Accept, ClientWriter, Shutdown};
-use sysinfo_wire::transport::encode_frame;
+use sysinfo_wire::encode_frame;
 use sysinfo_wire::{
     chunk_text, BootRequest, BootResponse, ChannelId, Frame, HostCodec, Message, NewConnection,
     SysinfoCommand, TransportError, SYSINFO_SERVICE, UNKNOWN_COMMAND_TEXT,

@@ -119,7 +119,8 @@ struct Chan {
 struct TagStat {
     current: u64,
     peak: u64,
-    allocs: u64,
+    /// Live allocations: up on each allocation, down on each free, as the kernel counts them.
+    live: u64,
 }
 
 /// One trace ring entry, label inline (no allocation), so the ring is copied cheaply under the system lock.
@@ -280,7 +281,7 @@ impl System {
         for (i, tag) in sys.tags.iter_mut().enumerate().take(4) {
             tag.current = (32 + 16 * i as u64) * 1024;
             tag.peak = tag.current;
-            tag.allocs = 2 + i as u64 * 5;
+            tag.live = 2 + i as u64 * 5;
         }
         let prefill = sys.config.trace_prefill.min(sys.config.trace_capacity) as u64;
         for k in 0..prefill {
@@ -390,9 +391,10 @@ impl System {
         let t = &mut self.tags[tag];
         if bytes > 0 {
             t.current += bytes;
-            t.allocs += 1;
+            t.live += 1;
         } else {
             t.current = t.current.saturating_sub(1024);
+            t.live = t.live.saturating_sub(1);
         }
         t.peak = t.peak.max(t.current);
     }
@@ -550,11 +552,12 @@ impl System {
             let bytes = 256 + self.rng.below(8192);
             let t = &mut self.tags[tag];
             t.current = (t.current + bytes).min(HEAP_SIZE / 16);
-            t.allocs += 1;
+            t.live += 1;
             t.peak = t.peak.max(t.current);
         } else {
             let t = &mut self.tags[tag];
             t.current = t.current.saturating_sub(self.rng.below(4096));
+            t.live = t.live.saturating_sub(1);
         }
         // Counters and histograms.
         let switches = 3 + self.rng.below(20);
@@ -641,12 +644,12 @@ impl System {
         let tags = HEAP_TAGS
             .iter()
             .zip(&self.tags)
-            .filter(|(_, t)| t.current != 0 || t.peak != 0 || t.allocs != 0)
+            .filter(|(_, t)| t.current != 0 || t.peak != 0 || t.live != 0)
             .map(|(name, t)| HeapTag {
                 tag: (*name).to_owned(),
                 current_kib: t.current / 1024,
                 peak_kib: t.peak / 1024,
-                allocs: t.allocs,
+                live_allocations: t.live,
             })
             .collect();
         let processes = self

@@ -1,6 +1,8 @@
 //! `Channels`: per-channel statistics, from `kernel/src/ipc/mod.rs` `format_channel_stats()`.
 
-use std::fmt::Write as _;
+#[allow(unused_imports)]
+use crate::prelude::*;
+use core::fmt::Write as _;
 
 use super::{push_unknown, Cursor, UnknownLine};
 
@@ -9,7 +11,8 @@ const DASHES: &str = "  ----  -----  -----  ----  ----  ----  ----  -------  ---
 const CLOSED: &str = "  (closed)";
 
 /// One channel slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ChannelRow {
     /// The slot index.
     pub channel: u64,
@@ -73,7 +76,8 @@ fn parse_row(line: &str) -> Option<ChannelRow> {
 }
 
 /// The `Channels` report.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Channels {
     /// The rows, in slot order.
     pub channels: Vec<ChannelRow>,

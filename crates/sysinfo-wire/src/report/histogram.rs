@@ -1,6 +1,8 @@
 //! `SchedLatency` / `IpcLatency`: log2 latency histograms, from `kernel/src/kstat.rs` `Log2Hist::format()`.
 
-use std::fmt::Write as _;
+#[allow(unused_imports)]
+use crate::prelude::*;
+use core::fmt::Write as _;
 
 use super::{push_unknown, Cursor, UnknownLine};
 
@@ -17,7 +19,8 @@ const TICKS_PER_US: u64 = 10;
 const NO_DATA: &str = "  (no data)";
 
 /// One printed bucket: `  {lo:>12} -> {hi:<12} {count:>8}  |{bar}|`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HistogramBucket {
     /// The bucket's low bound in the unit (µs), rounded down.
     pub lo: u64,
@@ -28,7 +31,8 @@ pub struct HistogramBucket {
 }
 
 /// A latency histogram report.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Histogram {
     /// The title line, e.g. [`SCHED_LATENCY_TITLE`].
     pub title: String,

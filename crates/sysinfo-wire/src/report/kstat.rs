@@ -1,6 +1,8 @@
 //! `Kstat`: the kernel's 18 monotonic counters, from `kernel/src/kstat.rs` `format_counters()`.
 
-use std::fmt::Write as _;
+#[allow(unused_imports)]
+use crate::prelude::*;
+use core::fmt::Write as _;
 
 use super::{push_unknown, Cursor, UnknownLine};
 
@@ -27,7 +29,8 @@ pub const KSTAT_COUNTERS: [&str; 18] = [
 ];
 
 /// One `  {:<24} {}` line.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counter {
     /// The counter's name, e.g. `SCHED_SWITCHES` (names not in [`KSTAT_COUNTERS`] are kept too).
     pub name: String,
@@ -36,7 +39,8 @@ pub struct Counter {
 }
 
 /// The `Kstat` report.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Kstat {
     /// The counters in the order printed.
     pub counters: Vec<Counter>,

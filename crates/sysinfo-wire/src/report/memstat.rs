@@ -1,7 +1,9 @@
 //! `Memstat`: kernel heap tags and per-process memory, from `kernel/src/services/sysinfo.rs`
 //! `format_memstat()` and `kernel/src/task/scheduler.rs` `process_mem_list()`.
 
-use std::fmt::Write as _;
+#[allow(unused_imports)]
+use crate::prelude::*;
+use core::fmt::Write as _;
 
 use super::{push_unknown, Cursor, UnknownLine};
 
@@ -15,7 +17,8 @@ const PROCESS_DASHES: &str = "  ---  ----------------  ------";
 pub const HEAP_TAGS: [&str; 8] = ["????", "IPC_", "SCHD", "PGTB", "INIT", "TRAC", "DBUG", "NETS"];
 
 /// `Kernel heap: {}K total, {}K used ({}%), {}K free`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HeapSummary {
     /// Heap size in KiB (4096 on rvOS).
     pub total_kib: u64,
@@ -28,7 +31,8 @@ pub struct HeapSummary {
 }
 
 /// One heap tag row: `  {tag}  {:>7}K  {:>4}K  {:>6}`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeapTag {
     /// The four-byte tag, e.g. `IPC_`.
     pub tag: String,
@@ -36,12 +40,14 @@ pub struct HeapTag {
     pub current_kib: u64,
     /// Peak KiB.
     pub peak_kib: u64,
-    /// Allocations made.
-    pub allocs: u64,
+    /// Live allocations: the kernel counts one up on each allocation and down on each free (the column the
+    /// kernel heads `allocs`).
+    pub live_allocations: u64,
 }
 
 /// One process row: `  {:3}  {:<16}  {:>4}K` (Dead processes are not listed).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProcessMemory {
     /// The pid.
     pub pid: u64,
@@ -52,7 +58,8 @@ pub struct ProcessMemory {
 }
 
 /// The `Memstat` report.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Memstat {
     /// The first line, when present.
     pub heap: Option<HeapSummary>,
@@ -88,7 +95,7 @@ fn parse_tag(line: &str) -> Option<HeapTag> {
     let peak_kib = c.spaces().num()?;
     c.lit("K  ")?;
     let allocs = c.spaces().num()?;
-    c.is_empty().then(|| HeapTag { tag: tag.to_owned(), current_kib, peak_kib, allocs })
+    c.is_empty().then(|| HeapTag { tag: tag.to_owned(), current_kib, peak_kib, live_allocations: allocs })
 }
 
 fn parse_process(line: &str) -> Option<ProcessMemory> {
@@ -147,7 +154,11 @@ impl Memstat {
         }
         let _ = writeln!(out, "{TAG_HEADER}\n{TAG_DASHES}");
         for t in &self.tags {
-            let _ = writeln!(out, "  {}  {:>7}K  {:>4}K  {:>6}", t.tag, t.current_kib, t.peak_kib, t.allocs);
+            let _ = writeln!(
+                out,
+                "  {}  {:>7}K  {:>4}K  {:>6}",
+                t.tag, t.current_kib, t.peak_kib, t.live_allocations
+            );
         }
         let _ = writeln!(out, "\n{PROCESS_TITLE}\n{PROCESS_HEADER}\n{PROCESS_DASHES}");
         for p in &self.processes {

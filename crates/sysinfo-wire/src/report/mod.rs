@@ -4,6 +4,8 @@
 //! parsers accept that text and keep every line they do not recognise in `unknown`, with its line number,
 //! instead of failing. Parsing never allocates more than the input's size in strings.
 
+#[allow(unused_imports)]
+use crate::prelude::*;
 mod channels;
 mod histogram;
 mod kstat;
@@ -13,7 +15,7 @@ mod short;
 mod trace;
 mod watchdog;
 
-use std::fmt::Write as _;
+use core::fmt::Write as _;
 
 pub use channels::{ChannelRow, Channels};
 pub use histogram::{
@@ -29,7 +31,8 @@ pub use watchdog::{CriticalProcess, Heartbeat, Watchdog};
 use crate::message::{SysinfoCommand, UNKNOWN_COMMAND_TEXT};
 
 /// A line a parser did not recognise, kept as it was.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UnknownLine {
     /// 1-based line number in the reply.
     pub line: usize,
@@ -44,7 +47,8 @@ impl UnknownLine {
 }
 
 /// `TraceClear`'s reply: `"ok\n"`.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Ack {
     /// Whether the `ok` line was there.
     pub ok: bool,
@@ -78,8 +82,9 @@ impl Ack {
 }
 
 /// Any command's parsed reply.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-#[serde(tag = "report", rename_all = "snake_case")]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "serde", serde(tag = "report", rename_all = "snake_case"))]
 pub enum Report {
     /// `Ps`.
     Ps(Ps),

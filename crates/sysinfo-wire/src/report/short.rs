@@ -1,8 +1,10 @@
 //! Short text stored inline, as the kernel stores it: trace labels are `[u8; 32]` plus a length, process
 //! names at most 16 bytes. Parsing a 16384-entry trace then allocates nothing per entry.
 
-use std::fmt;
-use std::ops::Deref;
+#[allow(unused_imports)]
+use crate::prelude::*;
+use core::fmt;
+use core::ops::Deref;
 
 /// Text of at most `N` bytes kept inline (no allocation); longer text, which the kernel never prints, is
 /// kept on the heap. `N` must be below 256. Derefs to `str` and compares with strings.
@@ -28,7 +30,7 @@ impl<const N: usize> ShortStr<N> {
             // Built element by element (branch-free selects the compiler vectorises) rather than by a
             // variable-length memcpy, whose narrow stores stall the wide loads that move the value next.
             let bytes = s.as_bytes();
-            let buf = std::array::from_fn(|i| if i < bytes.len() { bytes[i] } else { 0 });
+            let buf = core::array::from_fn(|i| if i < bytes.len() { bytes[i] } else { 0 });
             ShortStr(Repr::Inline { len: s.len() as u8, buf })
         } else {
             ShortStr(Repr::Heap(s.into()))
@@ -64,7 +66,7 @@ impl<const N: usize> ShortStr<N> {
     pub fn as_str(&self) -> &str {
         match &self.0 {
             // The bytes were copied from a `str` whole, so they are UTF-8.
-            Repr::Inline { len, buf } => std::str::from_utf8(&buf[..usize::from(*len)]).unwrap_or_default(),
+            Repr::Inline { len, buf } => core::str::from_utf8(&buf[..usize::from(*len)]).unwrap_or_default(),
             Repr::Heap(s) => s,
         }
     }
@@ -125,8 +127,8 @@ impl<const N: usize> PartialEq for ShortStr<N> {
 
 impl<const N: usize> Eq for ShortStr<N> {}
 
-impl<const N: usize> std::hash::Hash for ShortStr<N> {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+impl<const N: usize> core::hash::Hash for ShortStr<N> {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
         self.as_str().hash(state)
     }
 }
@@ -143,6 +145,7 @@ impl<const N: usize> PartialEq<&str> for ShortStr<N> {
     }
 }
 
+#[cfg(feature = "serde")]
 impl<const N: usize> serde::Serialize for ShortStr<N> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.as_str())

@@ -1,8 +1,10 @@
 //! `Trace`: the kernel trace ring, oldest first, from `kernel/src/trace.rs` `trace_read()`.
 
-use std::fmt::Write as _;
+#[allow(unused_imports)]
+use crate::prelude::*;
+use core::fmt::Write as _;
 
-use super::{push_unknown, TraceLabel, UnknownLine};
+use super::{TraceLabel, UnknownLine};
 
 /// The whole reply for an empty ring.
 pub const NO_TRACE_ENTRIES: &str = "(no trace entries)\n";
@@ -11,7 +13,8 @@ pub const NO_TRACE_ENTRIES: &str = "(no trace entries)\n";
 pub const TRACE_LABEL_MAX: usize = 32;
 
 /// One `{timestamp}: pid {pid} hit {label}` line.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TraceEntry {
     /// Raw `rdtime` (10 MHz ticks).
     pub timestamp: u64,
@@ -22,7 +25,14 @@ pub struct TraceEntry {
 }
 
 /// The `Trace` report.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+///
+/// The kernel's text is ambiguous for some labels: a label may hold any 1..32 bytes, `\r` and `\n` included.
+/// A label's trailing `\r` is kept (lines are split on `\n` alone), but a `\n` inside a label splits its entry
+/// in two lines, the second of which is kept as an [`UnknownLine`] in its place: [`Trace::render`] prints every
+/// unknown line back where it was, so the text prints back exactly as the kernel wrote it, and in JSON each
+/// unknown line carries its line number.
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Trace {
     /// The entries, oldest first (none for `(no trace entries)`).
     pub entries: Vec<TraceEntry>,
@@ -64,7 +74,8 @@ impl Trace {
         }
         // Kernel lines are 30 to 70 bytes; reserving up front avoids regrowing a 16384-entry vector.
         t.entries.reserve(text.len() / 30);
-        for (i, line) in super::lines(text).enumerate() {
+        // Split on `\n` alone: a `\r` at the end of a line is the end of a label.
+        for (i, line) in text.split_terminator('\n').enumerate() {
             match parse_entry(line) {
                 Some(e) => t.entries.push(e),
                 None => t.unknown.push(UnknownLine::new(i + 1, line)),
@@ -79,10 +90,23 @@ impl Trace {
             return NO_TRACE_ENTRIES.to_owned();
         }
         let mut out = String::with_capacity(self.entries.len() * 40);
-        for e in &self.entries {
-            let _ = writeln!(out, "{}: pid {} hit {}", e.timestamp, e.pid, e.label);
+        // Entries fill the lines that no unknown line holds, in order.
+        let mut unknown = self.unknown.iter().peekable();
+        let mut entries = self.entries.iter();
+        let mut line = 1;
+        loop {
+            if let Some(u) = unknown.next_if(|u| u.line <= line) {
+                let _ = writeln!(out, "{}", u.text);
+            } else if let Some(e) = entries.next() {
+                let _ = writeln!(out, "{}: pid {} hit {}", e.timestamp, e.pid, e.label);
+            } else {
+                break;
+            }
+            line += 1;
         }
-        push_unknown(&mut out, &self.unknown);
+        for u in unknown {
+            let _ = writeln!(out, "{}", u.text);
+        }
         out
     }
 }

@@ -1,6 +1,8 @@
 //! `Watchdog`: the watchdog's status, from `kernel/src/watchdog.rs` `status()`.
 
-use std::fmt::Write as _;
+#[allow(unused_imports)]
+use crate::prelude::*;
+use core::fmt::Write as _;
 
 use super::{push_unknown, Cursor, UnknownLine};
 
@@ -10,7 +12,8 @@ const NONE_LINE: &str = "    (none or scheduler locked)";
 const LAST: &str = " last heartbeat ";
 
 /// A kernel task's heartbeat: `    {:<12} last heartbeat {}ms ago`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
     /// The slot name: `init`, `console`, `timer`, `sysinfo`.
     pub name: String,
@@ -19,7 +22,8 @@ pub struct Heartbeat {
 }
 
 /// A critical user process: `    PID {:3} {:<16} last heartbeat {}ms ago`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CriticalProcess {
     /// The pid.
     pub pid: u64,
@@ -30,7 +34,8 @@ pub struct CriticalProcess {
 }
 
 /// The `Watchdog` report.
-#[derive(Debug, Clone, PartialEq, Eq, Default, serde::Serialize)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Watchdog {
     /// `Watchdog: enabled` or `Watchdog: disabled` (nothing else follows the latter).
     pub enabled: bool,
