@@ -5,7 +5,6 @@
 //! Everything else the interpreter sends (polled `Facts`, `Notification`s, `UserMessage`s, error
 //! responses that match no waiting request, unknown messages) arrives on the [`Events`] stream.
 
-use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -20,7 +19,7 @@ use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 
-use crate::codec::{ClientCodec, Handshake, Payload, PROTOCOL_VERSION};
+use crate::codec::{ClientCodec, Handshake, Payload};
 use crate::error::{Error, FrameError, HandshakeError, PayloadError};
 use crate::frame::DEFAULT_MAX_FRAME_LEN;
 use crate::ids::IdOrName;
@@ -28,16 +27,7 @@ use crate::message::{
     BumpFacts, ConnectRide, Facts, GetFacts, GetLastKnownState, LastKnownState, Message, PollFacts, Request,
     Response, RideConnection, StopFacts, Subscribe, Subscribed,
 };
-
-/// The order of the handshake frames.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum HandshakeOrder {
-    /// Send both frames at once, then read the peer's two (works with every peer; the default).
-    #[default]
-    Pipelined,
-    /// The Dyalog demo's order: wait for `SupportedProtocols`, send ours, wait for `UsingProtocol`, send ours.
-    Lockstep,
-}
+use crate::proto::{self, HandshakeOrder, Requests, Role, Standing};
 
 /// Reconnecting with exponential backoff.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -216,9 +206,8 @@ impl Client {
             config: config.clone(),
             commands: command_rx,
             events: EventSender { tx: event_tx, dropped: 0 },
-            pending: HashMap::new(),
-            standing_poll: None,
-            standing_subscribe: None,
+            pending: Requests::default(),
+            standing: Standing::default(),
         };
         tokio::spawn(task.run());
         (Client { commands, config, next_uid: Arc::new(AtomicU64::new(1)) }, Events { rx: event_rx })
@@ -248,12 +237,8 @@ impl Client {
             .send(Command::Send { request, reply: Some((uid, tx)) })
             .await
             .map_err(|_| Error::Closed { reason: None })?;
-        let timeout = self.config.request_timeout;
-        let reply = match tokio::time::timeout(timeout, rx).await {
-            Err(_) => return Err(Error::Timeout { what: "reply", after: timeout }),
-            Ok(Err(_)) => return Err(Error::Closed { reason: None }),
-            Ok(Ok(reply)) => reply?,
-        };
+        // The connection answers, fails or times the request out (its deadline is in `proto::Requests`).
+        let reply = rx.await.map_err(|_| Error::Closed { reason: None })??;
         if reply.is_error() {
             return Err(Error::Rejected { name: reply.name().to_owned(), request: name });
         }
@@ -398,70 +383,28 @@ async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, Cli
     Ok(framed)
 }
 
-/// Does the monitor's side of the handshake on `framed`.
+/// Does the monitor's side of the handshake on `framed` (the [`proto::Handshake`] state machine, driven).
 pub async fn handshake<S>(framed: &mut Framed<S, ClientCodec>, config: &ClientConfig) -> Result<(), Error>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    let now = tokio::time::Instant::now();
     let after = config.handshake_timeout;
-    tokio::time::timeout(after, handshake_steps(framed, config.handshake))
-        .await
-        .map_err(|_| Error::Timeout { what: "handshake", after })?
-}
-
-async fn handshake_steps<S>(framed: &mut Framed<S, ClientCodec>, order: HandshakeOrder) -> Result<(), Error>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    match order {
-        HandshakeOrder::Pipelined => {
-            framed.feed(Payload::Handshake(Handshake::supported())).await?;
-            framed.send(Payload::Handshake(Handshake::using())).await?;
-            let (mut supported, mut using) = (false, false);
-            while !(supported && using) {
-                match next_handshake(framed).await? {
-                    Handshake::SupportedProtocols(list) if !supported => {
-                        check_supported(list)?;
-                        supported = true;
-                    }
-                    Handshake::UsingProtocol(v) if !using => {
-                        check_using(v)?;
-                        using = true;
-                    }
-                    other => return Err(HandshakeError::Unexpected(other.to_string()).into()),
-                }
+    let mut state = proto::Handshake::new(Role::Monitor(config.handshake), now.into_std(), after);
+    let deadline = tokio::time::Instant::from_std(state.deadline());
+    let steps = async {
+        loop {
+            while let Some(frame) = state.poll_transmit() {
+                framed.feed(Payload::Handshake(frame)).await?;
             }
+            framed.flush().await?;
+            if state.is_done() {
+                return Ok(());
+            }
+            state.handle(next_handshake(framed).await?)?;
         }
-        HandshakeOrder::Lockstep => {
-            match next_handshake(framed).await? {
-                Handshake::SupportedProtocols(list) => check_supported(list)?,
-                other => return Err(HandshakeError::Unexpected(other.to_string()).into()),
-            }
-            framed.send(Payload::Handshake(Handshake::supported())).await?;
-            match next_handshake(framed).await? {
-                Handshake::UsingProtocol(v) => check_using(v)?,
-                other => return Err(HandshakeError::Unexpected(other.to_string()).into()),
-            }
-            framed.send(Payload::Handshake(Handshake::using())).await?;
-        }
-    }
-    Ok(())
-}
-
-fn check_supported(list: Vec<u32>) -> Result<(), HandshakeError> {
-    if list.contains(&PROTOCOL_VERSION) {
-        Ok(())
-    } else {
-        Err(HandshakeError::Unsupported { offered: list })
-    }
-}
-
-fn check_using(v: u32) -> Result<(), HandshakeError> {
-    if v == PROTOCOL_VERSION {
-        Ok(())
-    } else {
-        Err(HandshakeError::WrongProtocol(v))
-    }
+    };
+    tokio::time::timeout_at(deadline, steps).await.map_err(|_| Error::Timeout { what: "handshake", after })?
 }
 
 async fn next_handshake<S>(framed: &mut Framed<S, ClientCodec>) -> Result<Handshake, Error>
@@ -556,19 +499,15 @@ impl EventSender {
     }
 }
 
-struct Pending {
-    tx: ReplyTx,
-}
-
 struct Connection {
     conn: Conn,
     addr: Option<String>,
     config: Arc<ClientConfig>,
     commands: mpsc::Receiver<Command>,
     events: EventSender,
-    pending: HashMap<String, Pending>,
-    standing_poll: Option<Request>,
-    standing_subscribe: Option<Request>,
+    /// Requests waiting for the response that echoes their UID, until their deadline.
+    pending: Requests<ReplyTx>,
+    standing: Standing,
 }
 
 enum Step {
@@ -588,8 +527,8 @@ impl Connection {
                 }
             };
             tracing::info!(%reason, "hmon connection lost");
-            for (_, p) in self.pending.drain() {
-                let _ = p.tx.send(Err(Error::Closed { reason: Some(reason.clone()) }));
+            for (_, tx) in self.pending.drain() {
+                let _ = tx.send(Err(Error::Closed { reason: Some(reason.clone()) }));
             }
             self.events.send(Event::Disconnected { reason });
             if !self.reconnect().await {
@@ -599,14 +538,23 @@ impl Connection {
     }
 
     async fn step(&mut self) -> Step {
+        let deadline = self.pending.next_deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
+            _ = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)), if deadline.is_some() => {
+                let after = self.config.request_timeout;
+                for (_, tx) in self.pending.expire(tokio::time::Instant::now().into_std()) {
+                    let _ = tx.send(Err(Error::Timeout { what: "reply", after }));
+                }
+                Step::Continue
+            }
             command = self.commands.recv() => match command {
                 None => Step::Done,
                 Some(Command::Send { request, reply }) => {
-                    self.pending.retain(|_, p| !p.tx.is_closed());
-                    self.remember(&request);
+                    self.pending.retain(|tx| !tx.is_closed());
+                    self.standing.remember(&request);
                     if let Some((uid, tx)) = reply {
-                        self.pending.insert(uid, Pending { tx });
+                        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+                        self.pending.insert(uid, deadline.into_std(), tx);
                     }
                     match self.conn.0.send(Payload::Message(request)).await {
                         Ok(()) => Step::Continue,
@@ -636,8 +584,8 @@ impl Connection {
 
     fn route(&mut self, response: Response) {
         // `InvalidSyntax` never carries a UID, so it can never complete a request (notes, rule 22).
-        if let Some(pending) = response.uid().and_then(|uid| self.pending.remove(uid)) {
-            if let Err(Ok(response)) = pending.tx.send(Ok(response)) {
+        if let Some(tx) = response.uid().and_then(|uid| self.pending.complete(uid)) {
+            if let Err(Ok(response)) = tx.send(Ok(response)) {
                 // The caller gave up (timeout); the late reply is still worth showing.
                 self.events.send(Event::Message(response));
             }
@@ -664,7 +612,7 @@ impl Connection {
                     command = self.commands.recv() => match command {
                         None => return false,
                         Some(Command::Send { request, reply }) => {
-                            self.remember(&request);
+                            self.standing.remember(&request);
                             if let Some((_, tx)) = reply {
                                 let _ = tx.send(Err(Error::Closed { reason: Some("reconnecting".into()) }));
                             }
@@ -675,9 +623,7 @@ impl Connection {
             match open(&addr, &self.config).await {
                 Ok(framed) => {
                     self.conn = framed.into();
-                    for request in
-                        [self.standing_poll.clone(), self.standing_subscribe.clone()].into_iter().flatten()
-                    {
+                    for request in self.standing.replay().cloned().collect::<Vec<_>>() {
                         if self.conn.0.feed(Payload::Message(request)).await.is_err() {
                             break;
                         }
@@ -694,16 +640,6 @@ impl Connection {
                     }
                 }
             }
-        }
-    }
-
-    /// Keeps the standing poll and subscription up to date, to re-send them after a reconnection.
-    fn remember(&mut self, request: &Request) {
-        match request {
-            Request::PollFacts(_) => self.standing_poll = Some(request.clone()),
-            Request::StopFacts(_) => self.standing_poll = None,
-            Request::Subscribe(_) => self.standing_subscribe = Some(request.clone()),
-            _ => {}
         }
     }
 }

@@ -5,7 +5,6 @@ use std::marker::PhantomData;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use serde_json::Value;
-use tokio_util::codec::{Decoder, Encoder};
 
 use crate::error::{FrameError, PayloadError};
 use crate::frame::{decode_frame, DEFAULT_MAX_FRAME_LEN, MAGIC};
@@ -154,7 +153,8 @@ pub fn frame_bytes<M: Message>(payload: &Payload<M>) -> Result<Bytes, FrameError
     Ok(buf.freeze())
 }
 
-/// A tokio codec that decodes `In` messages and encodes `Out` messages.
+/// A sans-IO codec that decodes `In` messages and encodes `Out` messages (and, with the feature `codec`, a
+/// tokio-util `Decoder`/`Encoder`).
 ///
 /// Framing errors end the stream (the byte stream is out of step); a payload that is not a valid
 /// handshake or message is yielded as `Ok(Err(PayloadError))` so the connection can go on.
@@ -192,15 +192,22 @@ impl<In, Out> fmt::Debug for Codec<In, Out> {
     }
 }
 
-impl<In: Message, Out> Decoder for Codec<In, Out> {
-    type Item = Result<Payload<In>, PayloadError>;
-    type Error = FrameError;
-
-    fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Item>, FrameError> {
+impl<In: Message, Out> Codec<In, Out> {
+    /// Decodes the next frame's payload from `buf`: `Ok(None)` when the frame is not whole yet (its length is
+    /// checked on the 4-byte header, before buffering), `Ok(Some(Err(_)))` for a payload that is neither a
+    /// handshake nor a valid message (the connection goes on), `Err` for a framing error (it does not).
+    pub fn decode(
+        &mut self,
+        buf: &mut BytesMut,
+    ) -> Result<Option<Result<Payload<In>, PayloadError>>, FrameError> {
         Ok(decode_frame(buf, self.max_frame_len)?.map(|payload| decode_payload(&payload)))
     }
 
-    fn decode_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Self::Item>, FrameError> {
+    /// [`Codec::decode`] at the end of the stream: a partial frame is [`FrameError::Truncated`].
+    pub fn decode_eof(
+        &mut self,
+        buf: &mut BytesMut,
+    ) -> Result<Option<Result<Payload<In>, PayloadError>>, FrameError> {
         match self.decode(buf)? {
             Some(item) => Ok(Some(item)),
             None if buf.is_empty() => Ok(None),
@@ -209,10 +216,9 @@ impl<In: Message, Out> Decoder for Codec<In, Out> {
     }
 }
 
-impl<In, Out: Message> Encoder<Payload<Out>> for Codec<In, Out> {
-    type Error = FrameError;
-
-    fn encode(&mut self, item: Payload<Out>, buf: &mut BytesMut) -> Result<(), FrameError> {
+impl<In, Out: Message> Codec<In, Out> {
+    /// Appends `item` as one frame; a frame over this codec's limit is refused and nothing is written.
+    pub fn encode(&mut self, item: Payload<Out>, buf: &mut BytesMut) -> Result<(), FrameError> {
         let start = buf.len();
         encode_payload(&item, buf)?;
         let len = u32::try_from(buf.len() - start).unwrap_or(u32::MAX);

@@ -17,6 +17,9 @@ pub const DEFAULT_MAX_FRAME_LEN: u32 = 16 * 1024 * 1024;
 /// there, before anything is reserved, so a huge length costs nothing but the error; the magic is
 /// checked as soon as 8 bytes are there. On success the payload is split off without copying.
 pub fn decode_frame(buf: &mut BytesMut, max_len: u32) -> Result<Option<Bytes>, FrameError> {
+    // A call looks at the 8-byte header only, and copies the frame out once it is whole: a frame trickling in
+    // costs a constant per read.
+    work::examined(1);
     let Some(len) = peek_len(buf) else { return Ok(None) };
     check_len(len, max_len)?;
     if buf.len() >= HEADER_LEN {
@@ -31,9 +34,24 @@ pub fn decode_frame(buf: &mut BytesMut, max_len: u32) -> Result<Option<Bytes>, F
         buf.reserve(total - buf.len());
         return Ok(None);
     }
+    work::examined(total);
     let mut frame = buf.split_to(total);
     frame.advance(HEADER_LEN);
     Ok(Some(frame.freeze()))
+}
+
+/// Counts the work of [`decode_frame`] (calls, and bytes copied out), in this crate's unit tests only.
+mod work {
+    #[cfg(test)]
+    thread_local! {
+        pub(super) static EXAMINED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    #[inline(always)]
+    pub(super) fn examined(_work: usize) {
+        #[cfg(test)]
+        EXAMINED.with(|c| c.set(c.get() + _work));
+    }
 }
 
 fn peek_len(buf: &[u8]) -> Option<u32> {
@@ -70,6 +88,32 @@ pub fn encode_frame(payload: &[u8], buf: &mut BytesMut) -> Result<(), FrameError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_largest_frame_trickled_a_byte_per_read_costs_a_small_constant_times_the_whole() {
+        let payload = vec![b'x'; DEFAULT_MAX_FRAME_LEN as usize - HEADER_LEN];
+        let mut wire = BytesMut::new();
+        encode_frame(&payload, &mut wire).unwrap();
+        let work_of = |step: usize| {
+            work::EXAMINED.with(|c| c.set(0));
+            let mut buf = BytesMut::new();
+            let mut frames = 0;
+            for piece in wire.chunks(step) {
+                buf.extend_from_slice(piece);
+                while decode_frame(&mut buf, DEFAULT_MAX_FRAME_LEN).unwrap().is_some() {
+                    frames += 1;
+                }
+            }
+            assert_eq!(frames, 1);
+            work::EXAMINED.with(|c| c.get())
+        };
+        let (whole, trickled) = (work_of(wire.len()), work_of(1));
+        eprintln!(
+            "figure: a 16 MiB frame a byte per read: {:.2}x the work of one read",
+            trickled as f64 / whole as f64
+        );
+        assert!(trickled <= 3 * whole, "{trickled} against {whole}");
+    }
 
     #[test]
     fn split_anywhere_gives_the_same_frame() {

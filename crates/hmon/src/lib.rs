@@ -16,12 +16,15 @@
 //!    |  <-- ["Notification",{..}], ["UserMessage",{..}], polled ["Facts",{..}] at any time
 //! ```
 //!
-//! * [`frame`] and [`codec`] are sans-IO: bytes in, [`Payload`]s out, with the frame length checked on
-//!   the 4-byte header against a maximum (16 MiB by default) before anything is buffered.
+//! * Framing ([`decode_frame`], [`encode_frame`]) and [`Codec`] are sans-IO: bytes in, [`Payload`]s out, with the
+//!   frame length checked on the 4-byte header against a maximum (16 MiB by default) before anything is buffered.
+//! * [`proto`] is the protocol's state, sans-IO: the handshake in both orders for either side, UID correlation
+//!   with deadlines, and the standing poll and subscription.
 //! * [`Request`] and [`Response`] are the typed messages; every object keeps unknown fields in `extra`,
 //!   unknown message names decode to `Unknown`, unknown fact IDs to [`FactValue::Raw`].
-//! * [`Client`] connects to an interpreter (SERVE mode) and [`Listener`] accepts interpreters (POLL
-//!   mode); requests with a reply are correlated by UID, everything else arrives on an [`Events`] stream.
+//! * `Client` connects to an interpreter (SERVE mode) and `Listener` accepts interpreters (POLL mode), with the
+//!   feature `client`; requests with a reply are correlated by UID, everything else arrives on an `Events`
+//!   stream.
 //!
 //! ```
 //! use bytes::BytesMut;
@@ -41,25 +44,41 @@
 //! let FactValue::ThreadCount(count) = &facts.facts.as_ref().unwrap()[0].value else { panic!() };
 //! assert_eq!((count.total, count.suspended), (Some(1), Some(0)));
 //! ```
-#![warn(missing_docs)]
+//!
+//! ## Features
+//!
+//! | feature | what it adds | needs |
+//! |---|---|---|
+//! | `codec` | tokio-util `Decoder`/`Encoder` impls of [`Codec`] | tokio-util |
+//! | `client` (default) | `Client` (SERVE) and `Listener` (POLL), with UID correlation, events and reconnect; implies `codec` | tokio, futures, tracing |
+//! | `serde` | nothing more: the messages always (de)serialize, as HMON's wire is JSON | |
+//!
+//! With `default-features = false` the crate is the sans-IO core: framing, messages, facts, timestamps and
+//! the protocol state ([`proto`]), on `bytes`, `serde`, `serde_json` and `thiserror` alone.
+#![warn(missing_docs, unreachable_pub)]
+#![forbid(unsafe_code)]
 
-pub mod client;
-pub mod codec;
-pub mod config;
-pub mod error;
-pub mod facts;
-pub mod frame;
-pub mod ids;
-pub mod message;
-pub mod poll;
-pub mod time;
-#[doc(hidden)]
-pub mod wire;
+#[cfg(feature = "client")]
+mod client;
+mod codec;
+mod config;
+mod error;
+mod facts;
+mod frame;
+mod ids;
+mod message;
+mod poll;
+pub mod proto;
+mod time;
+#[cfg(feature = "codec")]
+mod tokio_codec;
+mod wire;
 
-pub use client::{Client, ClientConfig, Event, Events, HandshakeOrder, Listener, Reconnect};
+#[cfg(feature = "client")]
+pub use client::{handshake, Client, ClientConfig, Event, Events, Listener, Reconnect};
 pub use codec::{
     decode_message, decode_payload, encode_payload, frame_bytes, ClientCodec, Codec, Handshake, Payload,
-    ServerCodec, PROTOCOL_VERSION,
+    ServerCodec, MAX_SUPPORTED_PROTOCOLS, PROTOCOL_VERSION, SUPPORTED_PROTOCOLS, USING_PROTOCOL,
 };
 pub use config::{ConfigAddress, ConfigError, InterfaceConfig, Mode};
 pub use error::{Error, FrameError, HandshakeError, PayloadError};
@@ -67,11 +86,18 @@ pub use facts::{
     AccountInformation, CommsLayer, Dmx, Exception, Fact, FactValue, Host, Interpreter, Machine, Ride,
     StackEntry, Thread, ThreadCount, Workspace,
 };
-pub use frame::{decode_frame, encode_frame, DEFAULT_MAX_FRAME_LEN, MAGIC};
+pub use frame::{check_len, decode_frame, encode_frame, DEFAULT_MAX_FRAME_LEN, HEADER_LEN, MAGIC};
 pub use ids::{EventKind, FactKind, IdOrName};
 pub use message::*;
+pub use poll::{effective_interval, PollTimer};
+pub use proto::HandshakeOrder;
 pub use time::{Timestamp, TimestampError};
 pub use wire::Extra;
 
 #[doc(hidden)]
 pub mod fuzz;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

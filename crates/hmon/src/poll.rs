@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use tokio::time::Instant;
+use std::time::Instant;
 
 use crate::message::{DEFAULT_POLL_INTERVAL_MS, MIN_POLL_INTERVAL_MS};
 

@@ -20,7 +20,7 @@ pub type Extra = serde_json::Map<String, serde_json::Value>;
 ///
 /// Implemented for the plain serde types the messages use and for `bool`, which HMON sends as `0`/`1`.
 #[doc(hidden)]
-pub trait WireField: Sized {
+pub(crate) trait WireField: Sized {
     /// Reads the value of the current map entry.
     fn read<'de, A: MapAccess<'de>>(map: &mut A) -> Result<Self, A::Error>;
     /// Writes `key: value` into the map being serialized.
@@ -106,7 +106,7 @@ impl Visitor<'_> for FlagSeed {
 
 /// An object key, borrowed from the input when it has no escapes.
 #[doc(hidden)]
-pub enum Key<'de> {
+pub(crate) enum Key<'de> {
     /// Borrowed from the input.
     Borrowed(&'de str),
     /// Unescaped into a new string.
@@ -115,7 +115,7 @@ pub enum Key<'de> {
 
 impl Key<'_> {
     /// The key text.
-    pub fn as_str(&self) -> &str {
+    pub(crate) fn as_str(&self) -> &str {
         match self {
             Key::Borrowed(s) => s,
             Key::Owned(s) => s,
@@ -123,7 +123,7 @@ impl Key<'_> {
     }
 
     /// The key as an owned string.
-    pub fn into_string(self) -> String {
+    pub(crate) fn into_string(self) -> String {
         match self {
             Key::Borrowed(s) => s.to_owned(),
             Key::Owned(s) => s,
@@ -240,6 +240,7 @@ macro_rules! wire_object {
 }
 
 #[cfg(test)]
+#[allow(unreachable_pub)]
 mod tests {
     crate::wire_object! {
         /// A test object.

@@ -403,7 +403,7 @@ fn thread_line(t: &Thread) -> String {
 
 /// A timestamp for people: `2023-01-11 14:47:00.132Z`.
 fn when(ts: &Option<hmon::Timestamp>) -> String {
-    ts.map(|t| t.0.format("%Y-%m-%d %H:%M:%S%.3fZ").to_string()).unwrap_or_else(|| "?".to_owned())
+    ts.map(|t| t.to_rfc3339()).unwrap_or_else(|| "?".to_owned())
 }
 
 fn fact_lines(fact: &Fact) -> Vec<String> {

@@ -4,14 +4,14 @@ use std::collections::VecDeque;
 
 use anyhow::{anyhow, bail, Context as _};
 use futures::StreamExt;
-use hmon::poll::{effective_interval, PollTimer};
+use hmon::proto::{Handshake as HandshakeState, Role};
 use hmon::{
     command_error, frame_bytes, AccountInformation, CommsLayer, Dmx, EventId, EventKind, EventState,
-    Exception, Fact, FactKind, FactValue, Facts, Handshake, Host, IdOrName, Interpreter, LastKnownState,
-    Machine, Message, Notification, Payload, PayloadError, Request, Response, Ride, RideConnection,
-    ServerCodec, StackEntry, Subscribed, Thread, ThreadCount, Timestamp, UserMessage, Workspace,
-    PROTOCOL_VERSION,
+    Exception, Fact, FactKind, FactValue, Facts, Host, IdOrName, Interpreter, LastKnownState, Machine,
+    Message, Notification, Payload, PayloadError, Request, Response, Ride, RideConnection, ServerCodec,
+    StackEntry, Subscribed, Thread, ThreadCount, Timestamp, UserMessage, Workspace,
 };
+use hmon::{effective_interval, HandshakeOrder, PollTimer};
 use sim_common::{ClientWriter, SendError, Shutdown};
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
@@ -72,37 +72,27 @@ fn send(writer: &ClientWriter, payload: Payload<Response>) -> Result<(), SendErr
     }
 }
 
+/// The interpreter's side of the handshake: the crate's own state machine ([`HandshakeState`]), driven.
 async fn handshake(sim: &Sim, writer: &ClientWriter, frames: &mut Frames) -> anyhow::Result<()> {
-    send(writer, Payload::Handshake(Handshake::supported()))?;
-    let (mut supported, mut using) = (false, false);
-    if sim.config.handshake == HandshakeStyle::Eager {
-        send(writer, Payload::Handshake(Handshake::using()))?;
-    }
-    while !(supported && using) {
+    let order = match sim.config.handshake {
+        HandshakeStyle::Eager => HandshakeOrder::Pipelined,
+        HandshakeStyle::Lockstep => HandshakeOrder::Lockstep,
+    };
+    let now = Instant::now().into_std();
+    let mut state = HandshakeState::new(Role::Interpreter(order), now, sim.config.handshake_timeout);
+    loop {
+        while let Some(frame) = state.poll_transmit() {
+            send(writer, Payload::Handshake(frame))?;
+        }
+        if state.is_done() {
+            return Ok(());
+        }
         let frame = frames.next().await.context("monitor left during the handshake")??;
         match frame.map_err(|e| anyhow!("bad handshake frame: {e}"))? {
-            Payload::Handshake(Handshake::SupportedProtocols(list)) if !supported => {
-                if !list.contains(&PROTOCOL_VERSION) {
-                    bail!("monitor supports {list:?}, not {PROTOCOL_VERSION}");
-                }
-                supported = true;
-                if sim.config.handshake == HandshakeStyle::Lockstep {
-                    send(writer, Payload::Handshake(Handshake::using()))?;
-                }
-            }
-            Payload::Handshake(Handshake::UsingProtocol(v))
-                if supported || sim.config.handshake == HandshakeStyle::Eager =>
-            {
-                if v != PROTOCOL_VERSION {
-                    bail!("monitor uses protocol {v}");
-                }
-                using = true;
-            }
-            Payload::Handshake(h) => bail!("unexpected handshake frame {h}"),
+            Payload::Handshake(h) => state.handle(h)?,
             Payload::Message(m) => bail!("monitor sent {} before the handshake", m.name()),
         }
     }
-    Ok(())
 }
 
 impl Session {
@@ -130,8 +120,8 @@ impl Session {
                     }
                     Some(Ok(incoming)) => self.handle(incoming)?,
                 },
-                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
-                    if self.poll.fire(Instant::now()) {
+                _ = tokio::time::sleep_until(deadline.map_or_else(Instant::now, Instant::from_std)), if deadline.is_some() => {
+                    if self.poll.fire(Instant::now().into_std()) {
                         self.send_poll()?;
                     }
                 }
@@ -196,7 +186,7 @@ impl Session {
                 let Some(kinds) = resolve_facts(args.facts.as_deref()) else { return malformed() };
                 self.poll_facts = kinds;
                 self.poll_uid = uid;
-                self.poll.start(Instant::now(), effective_interval(args.interval));
+                self.poll.start(Instant::now().into_std(), effective_interval(args.interval));
                 None
             }
             Request::StopFacts(_) | Request::BumpFacts(_) if uid.is_some() => {
@@ -211,7 +201,7 @@ impl Session {
                 }))
             }
             Request::BumpFacts(_) => {
-                self.poll.bump(Instant::now());
+                self.poll.bump(Instant::now().into_std());
                 None
             }
             Request::Subscribe(args) => {
@@ -396,7 +386,7 @@ impl Session {
                         ..Default::default()
                     })),
                     FactKind::AccountInformation => {
-                        let up = (Timestamp::now().0 - state.started.0).num_milliseconds();
+                        let up = Timestamp::now().unix_millis() - state.started.unix_millis();
                         FactValue::AccountInformation(AccountInformation {
                             user_identification: Some(1001),
                             compute_time: Some(up / 10),
@@ -473,7 +463,7 @@ fn resolve_facts(facts: Option<&[IdOrName]>) -> Option<Vec<FactKind>> {
 
 /// A version-4-shaped UUID derived from the start time and the PID (stable for the sim's life).
 fn session_uuid(started: &Timestamp) -> String {
-    let a = started.0.timestamp_nanos_opt().unwrap_or_default() as u64;
+    let a = (started.unix_millis() as u64).wrapping_mul(1_000_000);
     let b = u64::from(std::process::id()).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ a.rotate_left(17);
     format!(
         "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
