@@ -11,16 +11,11 @@ use sim_common::Shutdown;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+/// A sim serving on 127.0.0.1 (the shared harness), with its world for the tests to step.
 struct Running {
     addr: String,
     sim: Sim,
-    shutdown: Shutdown,
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
+    _server: sim_common::Running,
 }
 
 /// A sim whose world moves only when the test steps it.
@@ -29,12 +24,11 @@ fn quiet(config: Config) -> Config {
 }
 
 async fn start(config: Config) -> Running {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let sim = Sim::new(config);
-    let shutdown = Shutdown::new();
-    tokio::spawn(sim.clone().serve(listener, shutdown.clone()));
-    Running { addr, sim, shutdown }
+    let serving = sim.clone();
+    let (server, addr) =
+        sim_common::Running::spawn_tcp(|listener, shutdown| serving.serve(listener, shutdown)).await.unwrap();
+    Running { addr: addr.to_string(), sim, _server: server }
 }
 
 async fn connect(running: &Running) -> (Client, Events) {

@@ -9,13 +9,12 @@ use sysinfo_wire::{
     BootRequest, ChannelId, Client, ClientConfig, ClientError, End, Endpoint, Message, Report, SysinfoCommand,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::task::JoinHandle;
 
+/// rvos-sim serving on 127.0.0.1 (the shared harness), with its stats.
 struct Running {
     addr: String,
     handle: SimHandle,
-    shutdown: Shutdown,
-    task: JoinHandle<std::io::Result<()>>,
+    server: sim_common::Running,
 }
 
 impl Running {
@@ -24,18 +23,17 @@ impl Running {
     }
 
     async fn stop(self) {
-        self.shutdown.cancel();
-        self.task.await.unwrap().unwrap();
+        self.server.stop().await.unwrap();
     }
 }
 
 async fn start(config: Config) -> Running {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
     let (sim, handle) = rvos_sim::start(config);
-    let shutdown = Shutdown::new();
-    let task = tokio::spawn(rvos_sim::serve(listener, sim, shutdown.clone()));
-    Running { addr, handle, shutdown, task }
+    let (server, addr) =
+        sim_common::Running::spawn_tcp(|listener, shutdown| rvos_sim::serve(listener, sim, shutdown))
+            .await
+            .unwrap();
+    Running { addr: addr.to_string(), handle, server }
 }
 
 fn small_trace() -> Config {

@@ -66,25 +66,24 @@ async fn until_samples(reader: &mut UpdateReader<TcpStream>, n: usize) -> Vec<Up
 /// smon-sim serving a fake `/proc` (in its own temp dir) on 127.0.0.1, port 0.
 struct Running {
     addr: std::net::SocketAddr,
-    shutdown: Shutdown,
-    server: tokio::task::JoinHandle<std::io::Result<()>>,
+    server: sim_common::Running,
     _proc: tempfile::TempDir,
 }
 
 async fn start(config: Config) -> Running {
     let proc = tempfile::tempdir().unwrap();
     fake_proc(proc.path());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let shutdown = Shutdown::new();
-    let server = tokio::spawn(serve(listener, source(proc.path()), config, shutdown.clone()));
-    Running { addr, shutdown, server, _proc: proc }
+    let source = source(proc.path());
+    let (server, addr) =
+        sim_common::Running::spawn_tcp(|listener, shutdown| serve(listener, source, config, shutdown))
+            .await
+            .unwrap();
+    Running { addr, server, _proc: proc }
 }
 
 impl Running {
     async fn stop(self) {
-        self.shutdown.cancel();
-        self.server.await.unwrap().unwrap();
+        self.server.stop().await.unwrap();
     }
 }
 

@@ -106,26 +106,21 @@ pub fn bind(dir: &Path) -> io::Result<(UnixListener, PathBuf)> {
     sim_common::bind_unix_replacing_stale(dir, "meter")
 }
 
-/// A sim serving `DIR/.sockets/meter` on a background task, for tests and programs that embed it.
+/// A sim serving `DIR/.sockets/meter` on a background task, for tests and programs that embed it (the shared
+/// [`sim_common::Running`] harness, bound where sys161 binds).
 #[derive(Debug)]
-pub struct Running {
-    shutdown: Shutdown,
-    task: tokio::task::JoinHandle<io::Result<()>>,
-}
+pub struct Running(sim_common::Running);
 
 impl Running {
     /// Binds `DIR/.sockets/meter` (see [`bind`]) and starts [`run`] on a new task.
     pub fn spawn(dir: &Path, config: Config) -> io::Result<Running> {
         let (listener, _) = bind(dir)?;
-        let shutdown = Shutdown::new();
-        let task = tokio::spawn(run(listener, config, shutdown.clone()));
-        Ok(Running { shutdown, task })
+        Ok(Running(sim_common::Running::spawn(|shutdown| run(listener, config, shutdown))))
     }
 
     /// Stops the sim (clients see EOF, as when sys161 exits) and returns how [`run`] ended.
     pub async fn stop(self) -> io::Result<()> {
-        self.shutdown.cancel();
-        self.task.await.map_err(io::Error::other)?
+        self.0.stop().await
     }
 }
 
