@@ -297,4 +297,3 @@ mod tests {
         assert_eq!(s.handle(ServerMessage::Ok), Ok(None));
     }
 }
-

@@ -301,7 +301,11 @@ impl ClientWriter {
 
     fn lagged(&self) -> SendError {
         self.sever();
-        SendError::Lagged { peer: self.peer.clone(), capacity: self.tx.max_capacity(), max_bytes: self.max_bytes }
+        SendError::Lagged {
+            peer: self.peer.clone(),
+            capacity: self.tx.max_capacity(),
+            max_bytes: self.max_bytes,
+        }
     }
 
     /// Queues `buf` for the client without waiting. A full queue cuts the connection (see the type's doc).
@@ -309,7 +313,9 @@ impl ClientWriter {
         let permit = match self.budget.clone().try_acquire_many_owned(self.cost(&buf)) {
             Ok(permit) => permit,
             Err(tokio::sync::TryAcquireError::NoPermits) => return Err(self.lagged()),
-            Err(tokio::sync::TryAcquireError::Closed) => return Err(SendError::Closed { peer: self.peer.clone() }),
+            Err(tokio::sync::TryAcquireError::Closed) => {
+                return Err(SendError::Closed { peer: self.peer.clone() })
+            }
         };
         self.tx.try_send((buf, permit)).map_err(|e| match e {
             mpsc::error::TrySendError::Full(_) => self.lagged(),
