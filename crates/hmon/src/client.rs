@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 
 use crate::codec::{ClientCodec, Handshake, Payload};
-use crate::error::{Error, FrameError, HandshakeError, PayloadError};
+use crate::error::{ClientError, FrameError, HandshakeError, PayloadError};
 use crate::frame::DEFAULT_MAX_FRAME_LEN;
 use crate::ids::IdOrName;
 use crate::message::{
@@ -127,7 +127,7 @@ impl Stream for Events {
     }
 }
 
-type ReplyTx = oneshot::Sender<Result<Response, Error>>;
+type ReplyTx = oneshot::Sender<Result<Response, ClientError>>;
 
 enum Command {
     Send { request: Request, reply: Option<(String, ReplyTx)> },
@@ -154,7 +154,10 @@ impl std::fmt::Debug for Command {
 
 impl Client {
     /// Connects to an interpreter in SERVE mode and completes the handshake.
-    pub async fn connect(addr: impl Into<String>, config: ClientConfig) -> Result<(Client, Events), Error> {
+    pub async fn connect(
+        addr: impl Into<String>,
+        config: ClientConfig,
+    ) -> Result<(Client, Events), ClientError> {
         let addr = addr.into();
         let framed = match &config.reconnect {
             None => open(&addr, &config).await?,
@@ -179,7 +182,7 @@ impl Client {
 
     /// Runs the client over a stream that is already connected (for example a Unix socket or a test
     /// pipe), doing the handshake first. There is no reconnecting.
-    pub async fn over<S>(stream: S, config: ClientConfig) -> Result<(Client, Events), Error>
+    pub async fn over<S>(stream: S, config: ClientConfig) -> Result<(Client, Events), ClientError>
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -220,15 +223,15 @@ impl Client {
     /// Sends a request without waiting for anything (its replies, if any, arrive as events).
     ///
     /// `Ok` means the request was handed to the connection, not that the interpreter has read it.
-    pub async fn send(&self, request: Request) -> Result<(), Error> {
+    pub async fn send(&self, request: Request) -> Result<(), ClientError> {
         self.commands
             .send(Command::Send { request, reply: None })
             .await
-            .map_err(|_| Error::Closed { reason: None })
+            .map_err(|_| ClientError::Closed { reason: None })
     }
 
     /// Sends a request with a fresh UID (replacing any) and waits for the response echoing it.
-    pub async fn request(&self, mut request: Request) -> Result<Response, Error> {
+    pub async fn request(&self, mut request: Request) -> Result<Response, ClientError> {
         let uid = self.fresh_uid();
         set_uid(&mut request, uid.clone());
         let name = request.name().to_owned();
@@ -236,17 +239,17 @@ impl Client {
         self.commands
             .send(Command::Send { request, reply: Some((uid, tx)) })
             .await
-            .map_err(|_| Error::Closed { reason: None })?;
+            .map_err(|_| ClientError::Closed { reason: None })?;
         // The connection answers, fails or times the request out (its deadline is in `proto::Requests`).
-        let reply = rx.await.map_err(|_| Error::Closed { reason: None })??;
+        let reply = rx.await.map_err(|_| ClientError::Closed { reason: None })??;
         if reply.is_error() {
-            return Err(Error::Rejected { name: reply.name().to_owned(), request: name });
+            return Err(ClientError::Rejected { name: reply.name().to_owned(), request: name });
         }
         Ok(reply)
     }
 
     /// `GetFacts`: the facts, once.
-    pub async fn get_facts<I, F>(&self, facts: I) -> Result<Facts, Error>
+    pub async fn get_facts<I, F>(&self, facts: I) -> Result<Facts, ClientError>
     where
         I: IntoIterator<Item = F>,
         F: Into<IdOrName>,
@@ -262,7 +265,7 @@ impl Client {
     }
 
     /// `GetLastKnownState`: answered even when the interpreter is busy.
-    pub async fn last_known_state(&self) -> Result<LastKnownState, Error> {
+    pub async fn last_known_state(&self) -> Result<LastKnownState, ClientError> {
         match self.request(Request::GetLastKnownState(GetLastKnownState::default())).await? {
             Response::LastKnownState(s) => Ok(s),
             other => Err(unexpected("LastKnownState", other)),
@@ -270,7 +273,7 @@ impl Client {
     }
 
     /// `Subscribe`: replaces the subscribed events; later `Notification`s arrive as events.
-    pub async fn subscribe<I, E>(&self, events: I) -> Result<Subscribed, Error>
+    pub async fn subscribe<I, E>(&self, events: I) -> Result<Subscribed, ClientError>
     where
         I: IntoIterator<Item = E>,
         E: Into<IdOrName>,
@@ -286,7 +289,7 @@ impl Client {
     }
 
     /// `ConnectRide` (20.0): connect RIDE to `address:port`, or disconnect it with `None`.
-    pub async fn connect_ride(&self, target: Option<(&str, u16)>) -> Result<RideConnection, Error> {
+    pub async fn connect_ride(&self, target: Option<(&str, u16)>) -> Result<RideConnection, ClientError> {
         let mut args = ConnectRide::default();
         if let Some((address, port)) = target {
             args.address = Some(address.into());
@@ -300,7 +303,7 @@ impl Client {
 
     /// `PollFacts`: the facts now and then every `interval` (the interpreter's default when `None`).
     /// Returns the poll's UID, which every polled `Facts` event carries.
-    pub async fn poll_facts<I, F>(&self, facts: I, interval: Option<Duration>) -> Result<String, Error>
+    pub async fn poll_facts<I, F>(&self, facts: I, interval: Option<Duration>) -> Result<String, ClientError>
     where
         I: IntoIterator<Item = F>,
         F: Into<IdOrName>,
@@ -317,12 +320,12 @@ impl Client {
     }
 
     /// `StopFacts`: stop polling (the reply, `Facts` with `Interval` 0, arrives as an event).
-    pub async fn stop_facts(&self) -> Result<(), Error> {
+    pub async fn stop_facts(&self) -> Result<(), ClientError> {
         self.send(Request::StopFacts(StopFacts::default())).await
     }
 
     /// `BumpFacts`: the next poll reply now.
-    pub async fn bump_facts(&self) -> Result<(), Error> {
+    pub async fn bump_facts(&self) -> Result<(), ClientError> {
         self.send(Request::BumpFacts(BumpFacts::default())).await
     }
 
@@ -332,8 +335,8 @@ impl Client {
     }
 }
 
-fn unexpected(expected: &'static str, got: Response) -> Error {
-    Error::UnexpectedReply {
+fn unexpected(expected: &'static str, got: Response) -> ClientError {
+    ClientError::UnexpectedReply {
         expected,
         got: got.name().to_owned(),
         uid: got.uid().unwrap_or_default().to_owned(),
@@ -374,9 +377,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> From<Framed<S, ClientCo
     }
 }
 
-async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, ClientCodec>, Error> {
-    let stream =
-        TcpStream::connect(addr).await.map_err(|source| Error::Connect { addr: addr.to_owned(), source })?;
+async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, ClientCodec>, ClientError> {
+    let stream = TcpStream::connect(addr)
+        .await
+        .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
     let _ = stream.set_nodelay(true);
     let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
     handshake(&mut framed, config).await?;
@@ -384,7 +388,10 @@ async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, Cli
 }
 
 /// Does the monitor's side of the handshake on `framed` (the [`proto::Handshake`] state machine, driven).
-pub async fn handshake<S>(framed: &mut Framed<S, ClientCodec>, config: &ClientConfig) -> Result<(), Error>
+pub async fn handshake<S>(
+    framed: &mut Framed<S, ClientCodec>,
+    config: &ClientConfig,
+) -> Result<(), ClientError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -404,15 +411,17 @@ where
             state.handle(next_handshake(framed).await?)?;
         }
     };
-    tokio::time::timeout_at(deadline, steps).await.map_err(|_| Error::Timeout { what: "handshake", after })?
+    tokio::time::timeout_at(deadline, steps)
+        .await
+        .map_err(|_| ClientError::Timeout { what: "handshake", after })?
 }
 
-async fn next_handshake<S>(framed: &mut Framed<S, ClientCodec>) -> Result<Handshake, Error>
+async fn next_handshake<S>(framed: &mut Framed<S, ClientCodec>) -> Result<Handshake, ClientError>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     match framed.next().await {
-        None => Err(Error::Closed { reason: Some("peer closed during the handshake".into()) }),
+        None => Err(ClientError::Closed { reason: Some("peer closed during the handshake".into()) }),
         Some(Err(e)) => Err(e.into()),
         Some(Ok(Err(e))) => Err(HandshakeError::Payload(e).into()),
         Some(Ok(Ok(Payload::Handshake(h)))) => Ok(h),
@@ -430,7 +439,7 @@ where
 pub struct Listener {
     listener: TcpListener,
     config: ClientConfig,
-    handshakes: tokio::task::JoinSet<Result<(Client, Events, std::net::SocketAddr), Error>>,
+    handshakes: tokio::task::JoinSet<Result<(Client, Events, std::net::SocketAddr), ClientError>>,
 }
 
 impl Listener {
@@ -453,12 +462,12 @@ impl Listener {
     /// Waits for the next interpreter that completes its handshake (the roles are as in SERVE mode: the
     /// interpreter speaks first and the monitor sends requests). An error concerns one connection; the
     /// listener can go on accepting.
-    pub async fn accept(&mut self) -> Result<(Client, Events, std::net::SocketAddr), Error> {
+    pub async fn accept(&mut self) -> Result<(Client, Events, std::net::SocketAddr), ClientError> {
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => {
                     let (stream, peer) =
-                        accepted.map_err(|source| Error::Connect { addr: "listener".into(), source })?;
+                        accepted.map_err(|source| ClientError::Connect { addr: "listener".into(), source })?;
                     let _ = stream.set_nodelay(true);
                     let config = self.config.clone();
                     self.handshakes.spawn(async move {
@@ -469,7 +478,7 @@ impl Listener {
                     });
                 }
                 Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
-                    return done.unwrap_or_else(|e| Err(Error::Closed { reason: Some(e.to_string()) }));
+                    return done.unwrap_or_else(|e| Err(ClientError::Closed { reason: Some(e.to_string()) }));
                 }
             }
         }
@@ -528,7 +537,7 @@ impl Connection {
             };
             tracing::info!(%reason, "hmon connection lost");
             for (_, tx) in self.pending.drain() {
-                let _ = tx.send(Err(Error::Closed { reason: Some(reason.clone()) }));
+                let _ = tx.send(Err(ClientError::Closed { reason: Some(reason.clone()) }));
             }
             self.events.send(Event::Disconnected { reason });
             if !self.reconnect().await {
@@ -543,7 +552,7 @@ impl Connection {
             _ = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)), if deadline.is_some() => {
                 let after = self.config.request_timeout;
                 for (_, tx) in self.pending.expire(tokio::time::Instant::now().into_std()) {
-                    let _ = tx.send(Err(Error::Timeout { what: "reply", after }));
+                    let _ = tx.send(Err(ClientError::Timeout { what: "reply", after }));
                 }
                 Step::Continue
             }
@@ -596,7 +605,7 @@ impl Connection {
 
     /// Reconnects with backoff; `false` when reconnecting is off, gave up, or the client is gone.
     ///
-    /// Requests made meanwhile fail at once with [`Error::Closed`]; a `PollFacts`, `StopFacts` or
+    /// Requests made meanwhile fail at once with [`ClientError::Closed`]; a `PollFacts`, `StopFacts` or
     /// `Subscribe` sent meanwhile updates what is re-sent once connected.
     async fn reconnect(&mut self) -> bool {
         let (Some(addr), Some(policy)) = (self.addr.clone(), self.config.reconnect.clone()) else {
@@ -614,7 +623,7 @@ impl Connection {
                         Some(Command::Send { request, reply }) => {
                             self.standing.remember(&request);
                             if let Some((_, tx)) = reply {
-                                let _ = tx.send(Err(Error::Closed { reason: Some("reconnecting".into()) }));
+                                let _ = tx.send(Err(ClientError::Closed { reason: Some("reconnecting".into()) }));
                             }
                         }
                     },
@@ -668,7 +677,7 @@ mod tests {
         let (ours, mut peer) = pipe();
         peer_handshake(&mut peer, 3).await;
         let err = Client::over(ours, ClientConfig::default()).await.unwrap_err();
-        assert!(matches!(err, Error::Handshake(HandshakeError::WrongProtocol(3))), "{err}");
+        assert!(matches!(err, ClientError::Handshake(HandshakeError::WrongProtocol(3))), "{err}");
     }
 
     #[tokio::test]
@@ -677,7 +686,7 @@ mod tests {
         peer.send(Payload::Message(Response::Facts(Facts::default()))).await.unwrap();
         let err = Client::over(ours, ClientConfig::default()).await.unwrap_err();
         assert!(
-            matches!(err, Error::Handshake(HandshakeError::MessageBeforeHandshake(ref n)) if n == "Facts"),
+            matches!(err, ClientError::Handshake(HandshakeError::MessageBeforeHandshake(ref n)) if n == "Facts"),
             "{err}"
         );
     }
@@ -686,7 +695,7 @@ mod tests {
     async fn a_silent_peer_times_the_handshake_out() {
         let (ours, _peer) = pipe();
         let err = Client::over(ours, ClientConfig::default()).await.unwrap_err();
-        assert!(matches!(err, Error::Timeout { what: "handshake", .. }), "{err}");
+        assert!(matches!(err, ClientError::Timeout { what: "handshake", .. }), "{err}");
     }
 
     #[tokio::test]
@@ -715,7 +724,7 @@ mod tests {
         drop(peer);
         assert!(matches!(events.next().await, Some(Event::Disconnected { .. })));
         assert!(events.next().await.is_none());
-        assert!(matches!(client.last_known_state().await, Err(Error::Closed { .. })));
+        assert!(matches!(client.last_known_state().await, Err(ClientError::Closed { .. })));
     }
 
     #[tokio::test]

@@ -97,7 +97,7 @@ pub enum HandshakeError {
 /// A client failure.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ClientError {
     /// Connecting failed.
     #[error("cannot connect to {addr}: {source}")]
     Connect {
@@ -148,3 +148,7 @@ pub enum Error {
         reason: Option<String>,
     },
 }
+
+/// The name [`ClientError`] had before 0.2.
+#[deprecated(note = "renamed ClientError, as in the other protocol crates")]
+pub type Error = ClientError;

@@ -81,7 +81,8 @@ pub use codec::{
     ServerCodec, MAX_SUPPORTED_PROTOCOLS, PROTOCOL_VERSION, SUPPORTED_PROTOCOLS, USING_PROTOCOL,
 };
 pub use config::{ConfigAddress, ConfigError, InterfaceConfig, Mode};
-pub use error::{Error, FrameError, HandshakeError, PayloadError};
+#[allow(deprecated)]
+pub use error::{ClientError, Error, FrameError, HandshakeError, PayloadError};
 pub use facts::{
     AccountInformation, CommsLayer, Dmx, Exception, Fact, FactValue, Host, Interpreter, Machine, Ride,
     StackEntry, Thread, ThreadCount, Workspace,

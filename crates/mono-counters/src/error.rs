@@ -124,7 +124,7 @@ pub enum EncodeError {
 /// What a request or a session can run into.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
+pub enum ClientError {
     /// Socket or file I/O failed.
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
@@ -155,3 +155,7 @@ pub enum Error {
         after: Duration,
     },
 }
+
+/// The name [`ClientError`] had before 0.2.
+#[deprecated(note = "renamed ClientError, as in the other protocol crates")]
+pub type Error = ClientError;

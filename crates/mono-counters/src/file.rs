@@ -8,7 +8,7 @@ use tokio::io::AsyncRead;
 use tokio_util::codec::FramedRead;
 
 use crate::codec::{InspectorCodec, Limits};
-use crate::error::Error;
+use crate::error::ClientError;
 use crate::inspector::SampleUpdate;
 use crate::message::{AgentMessage, Hello};
 use crate::table::CounterTable;
@@ -31,20 +31,20 @@ impl<R> std::fmt::Debug for CounterFile<R> {
 
 impl CounterFile<tokio::fs::File> {
     /// Opens a file and reads its Hello.
-    pub async fn open(path: impl AsRef<Path>, limits: Limits) -> Result<Self, Error> {
+    pub async fn open(path: impl AsRef<Path>, limits: Limits) -> Result<Self, ClientError> {
         CounterFile::new(tokio::fs::File::open(path).await?, limits).await
     }
 }
 
 impl<R: AsyncRead + Unpin> CounterFile<R> {
     /// Reads the Hello from `reader`.
-    pub async fn new(reader: R, limits: Limits) -> Result<Self, Error> {
+    pub async fn new(reader: R, limits: Limits) -> Result<Self, ClientError> {
         let mut framed = FramedRead::new(reader, InspectorCodec::new(limits));
         let hello = match framed.next().await {
             Some(Ok(AgentMessage::Hello(hello))) => hello,
-            Some(Ok(other)) => return Err(Error::ExpectedHello(other.kind())),
+            Some(Ok(other)) => return Err(ClientError::ExpectedHello(other.kind())),
             Some(Err(e)) => return Err(e),
-            None => return Err(Error::ExpectedHello("an empty file")),
+            None => return Err(ClientError::ExpectedHello("an empty file")),
         };
         let table = Arc::new(CounterTable::from_hello(&hello));
         Ok(CounterFile { framed, hello, table })
@@ -56,7 +56,7 @@ impl<R: AsyncRead + Unpin> CounterFile<R> {
     }
 
     /// The next record with the full state after it; `Ok(None)` at the end of the file.
-    pub async fn next_sample(&mut self) -> Result<Option<SampleUpdate>, Error> {
+    pub async fn next_sample(&mut self) -> Result<Option<SampleUpdate>, ClientError> {
         match self.framed.next().await {
             None => Ok(None),
             Some(Err(e)) => Err(e),
@@ -69,7 +69,7 @@ impl<R: AsyncRead + Unpin> CounterFile<R> {
                     missed: 0,
                 }))
             }
-            Some(Ok(other)) => Err(Error::Unexpected(other.kind())),
+            Some(Ok(other)) => Err(ClientError::Unexpected(other.kind())),
         }
     }
 }

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::codec::{InspectorCodec, Limits};
-use crate::error::Error;
+use crate::error::ClientError;
 use crate::message::*;
 use crate::table::CounterTable;
 
@@ -112,7 +112,7 @@ impl Inspector {
     }
 
     /// Waits for the next agent and its Hello.
-    pub async fn accept(&self) -> Result<(Session, SocketAddr), Error> {
+    pub async fn accept(&self) -> Result<(Session, SocketAddr), ClientError> {
         let (stream, peer) = self.listener.accept().await?;
         let _ = stream.set_nodelay(true);
         Ok((Session::start(stream, self.config.clone()).await?, peer))
@@ -139,7 +139,7 @@ struct Shared {
 pub struct Session {
     hello: Hello,
     handle: SessionHandle,
-    samples: mpsc::Receiver<Result<SampleUpdate, Error>>,
+    samples: mpsc::Receiver<Result<SampleUpdate, ClientError>>,
     reader: tokio::task::JoinHandle<()>,
 }
 
@@ -170,7 +170,7 @@ impl std::fmt::Debug for SessionHandle {
 impl Session {
     /// Runs the inspector side over any connected stream (TCP, a pipe in tests): reads the Hello, then
     /// starts the reader task.
-    pub async fn start<S>(stream: S, config: ClientConfig) -> Result<Session, Error>
+    pub async fn start<S>(stream: S, config: ClientConfig) -> Result<Session, ClientError>
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
@@ -179,12 +179,12 @@ impl Session {
         let mut framed = FramedRead::new(read, codec.clone());
         let first = tokio::time::timeout(config.hello_timeout, framed.next())
             .await
-            .map_err(|_| Error::Timeout { request: "hello", after: config.hello_timeout })?;
+            .map_err(|_| ClientError::Timeout { request: "hello", after: config.hello_timeout })?;
         let hello = match first {
             Some(Ok(AgentMessage::Hello(hello))) => hello,
-            Some(Ok(other)) => return Err(Error::ExpectedHello(other.kind())),
+            Some(Ok(other)) => return Err(ClientError::ExpectedHello(other.kind())),
             Some(Err(e)) => return Err(e),
-            None => return Err(Error::Closed { request: "hello" }),
+            None => return Err(ClientError::Closed { request: "hello" }),
         };
         let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(write);
         let shared = Arc::new(Shared {
@@ -209,12 +209,12 @@ impl Session {
     }
 
     /// The next sample; `Ok(None)` once the agent has closed the connection.
-    pub async fn next_sample(&mut self) -> Result<Option<SampleUpdate>, Error> {
+    pub async fn next_sample(&mut self) -> Result<Option<SampleUpdate>, ClientError> {
         self.samples.recv().await.transpose()
     }
 
     /// See [`SessionHandle::list`].
-    pub async fn list(&self) -> Result<Vec<CounterName>, Error> {
+    pub async fn list(&self) -> Result<Vec<CounterName>, ClientError> {
         self.handle.list().await
     }
 
@@ -223,29 +223,29 @@ impl Session {
         &self,
         category: impl Into<String>,
         name: impl Into<String>,
-    ) -> Result<AddResponse, Error> {
+    ) -> Result<AddResponse, ClientError> {
         self.handle.add(category, name).await
     }
 
     /// See [`SessionHandle::add_counter`].
-    pub async fn add_counter(&self, counter: CounterName) -> Result<AddResponse, Error> {
+    pub async fn add_counter(&self, counter: CounterName) -> Result<AddResponse, ClientError> {
         self.handle.add_counter(counter).await
     }
 
     /// See [`SessionHandle::remove`].
-    pub async fn remove(&self, index: i16) -> Result<Status, Error> {
+    pub async fn remove(&self, index: i16) -> Result<Status, ClientError> {
         self.handle.remove(index).await
     }
 
     /// See [`SessionHandle::goodbye`].
-    pub async fn goodbye(&self) -> Result<(), Error> {
+    pub async fn goodbye(&self) -> Result<(), ClientError> {
         self.handle.goodbye().await
     }
 }
 
 impl SessionHandle {
     /// Asks for every counter the agent can sample.
-    pub async fn list(&self) -> Result<Vec<CounterName>, Error> {
+    pub async fn list(&self) -> Result<Vec<CounterName>, ClientError> {
         let (tx, rx) = oneshot::channel();
         self.request("list", InspectorMessage::List, |p| p.list.push_back(tx), rx).await
     }
@@ -253,29 +253,29 @@ impl SessionHandle {
     /// Asks the agent to sample one more counter. On OK the new counter appears in later samples.
     ///
     /// A duplicate is answered [`AddResponse::Existing`] by some agents, while the real agent closes the
-    /// connection instead, which this reports as [`Error::Closed`].
+    /// connection instead, which this reports as [`ClientError::Closed`].
     pub async fn add(
         &self,
         category: impl Into<String>,
         name: impl Into<String>,
-    ) -> Result<AddResponse, Error> {
+    ) -> Result<AddResponse, ClientError> {
         self.add_counter(CounterName::new(category, name)).await
     }
 
     /// [`SessionHandle::add`] with the counter's name in one value.
-    pub async fn add_counter(&self, counter: CounterName) -> Result<AddResponse, Error> {
+    pub async fn add_counter(&self, counter: CounterName) -> Result<AddResponse, ClientError> {
         let (tx, rx) = oneshot::channel();
         self.request("add", InspectorMessage::Add(counter), |p| p.add.push_back(tx), rx).await
     }
 
     /// Asks the agent to stop sampling `index`; a negative index removes every counter.
-    pub async fn remove(&self, index: i16) -> Result<Status, Error> {
+    pub async fn remove(&self, index: i16) -> Result<Status, ClientError> {
         let (tx, rx) = oneshot::channel();
         self.request("remove", InspectorMessage::Remove(index), |p| p.remove.push_back((index, tx)), rx).await
     }
 
     /// Sends Good Bye and closes our side; the agent closes without replying.
-    pub async fn goodbye(&self) -> Result<(), Error> {
+    pub async fn goodbye(&self) -> Result<(), ClientError> {
         let after = self.shared.timeout;
         let bye = async {
             let mut writer = self.shared.writer.lock().await;
@@ -283,11 +283,13 @@ impl SessionHandle {
             writer.get_mut().shutdown().await?;
             Ok(())
         };
-        tokio::time::timeout(after, bye).await.map_err(|_| Error::Timeout { request: "good bye", after })?
+        tokio::time::timeout(after, bye)
+            .await
+            .map_err(|_| ClientError::Timeout { request: "good bye", after })?
     }
 
     /// Sends a message that expects no response (Good Bye, or an unknown command byte in tests).
-    pub async fn send(&self, msg: InspectorMessage) -> Result<(), Error> {
+    pub async fn send(&self, msg: InspectorMessage) -> Result<(), ClientError> {
         self.shared.writer.lock().await.send(msg).await
     }
 
@@ -297,17 +299,17 @@ impl SessionHandle {
         msg: InspectorMessage,
         enqueue: impl FnOnce(&mut Pending),
         rx: oneshot::Receiver<T>,
-    ) -> Result<T, Error> {
+    ) -> Result<T, ClientError> {
         let after = self.shared.timeout;
         let deadline = tokio::time::Instant::now() + after;
-        let timed_out = || Error::Timeout { request, after };
+        let timed_out = || ClientError::Timeout { request, after };
         let send = async {
             // Holding the writer while enqueueing keeps the queue in the order requests hit the wire.
             let mut writer = self.shared.writer.lock().await;
             {
                 let mut pending = self.shared.pending.lock().unwrap_or_else(|e| e.into_inner());
                 if pending.closed {
-                    return Err(Error::Closed { request });
+                    return Err(ClientError::Closed { request });
                 }
                 enqueue(&mut pending);
             }
@@ -318,7 +320,7 @@ impl SessionHandle {
         // On timeout the queue slot stays: a late response must still line up with its request.
         match tokio::time::timeout_at(deadline, rx).await {
             Ok(Ok(response)) => Ok(response),
-            Ok(Err(_)) => Err(Error::Closed { request }),
+            Ok(Err(_)) => Err(ClientError::Closed { request }),
             Err(_) => Err(timed_out()),
         }
     }
@@ -328,7 +330,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
     mut framed: FramedRead<R, InspectorCodec>,
     shared: Arc<Shared>,
     mut table: Arc<CounterTable>,
-    samples: mpsc::Sender<Result<SampleUpdate, Error>>,
+    samples: mpsc::Sender<Result<SampleUpdate, ClientError>>,
 ) {
     let mut missed = 0u64;
     let failure = loop {

@@ -78,7 +78,8 @@ mod tokio_codec;
 pub use codec::{
     encode_agent_message, encode_inspector_message, encode_sample, AgentCodec, InspectorCodec, Limits,
 };
-pub use error::{DecodeError, EncodeError, Error};
+#[allow(deprecated)]
+pub use error::{ClientError, DecodeError, EncodeError, Error};
 #[cfg(feature = "client")]
 pub use file::CounterFile;
 #[cfg(feature = "client")]

@@ -8,39 +8,39 @@ use bytes::BytesMut;
 use crate::codec::{
     encode_agent_message, encode_inspector_message, encode_sample, AgentCodec, InspectorCodec,
 };
-use crate::error::{DecodeError, Error};
+use crate::error::{ClientError, DecodeError};
 use crate::message::*;
 
 impl tokio_util::codec::Decoder for InspectorCodec {
     type Item = AgentMessage;
-    type Error = Error;
+    type Error = ClientError;
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<AgentMessage>, Error> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<AgentMessage>, ClientError> {
         Ok(self.decode_message(src)?)
     }
 
-    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<AgentMessage>, Error> {
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<AgentMessage>, ClientError> {
         Ok(self.decode_message_eof(src)?)
     }
 }
 
 impl tokio_util::codec::Encoder<InspectorMessage> for InspectorCodec {
-    type Error = Error;
+    type Error = ClientError;
 
-    fn encode(&mut self, item: InspectorMessage, dst: &mut BytesMut) -> Result<(), Error> {
+    fn encode(&mut self, item: InspectorMessage, dst: &mut BytesMut) -> Result<(), ClientError> {
         Ok(encode_inspector_message(&item, self.opcodes, dst)?)
     }
 }
 
 impl tokio_util::codec::Decoder for AgentCodec {
     type Item = InspectorMessage;
-    type Error = Error;
+    type Error = ClientError;
 
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<InspectorMessage>, Error> {
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<InspectorMessage>, ClientError> {
         Ok(self.decode_message(src)?)
     }
 
-    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<InspectorMessage>, Error> {
+    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<InspectorMessage>, ClientError> {
         match self.decode_message(src)? {
             None if !src.is_empty() => Err(DecodeError::Truncated { buffered: src.len() }.into()),
             other => Ok(other),
@@ -49,17 +49,17 @@ impl tokio_util::codec::Decoder for AgentCodec {
 }
 
 impl tokio_util::codec::Encoder<AgentMessage> for AgentCodec {
-    type Error = Error;
+    type Error = ClientError;
 
-    fn encode(&mut self, item: AgentMessage, dst: &mut BytesMut) -> Result<(), Error> {
+    fn encode(&mut self, item: AgentMessage, dst: &mut BytesMut) -> Result<(), ClientError> {
         Ok(encode_agent_message(&item, dst)?)
     }
 }
 
 impl tokio_util::codec::Encoder<&Sample> for AgentCodec {
-    type Error = Error;
+    type Error = ClientError;
 
-    fn encode(&mut self, item: &Sample, dst: &mut BytesMut) -> Result<(), Error> {
+    fn encode(&mut self, item: &Sample, dst: &mut BytesMut) -> Result<(), ClientError> {
         Ok(encode_sample(item, dst)?)
     }
 }

@@ -99,7 +99,7 @@ async fn a_request_times_out_and_a_late_answer_keeps_its_slot() {
     let config = ClientConfig { request_timeout: Duration::from_secs(2), ..ClientConfig::default() };
     let (session, mut agent) = started(config).await;
     let err = session.list().await.unwrap_err();
-    assert!(matches!(err, Error::Timeout { request: "list", .. }), "{err}");
+    assert!(matches!(err, ClientError::Timeout { request: "list", .. }), "{err}");
     expect_request(&mut agent, &[0]).await;
     // The late answer to the first list, then the answer to the second.
     let late = AgentMessage::List(vec![CounterName::new("Mono JIT", "late")]);
@@ -119,7 +119,7 @@ async fn eof_fails_pending_requests_and_ends_the_samples() {
     expect_request(&mut agent, &[1, 7, 0, 0, 0, b'M', b'o', b'n', b'o', b' ', b'G', b'C', 1, 0, 0, 0, b'a'])
         .await;
     drop(agent);
-    assert!(matches!(pending.await.unwrap(), Err(Error::Closed { request: "add" })));
+    assert!(matches!(pending.await.unwrap(), Err(ClientError::Closed { request: "add" })));
     assert!(session.next_sample().await.unwrap().is_none());
 }
 
@@ -128,7 +128,7 @@ async fn a_decode_error_ends_the_session_with_that_error() {
     let (mut session, mut agent) = started(ClientConfig::default()).await;
     agent.write_all(&[9]).await.unwrap();
     let err = session.next_sample().await.unwrap_err();
-    assert!(matches!(err, Error::Decode(DecodeError::UnknownAgentOpcode(9))), "{err}");
+    assert!(matches!(err, ClientError::Decode(DecodeError::UnknownAgentOpcode(9))), "{err}");
     assert!(session.next_sample().await.unwrap().is_none());
 }
 
@@ -137,10 +137,10 @@ async fn the_first_message_must_be_hello() {
     let (inspector_side, mut agent) = tokio::io::duplex(1024);
     agent.write_all(&bytes(&[AgentMessage::Remove(Status::Ok)])).await.unwrap();
     let err = Session::start(inspector_side, ClientConfig::default()).await.unwrap_err();
-    assert!(matches!(err, Error::ExpectedHello("remove response")), "{err}");
+    assert!(matches!(err, ClientError::ExpectedHello("remove response")), "{err}");
     let (inspector_side, _silent) = tokio::io::duplex(1024);
     let err = Session::start(inspector_side, ClientConfig::default()).await.unwrap_err();
-    assert!(matches!(err, Error::Timeout { request: "hello", .. }), "{err}");
+    assert!(matches!(err, ClientError::Timeout { request: "hello", .. }), "{err}");
 }
 
 #[tokio::test(start_paused = true)]
@@ -179,5 +179,5 @@ async fn a_request_the_agent_never_reads_times_out() {
     let session = Session::start(inspector_side, config).await.unwrap();
     let long = "x".repeat(500);
     let err = session.add("Mono GC", long).await.unwrap_err();
-    assert!(matches!(err, Error::Timeout { request: "add", .. }), "{err}");
+    assert!(matches!(err, ClientError::Timeout { request: "add", .. }), "{err}");
 }

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Subcommand};
 use mono_counters::{
-    AddResponse, ClientConfig, CounterFile, CounterName, CounterTable, CounterValue, DecodeError,
-    Error as MonoError, Inspector, Limits, Reading, RequestOpcodes, SampleUpdate, Session, Status, Unit,
-    ValueData,
+    AddResponse, ClientConfig, ClientError as MonoError, CounterFile, CounterName, CounterTable,
+    CounterValue, DecodeError, Inspector, Limits, Reading, RequestOpcodes, SampleUpdate, Session, Status,
+    Unit, ValueData,
 };
 
 use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};

@@ -222,7 +222,7 @@ async fn connect_ride_by_version_and_access_level() {
     let old = start(quiet(Config::default())).await;
     let (client, _events) = connect(&old).await;
     let err = client.connect_ride(Some(("localhost", 4502))).await.unwrap_err();
-    assert!(matches!(err, Error::Rejected { ref name, .. } if name == "UnknownCommand"), "{err}");
+    assert!(matches!(err, ClientError::Rejected { ref name, .. } if name == "UnknownCommand"), "{err}");
 }
 
 #[tokio::test]
@@ -257,12 +257,12 @@ async fn unknown_fact_is_rejected_as_malformed() {
     let (client, _events) = connect(&running).await;
     let err = client.get_facts([IdOrName::Name("Nope".into())]).await.unwrap_err();
     assert!(
-        matches!(err, Error::Rejected { ref name, ref request } if name == "MalformedCommand" && request == "GetFacts"),
+        matches!(err, ClientError::Rejected { ref name, ref request } if name == "MalformedCommand" && request == "GetFacts"),
         "{err}"
     );
     let err = client.subscribe([IdOrName::Id(5)]).await.unwrap_err();
     assert!(
-        matches!(err, Error::Rejected { ref name, .. } if name == "MalformedCommand"),
+        matches!(err, ClientError::Rejected { ref name, .. } if name == "MalformedCommand"),
         "ThreadSwitch is unknown"
     );
 }
@@ -529,7 +529,7 @@ async fn unresponsive_requests_time_out() {
     let config = ClientConfig { request_timeout: Duration::from_secs(3), ..ClientConfig::default() };
     let (client, _events) = Client::connect(running.addr.clone(), config).await.unwrap();
     let err = client.get_facts([FactKind::Host]).await.unwrap_err();
-    assert!(matches!(err, Error::Timeout { what: "reply", .. }), "{err}");
+    assert!(matches!(err, ClientError::Timeout { what: "reply", .. }), "{err}");
     assert!(client.last_known_state().await.is_ok());
 }
 

@@ -31,7 +31,7 @@ pub enum SimError {
     Io(#[from] std::io::Error),
     /// The inspector sent something that is not a request (the real agent stops there too).
     #[error("protocol: {0}")]
-    Protocol(#[from] mono_counters::Error),
+    Protocol(#[from] mono_counters::ClientError),
 }
 
 /// How one connection ended without an error.
@@ -263,13 +263,13 @@ pub async fn run_file(
     let mut sampler = Sampler::new(config, overrides);
     let mut buf = BytesMut::new();
     encode_agent_message(&AgentMessage::Hello(sampler.hello()), &mut buf)
-        .map_err(mono_counters::Error::from)?;
+        .map_err(mono_counters::ClientError::from)?;
     file.write_all(&buf).await?;
     let mut sent = 0u64;
     loop {
         buf.clear();
         encode_agent_message(&AgentMessage::Sampling(sampler.sample()), &mut buf)
-            .map_err(mono_counters::Error::from)?;
+            .map_err(mono_counters::ClientError::from)?;
         file.write_all(&buf).await?;
         file.flush().await?;
         sent += 1;

@@ -169,10 +169,10 @@ async fn duplicate_add_drops_the_connection_like_the_real_agent_then_it_reconnec
         start(TWO, |c| c.duplicate_add = DuplicateAdd::DropConnection).await;
     let mut session = accept(&inspector).await;
     let err = session.add("Mono System", "Working Set").await.unwrap_err();
-    assert!(matches!(err, Error::Closed { request: "add" }), "{err}");
+    assert!(matches!(err, ClientError::Closed { request: "add" }), "{err}");
     within("the end of the session", async { while session.next_sample().await.unwrap().is_some() {} }).await;
     assert!(
-        matches!(session.list().await, Err(Error::Closed { .. })),
+        matches!(session.list().await, Err(ClientError::Closed { .. })),
         "requests on a closed session fail at once"
     );
     let again = accept(&inspector).await;
@@ -330,5 +330,5 @@ async fn file_mode_writes_hello_and_samples() {
     file.next_sample().await.unwrap().unwrap();
     file.next_sample().await.unwrap().unwrap();
     let err = file.next_sample().await.unwrap_err();
-    assert!(matches!(err, Error::Decode(DecodeError::Truncated { buffered: 8 })), "{err}");
+    assert!(matches!(err, ClientError::Decode(DecodeError::Truncated { buffered: 8 })), "{err}");
 }
