@@ -350,3 +350,15 @@ fn trace_labels_keep_a_trailing_cr_and_a_split_label_prints_back_in_place() {
     assert_eq!((trace.unknown[0].line, trace.unknown[0].text.as_str()), (3, "rest of it"));
     assert_eq!(trace.render(), text, "every line prints back in its place");
 }
+
+#[test]
+fn a_multibyte_blocked_on_text_pads_by_characters() {
+    // The kernel's `{:<13}` pads to 13 characters: `é-wait` (7 bytes, 6 characters) is followed by 7 spaces,
+    // so the name starts a byte later than with ASCII (found by fuzzing).
+    let row = format!("    2  Blocked    0.0%   1.1%    16K  {:<13}  idle\n", "é-wait");
+    let text = format!("  PID  STATE     CPU1s  CPU1m  MEM     BLOCKED ON     NAME\n  ---  --------  -----  -----  ------  -------------  ----------------\n{row}");
+    let ps = Ps::parse(&text);
+    assert_eq!(ps.processes[0].name, "idle");
+    assert_eq!(ps.processes[0].blocked_on, BlockedOn::Other { text: "é-wait".into() });
+    assert_eq!(ps.render(), text);
+}

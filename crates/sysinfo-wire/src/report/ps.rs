@@ -253,7 +253,8 @@ fn split_tail(rest: &str) -> Option<(&str, &str)> {
     let (blocked, name) = if b.len() >= 15 && b[..15] == [b' '; 15] {
         ("", &rest[15..])
     } else if let Some(gap) = (1..b.len()).find(|&i| b[i - 1] == b' ' && b[i] == b' ').map(|i| i - 1) {
-        let name_at = (gap.max(13) + 2).min(rest.len());
+        // `{:<13}` pads to 13 characters, not bytes: a multi-byte blocked-on text takes more bytes.
+        let name_at = (gap + 13usize.saturating_sub(rest[..gap].chars().count()) + 2).min(rest.len());
         if !b[gap..name_at].iter().all(|&b| b == b' ') {
             return None;
         }

@@ -87,7 +87,9 @@ impl<'a> FixedRow<'a> {
             let mut len = 0;
             let mut ok = true;
             for (i, &c) in col.iter().enumerate() {
-                ok &= c >= b' ';
+                // ASCII only: the kernel pads the column to 13 characters, so a multi-byte character moves
+                // the name off its byte column (the general parser counts characters).
+                ok &= (b' '..0x80).contains(&c);
                 len = if c == b' ' { len } else { i + 1 };
             }
             ok &= !col[..len].windows(2).any(|w| w == b"  ");
