@@ -114,16 +114,23 @@ async fn duplicate_add_dropped_by_a_real_agent_then_it_reconnects() {
     t.kill().await;
 }
 
-#[tokio::test]
-async fn read_a_file_written_in_file_mode() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("counters.bin");
+/// A counters file written by the agent in file mode: `samples` samples of fixed values (only the first one
+/// changes anything).
+async fn file_of(dir: &std::path::Path, samples: u64) -> std::path::PathBuf {
+    let path = dir.join("counters.bin");
     let mut config =
         AgentConfig::from_options(&format!("address=file://{},counters={TWO},interval=1", path.display()))
             .unwrap();
     config.values = ValueMode::Fixed;
-    config.max_samples = Some(3);
+    config.max_samples = Some(samples);
     mono_agent_sim::run(config, Shutdown::new()).await.unwrap();
+    path
+}
+
+#[tokio::test]
+async fn read_a_file_written_in_file_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = file_of(dir.path(), 3).await;
 
     let (code, out, err) = telemon(&["mono", "read", path.to_str().unwrap(), "--json"]).finish().await;
     assert_eq!(code, 0, "{err:?}");
@@ -152,13 +159,7 @@ async fn read_a_file_written_in_file_mode() {
 #[tokio::test]
 async fn empty_samples_do_not_count_and_are_coalesced_into_the_next_row() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("counters.bin");
-    let mut config =
-        AgentConfig::from_options(&format!("address=file://{},counters={TWO},interval=1", path.display()))
-            .unwrap();
-    config.values = ValueMode::Fixed;
-    config.max_samples = Some(50);
-    mono_agent_sim::run(config, Shutdown::new()).await.unwrap();
+    let path = file_of(dir.path(), 50).await;
     // 50 samples, one with values: --count 1 is met by it, and no empty sample is a row.
     let (code, out, _) = telemon(&["mono", "read", path.to_str().unwrap(), "--count", "1"]).finish().await;
     assert_eq!(code, 0);
