@@ -286,6 +286,14 @@ impl InspectorCodec {
 
     /// Decodes one agent message from the front of `buf`; `Ok(None)` means more bytes are needed.
     pub fn decode_message(&mut self, buf: &mut BytesMut) -> Result<Option<AgentMessage>, DecodeError> {
+        // A Sampling message with the last one's layout is whole, as its own check shows: no scan needed.
+        if fast::ENABLED && buf.first() == Some(&agent_op::SAMPLING) && self.shape.matches(buf) {
+            self.scan = Scan::default();
+            work::examined(self.shape.len);
+            let sample = self.shape.sample(buf);
+            buf.advance(self.shape.len);
+            return Ok(Some(AgentMessage::Sampling(sample)));
+        }
         match self.scan.complete(buf, &self.limits, self.opcodes, &self.kinds) {
             Ok(false) => return Ok(None),
             Ok(true) => self.scan = Scan::default(),
@@ -304,7 +312,7 @@ impl InspectorCodec {
     /// Decodes the message at the front of `buf`, which the scan saw whole.
     fn decode_whole(&mut self, buf: &mut BytesMut) -> Result<Option<AgentMessage>, DecodeError> {
         // The hand-tuned Sampling path (`fast.rs`), unless the portable build asks for the reference.
-        if buf.first() == Some(&agent_op::SAMPLING) && !cfg!(telemon_portable) {
+        if buf.first() == Some(&agent_op::SAMPLING) && fast::ENABLED {
             return self.decode_sampling(buf);
         }
         let limits = self.limits;

@@ -10,6 +10,9 @@
 //! that way.
 
 use super::{fixed, kind_name, Fail, Incomplete, Limits, Parse};
+
+/// Whether the layout path is on (off in the portable build, which tests the reference alone).
+pub(super) const ENABLED: bool = !cfg!(telemon_portable);
 use crate::error::DecodeError;
 use crate::message::*;
 
