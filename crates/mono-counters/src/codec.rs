@@ -286,13 +286,16 @@ impl InspectorCodec {
 
     /// Decodes one agent message from the front of `buf`; `Ok(None)` means more bytes are needed.
     pub fn decode_message(&mut self, buf: &mut BytesMut) -> Result<Option<AgentMessage>, DecodeError> {
-        // A Sampling message with the last one's layout is whole, as its own check shows: no scan needed.
-        if fast::ENABLED && buf.first() == Some(&agent_op::SAMPLING) && self.shape.matches(buf) {
-            self.scan = Scan::default();
-            work::examined(self.shape.len);
-            let sample = self.shape.sample(buf);
-            buf.advance(self.shape.len);
-            return Ok(Some(AgentMessage::Sampling(sample)));
+        // A message is usually whole when its first bytes arrive: parse it at once. Only when it is not does the
+        // scan take over, walking each byte once as more arrive, until the parser can run once more. So a message
+        // costs one parse when whole, and at most three walks of it however it trickles in.
+        if self.scan.is_fresh() {
+            let before = buf.len();
+            let decoded = self.decode_whole(buf);
+            work::examined(before);
+            if !matches!(decoded, Ok(None)) {
+                return decoded;
+            }
         }
         match self.scan.complete(buf, &self.limits, self.opcodes, &self.kinds) {
             Ok(false) => return Ok(None),

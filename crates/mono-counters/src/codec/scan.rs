@@ -64,6 +64,11 @@ fn field<const N: usize>(buf: &[u8], at: usize) -> Option<[u8; N]> {
 }
 
 impl Scan {
+    /// Whether nothing of the current message has been walked yet.
+    pub(super) fn is_fresh(&self) -> bool {
+        self.pos == 0
+    }
+
     /// A scan of an inspector request (the agent's side).
     pub(super) fn request() -> Self {
         Scan { pos: 0, step: Step::RequestOp }
