@@ -6,6 +6,7 @@
 
 pub mod model;
 pub mod registry;
+pub mod store;
 
 pub use model::{
     ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, MetricKind, Protocol, Series, TargetSnapshot,

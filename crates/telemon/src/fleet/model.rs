@@ -276,10 +276,7 @@ pub struct FleetSnapshot {
 impl FleetSnapshot {
     /// The target named `name`, if any.
     pub fn get(&self, name: &str) -> Option<&TargetSnapshot> {
-        self.targets
-            .binary_search_by(|t| (*t.name).cmp(name))
-            .ok()
-            .map(|i| &self.targets[i])
+        self.targets.binary_search_by(|t| (*t.name).cmp(name)).ok().map(|i| &self.targets[i])
     }
 }
 
