@@ -6,6 +6,7 @@
 
 pub mod model;
 pub mod registry;
+pub mod render;
 pub mod store;
 
 pub use model::{
