@@ -223,7 +223,7 @@ mod tests {
     use crate::fleet::model::{ErrorKind, Protocol, Series, TargetState};
     use std::sync::Arc;
 
-    fn snap() -> FleetSnapshot {
+    pub(super) fn snap() -> FleetSnapshot {
         let mut t = TargetSnapshot::new("box\"1", Protocol::Smon, vec![("room".into(), "b12".into())]);
         t.state = TargetState::Up;
         t.connects = 2;
@@ -283,5 +283,38 @@ mod tests {
         assert_eq!(Format::from_accept(Some("text/plain;version=0.0.4")), Format::Text004);
         let prom = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
         assert_eq!(Format::from_accept(Some(prom)), Format::OpenMetrics);
+    }
+}
+
+#[cfg(test)]
+mod promtool {
+    //! `promtool check metrics` on rendered output: needs promtool (Prometheus 2.42); fails under
+    //! `CI=true` when it is missing, skips loudly otherwise.
+    use super::*;
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    #[test]
+    fn text_004_passes_promtool_check_metrics() {
+        let Ok(mut child) = Command::new("promtool")
+            .args(["check", "metrics"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+        else {
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "promtool is missing under CI=true");
+            eprintln!("SKIPPED: promtool not found on PATH (apt-get install prometheus); not checking the exposition");
+            return;
+        };
+        let out = render(&super::tests::snap(), Format::Text004);
+        child.stdin.take().expect("piped").write_all(out.as_bytes()).expect("write to promtool");
+        let res = child.wait_with_output().expect("promtool runs");
+        assert!(
+            res.status.success(),
+            "promtool rejected:\n{}{}\n{out}",
+            String::from_utf8_lossy(&res.stdout),
+            String::from_utf8_lossy(&res.stderr)
+        );
     }
 }
