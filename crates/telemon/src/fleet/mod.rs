@@ -4,6 +4,7 @@
 //! [`model`] holds the snapshot types every view codes against; [`registry`] the shared table
 //! of per-target caches, with a generation number bumped on every change.
 
+pub mod config;
 pub mod model;
 pub mod registry;
 pub mod render;
