@@ -374,3 +374,132 @@ reports = ["ps"]
         assert_eq!((e.line, e.key.as_str()), (2, "dir"), "{e}");
     }
 }
+
+/// Where the fleet's targets come from: `--config FILE` and/or shorthand flags (each repeatable;
+/// a shorthand target is named by its argument). Shared by `telemon serve` and `telemon top`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TargetArgs {
+    /// Fleet config file (TOML; see the README).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// A System/161 directory holding `.sockets/meter`.
+    #[arg(long = "meter161", value_name = "DIR")]
+    pub meter161: Vec<PathBuf>,
+    /// A Dyalog interpreter in SERVE mode.
+    #[arg(long = "hmon", value_name = "HOST:PORT")]
+    pub hmon: Vec<String>,
+    /// Listen for Dyalog interpreters in POLL mode.
+    #[arg(long = "hmon-listen", value_name = "ADDR")]
+    pub hmon_listen: Vec<String>,
+    /// Listen for Mono agents.
+    #[arg(long = "mono-listen", value_name = "ADDR")]
+    pub mono_listen: Vec<String>,
+    /// A smon stream: an address to connect to, or a file to follow.
+    #[arg(long = "smon", value_name = "ADDR|FILE")]
+    pub smon: Vec<String>,
+    /// An rvOS sysinfo service.
+    #[arg(long = "sysinfo", value_name = "ADDR")]
+    pub sysinfo: Vec<String>,
+}
+
+impl TargetArgs {
+    /// The config file (if any) with the shorthand targets added; errors as for a file, with
+    /// `<flags>` as the file for shorthand problems (e.g. a name used twice).
+    pub fn to_config(&self) -> Result<FleetConfig, ConfigError> {
+        let mut cfg = match &self.config {
+            Some(path) => FleetConfig::load(path)?,
+            None => FleetConfig::default(),
+        };
+        let name = |s: &str| Spanned::new(0..0, s.to_owned());
+        for d in &self.meter161 {
+            cfg.meter161.push(Meter161Target {
+                name: name(&d.display().to_string().replace('/', "_")),
+                dir: Some(d.clone()),
+                dir_glob: None,
+                interval: one_second(),
+                labels: BTreeMap::new(),
+            });
+        }
+        let hmon = |a: &String, connect: bool| HmonTarget {
+            name: name(a),
+            connect: connect.then(|| a.clone()),
+            listen: (!connect).then(|| a.clone()),
+            facts: None,
+            poll: one_second(),
+            subscribe: None,
+            labels: BTreeMap::new(),
+        };
+        cfg.hmon.extend(self.hmon.iter().map(|a| hmon(a, true)));
+        cfg.hmon_listen.extend(self.hmon_listen.iter().map(|a| hmon(a, false)));
+        cfg.mono_listen.extend(self.mono_listen.iter().map(|a| MonoTarget {
+            name: name(a),
+            listen: a.clone(),
+            add: Vec::new(),
+            labels: BTreeMap::new(),
+        }));
+        for a in &self.smon {
+            let is_file = Path::new(a).exists() || !a.contains(':');
+            cfg.smon.push(SmonTarget {
+                name: name(&a.replace('/', "_")),
+                connect: (!is_file).then(|| a.clone()),
+                file: is_file.then(|| PathBuf::from(a)),
+                labels: BTreeMap::new(),
+            });
+        }
+        cfg.sysinfo.extend(self.sysinfo.iter().map(|a| SysinfoTarget {
+            name: name(a),
+            connect: Some(a.clone()),
+            socket: None,
+            reports: None,
+            every: one_second(),
+            labels: BTreeMap::new(),
+        }));
+        let file = self.config.as_ref().map_or("<flags>".to_owned(), |p| p.display().to_string());
+        let text = match &self.config {
+            Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
+            None => String::new(),
+        };
+        cfg.validate(&file, &text)?;
+        Ok(cfg)
+    }
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(flatten)]
+        targets: TargetArgs,
+    }
+
+    #[test]
+    fn shorthand_flags_make_targets_named_by_their_argument() {
+        let cli = Cli::parse_from([
+            "t",
+            "--hmon",
+            "127.0.0.1:4512",
+            "--smon",
+            "127.0.0.1:7399",
+            "--smon",
+            "/tmp/run.smon",
+            "--sysinfo",
+            "127.0.0.1:7461",
+            "--mono-listen",
+            "127.0.0.1:8888",
+            "--meter161",
+            "/x/root",
+        ]);
+        let c = cli.targets.to_config().unwrap();
+        assert_eq!(c.hmon[0].name.get_ref(), "127.0.0.1:4512");
+        assert_eq!(c.hmon[0].connect.as_deref(), Some("127.0.0.1:4512"));
+        assert_eq!(c.smon[0].connect.as_deref(), Some("127.0.0.1:7399"));
+        assert_eq!(c.smon[1].file.as_deref(), Some(Path::new("/tmp/run.smon")));
+        assert_eq!(c.mono_listen[0].listen, "127.0.0.1:8888");
+        assert_eq!(c.meter161[0].dir.as_deref(), Some(Path::new("/x/root")));
+        let dup = Cli::parse_from(["t", "--hmon", "a:1", "--hmon", "a:1"]);
+        assert_eq!(dup.targets.to_config().unwrap_err().file, "<flags>");
+    }
+}
