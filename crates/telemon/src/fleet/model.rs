@@ -1,0 +1,321 @@
+//! The data model of the fleet: what a view sees of every target.
+//!
+//! This module is a contract between the fleet core and its views (`telemon serve`,
+//! `telemon top`): keep it stable.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+/// The monitoring protocol a target speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    /// System/161 metering socket (`.sockets/meter`).
+    Meter161,
+    /// Dyalog APL Health Monitor (SERVE or POLL mode).
+    Hmon,
+    /// Mono counters agent.
+    Mono,
+    /// Tino's smon monitor stream.
+    Smon,
+    /// rvOS sysinfo service.
+    Sysinfo,
+}
+
+impl Protocol {
+    /// Every protocol, in a fixed order.
+    pub const ALL: [Protocol; 5] =
+        [Protocol::Meter161, Protocol::Hmon, Protocol::Mono, Protocol::Smon, Protocol::Sysinfo];
+
+    /// The protocol's name as used in labels, config sections and URLs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::Meter161 => "meter161",
+            Protocol::Hmon => "hmon",
+            Protocol::Mono => "mono",
+            Protocol::Smon => "smon",
+            Protocol::Sysinfo => "sysinfo",
+        }
+    }
+
+    /// Parses a protocol name as written by [`Protocol::as_str`].
+    pub fn from_name(name: &str) -> Option<Protocol> {
+        Protocol::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Connection state of a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TargetState {
+    /// Connecting (first attempt or after a backoff).
+    Connecting,
+    /// Connected and collecting.
+    Up,
+    /// Not connected; waiting to retry, or gone.
+    Down,
+}
+
+impl TargetState {
+    /// The state's lower-case name (`connecting`, `up`, `down`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetState::Connecting => "connecting",
+            TargetState::Up => "up",
+            TargetState::Down => "down",
+        }
+    }
+}
+
+/// Why a target's collection failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// Could not connect, or the connection broke.
+    Connect,
+    /// The peer sent bytes that do not decode.
+    Decode,
+    /// The peer sent well-formed messages that break the protocol's rules.
+    Protocol,
+    /// The peer did not answer in time.
+    Timeout,
+}
+
+impl ErrorKind {
+    /// Every error kind, in a fixed order (the order of [`ErrorCounts`]).
+    pub const ALL: [ErrorKind; 4] =
+        [ErrorKind::Connect, ErrorKind::Decode, ErrorKind::Protocol, ErrorKind::Timeout];
+
+    /// The kind's name as used in the `kind` label (`connect`, `decode`, `protocol`, `timeout`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Decode => "decode",
+            ErrorKind::Protocol => "protocol",
+            ErrorKind::Timeout => "timeout",
+        }
+    }
+
+    fn index(self) -> usize {
+        match self {
+            ErrorKind::Connect => 0,
+            ErrorKind::Decode => 1,
+            ErrorKind::Protocol => 2,
+            ErrorKind::Timeout => 3,
+        }
+    }
+}
+
+/// Error counts of one target, per [`ErrorKind`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ErrorCounts([u64; 4]);
+
+impl ErrorCounts {
+    /// The count of errors of `kind`.
+    pub fn get(&self, kind: ErrorKind) -> u64 {
+        self.0[kind.index()]
+    }
+
+    /// Counts one more error of `kind` (saturating).
+    pub fn bump(&mut self, kind: ErrorKind) {
+        let n = &mut self.0[kind.index()];
+        *n = n.saturating_add(1);
+    }
+
+    /// Every kind with its count, in [`ErrorKind::ALL`] order.
+    pub fn iter(&self) -> impl Iterator<Item = (ErrorKind, u64)> + '_ {
+        ErrorKind::ALL.into_iter().map(|k| (k, self.get(k)))
+    }
+
+    /// The sum over every kind.
+    pub fn total(&self) -> u64 {
+        self.0.iter().fold(0u64, |a, &b| a.saturating_add(b))
+    }
+}
+
+/// The Prometheus type of a series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetricKind {
+    /// Monotonic counter (family name ends in `_total`).
+    Counter,
+    /// Gauge.
+    Gauge,
+    /// Info: a gauge of 1 whose labels carry the information (family name ends in `_info`).
+    Info,
+    /// Histogram (value is [`Value::Histogram`]).
+    Histogram,
+}
+
+impl MetricKind {
+    /// The `# TYPE` word in the Prometheus text format 0.0.4 (info is a gauge there).
+    pub fn prometheus_type(self) -> &'static str {
+        match self {
+            MetricKind::Counter => "counter",
+            MetricKind::Gauge | MetricKind::Info => "gauge",
+            MetricKind::Histogram => "histogram",
+        }
+    }
+}
+
+/// The current value of a series.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    /// A single number.
+    Number(f64),
+    /// A histogram: cumulative bucket counts by upper bound `le` (ascending; `+Inf` implied by
+    /// `count`), the sum of the observations and their count.
+    Histogram {
+        /// `(le, cumulative count)` pairs, ascending by `le`.
+        buckets: Vec<(f64, u64)>,
+        /// Sum of all observations.
+        sum: f64,
+        /// Number of observations.
+        count: u64,
+    },
+}
+
+impl Value {
+    /// The number, or `None` for a histogram.
+    pub fn as_number(&self) -> Option<f64> {
+        match self {
+            Value::Number(n) => Some(*n),
+            Value::Histogram { .. } => None,
+        }
+    }
+}
+
+/// One series of a target: a family name, protocol-specific labels and the current value.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Family name, e.g. `sys161_kernel_instructions_total`.
+    pub family: Arc<str>,
+    /// The family's HELP text.
+    pub help: &'static str,
+    /// Protocol-specific labels only; `target` and the target's configured labels are added when
+    /// rendering.
+    pub labels: Vec<(Arc<str>, Arc<str>)>,
+    /// Counter, gauge, info or histogram.
+    pub kind: MetricKind,
+    /// Current value.
+    pub value: Value,
+    /// For counters: the rate per second computed from the last two updates; `None` until two
+    /// updates exist, after a reset, and for every other kind.
+    pub rate: Option<f64>,
+}
+
+/// Something that happened on a target, kept for display (HMON notifications, user messages...).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventRecord {
+    /// When telemon saw it.
+    pub at: SystemTime,
+    /// What happened, one line.
+    pub text: String,
+}
+
+/// What a view sees of one target.
+#[derive(Debug, Clone)]
+pub struct TargetSnapshot {
+    /// Unique target name (`NAME` from the config, or `NAME/...` for targets found at run time).
+    pub name: Arc<str>,
+    /// The protocol it speaks.
+    pub protocol: Protocol,
+    /// Labels from the config, added to each of its series.
+    pub labels: Vec<(String, String)>,
+    /// Connection state.
+    pub state: TargetState,
+    /// The last error, one line.
+    pub last_error: Option<String>,
+    /// When its cache last changed.
+    pub last_update: Option<SystemTime>,
+    /// Successful connections so far (the first one included).
+    pub connects: u64,
+    /// Errors so far, per kind.
+    pub errors: ErrorCounts,
+    /// Series not stored because the target reached its series limit.
+    pub dropped_series: u64,
+    /// Current series, sorted by family then labels.
+    pub series: Arc<[Series]>,
+    /// Recent events, bounded, newest last.
+    pub events: Arc<[EventRecord]>,
+}
+
+impl TargetSnapshot {
+    /// A target that has not connected yet: no series, no events, no errors.
+    pub fn new(name: impl Into<Arc<str>>, protocol: Protocol, labels: Vec<(String, String)>) -> Self {
+        TargetSnapshot {
+            name: name.into(),
+            protocol,
+            labels,
+            state: TargetState::Connecting,
+            last_error: None,
+            last_update: None,
+            connects: 0,
+            errors: ErrorCounts::default(),
+            dropped_series: 0,
+            series: Arc::from(Vec::new()),
+            events: Arc::from(Vec::new()),
+        }
+    }
+
+    /// Whether the target is up (`telemon_target_up` is 1).
+    pub fn is_up(&self) -> bool {
+        self.state == TargetState::Up
+    }
+}
+
+/// What a view sees of the whole fleet at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct FleetSnapshot {
+    /// Every target, sorted by name.
+    pub targets: Vec<TargetSnapshot>,
+}
+
+impl FleetSnapshot {
+    /// The target named `name`, if any.
+    pub fn get(&self, name: &str) -> Option<&TargetSnapshot> {
+        self.targets.binary_search_by(|t| (*t.name).cmp(name)).ok().map(|i| &self.targets[i])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_names_round_trip() {
+        for p in Protocol::ALL {
+            assert_eq!(Protocol::from_name(p.as_str()), Some(p));
+        }
+        assert_eq!(Protocol::from_name("http"), None);
+        assert_eq!(Protocol::Meter161.as_str(), "meter161");
+    }
+
+    #[test]
+    fn error_counts_per_kind() {
+        let mut e = ErrorCounts::default();
+        e.bump(ErrorKind::Decode);
+        e.bump(ErrorKind::Decode);
+        e.bump(ErrorKind::Timeout);
+        assert_eq!(e.get(ErrorKind::Decode), 2);
+        assert_eq!(e.get(ErrorKind::Connect), 0);
+        assert_eq!(e.total(), 3);
+        let v: Vec<_> = e.iter().map(|(k, n)| (k.as_str(), n)).collect();
+        assert_eq!(v, [("connect", 0), ("decode", 2), ("protocol", 0), ("timeout", 1)]);
+    }
+
+    #[test]
+    fn fleet_snapshot_lookup_by_name() {
+        let labels = vec![("room".to_owned(), "b12".to_owned())];
+        let snap = FleetSnapshot {
+            targets: vec![
+                TargetSnapshot::new("a", Protocol::Hmon, labels.clone()),
+                TargetSnapshot::new("b/x", Protocol::Smon, labels),
+            ],
+        };
+        assert_eq!(snap.get("b/x").map(|t| t.protocol), Some(Protocol::Smon));
+        assert!(snap.get("c").is_none());
+    }
+}

@@ -1,0 +1,123 @@
+//! The shared table of per-target caches.
+//!
+//! Each target task owns its entry and replaces it when its cache changes; views take a
+//! [`FleetSnapshot`] (cheap: the series and events are behind `Arc`s) and wait on
+//! [`Registry::changed`] for the next change.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use tokio::sync::watch;
+
+use super::model::{FleetSnapshot, TargetSnapshot};
+
+/// The fleet's targets by name, with a generation number bumped on every change.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    targets: Mutex<BTreeMap<Arc<str>, TargetSnapshot>>,
+    generation: watch::Sender<u64>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new()
+    }
+}
+
+impl Registry {
+    /// An empty registry at generation 0.
+    pub fn new() -> Self {
+        Registry {
+            inner: Arc::new(Inner {
+                targets: Mutex::new(BTreeMap::new()),
+                generation: watch::Sender::new(0),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Arc<str>, TargetSnapshot>> {
+        // A panicking writer leaves whole snapshots behind (entries are replaced, never edited
+        // in place), so the table is still consistent.
+        self.inner.targets.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn bump(&self) {
+        self.inner.generation.send_modify(|g| *g = g.wrapping_add(1));
+    }
+
+    /// Inserts or replaces the target named `target.name`.
+    pub fn put(&self, target: TargetSnapshot) {
+        self.lock().insert(target.name.clone(), target);
+        self.bump();
+    }
+
+    /// Applies `f` to the target named `name`, if present; returns whether it was.
+    pub fn update(&self, name: &str, f: impl FnOnce(&mut TargetSnapshot)) -> bool {
+        let found = match self.lock().get_mut(name) {
+            Some(t) => {
+                f(t);
+                true
+            }
+            None => false,
+        };
+        if found {
+            self.bump();
+        }
+        found
+    }
+
+    /// Removes the target named `name`; returns it if it was present.
+    pub fn remove(&self, name: &str) -> Option<TargetSnapshot> {
+        let gone = self.lock().remove(name);
+        if gone.is_some() {
+            self.bump();
+        }
+        gone
+    }
+
+    /// Every target, sorted by name.
+    pub fn snapshot(&self) -> FleetSnapshot {
+        FleetSnapshot { targets: self.lock().values().cloned().collect() }
+    }
+
+    /// A receiver of the generation number, bumped whenever any target changes.
+    pub fn changed(&self) -> watch::Receiver<u64> {
+        self.inner.generation.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::model::{Protocol, TargetState};
+
+    #[tokio::test]
+    async fn changes_bump_the_generation_and_snapshots_are_sorted() {
+        let reg = Registry::new();
+        let mut rx = reg.changed();
+        assert_eq!(*rx.borrow_and_update(), 0);
+        reg.put(TargetSnapshot::new("zeta", Protocol::Smon, Vec::new()));
+        reg.put(TargetSnapshot::new("alpha", Protocol::Hmon, Vec::new()));
+        assert!(rx.has_changed().unwrap());
+        assert_eq!(*rx.borrow_and_update(), 2);
+
+        assert!(reg.update("alpha", |t| t.state = TargetState::Up));
+        assert!(!reg.update("missing", |t| t.state = TargetState::Up));
+        assert_eq!(*rx.borrow_and_update(), 3);
+
+        let snap = reg.snapshot();
+        let names: Vec<&str> = snap.targets.iter().map(|t| &*t.name).collect();
+        assert_eq!(names, ["alpha", "zeta"]);
+        assert!(snap.get("alpha").unwrap().is_up());
+
+        assert!(reg.remove("zeta").is_some());
+        assert!(reg.remove("zeta").is_none());
+        assert_eq!(*rx.borrow_and_update(), 4);
+        assert_eq!(reg.snapshot().targets.len(), 1);
+    }
+}

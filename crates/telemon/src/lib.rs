@@ -1,0 +1,9 @@
+//! `telemon` as a library: the fleet core shared by `telemon serve` (a Prometheus exporter) and
+//! `telemon top` (a terminal dashboard).
+//!
+//! The command-line tool itself lives in `main.rs`; this library holds what both long-running
+//! views share.
+
+#![warn(missing_docs)]
+
+pub mod fleet;
