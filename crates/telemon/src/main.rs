@@ -11,7 +11,7 @@ mod hmon;
 mod meter161;
 mod mono;
 mod output;
-mod retry;
+mod serve_cmd;
 mod smon;
 mod sysinfo;
 
@@ -35,6 +35,8 @@ enum Command {
     Smon(smon::Args),
     /// rvOS sysinfo service (host transport): ps, memstat, trace, kstat, ...; or parse saved report text.
     Sysinfo(sysinfo::Args),
+    /// Export a whole fleet of targets of all five protocols to Prometheus (/metrics, /probe, /targets).
+    Serve(serve_cmd::Args),
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -54,6 +56,7 @@ async fn main() -> ExitCode {
         Command::Mono(args) => mono::run(args).await,
         Command::Smon(args) => smon::run(args).await,
         Command::Sysinfo(args) => sysinfo::run(args).await,
+        Command::Serve(args) => serve_cmd::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -17,6 +17,9 @@ pub enum CliError {
     /// Wrong arguments that clap could not catch (e.g. two options that exclude each other at run time).
     #[error("usage: {0}")]
     Usage(String),
+    /// A fleet config that cannot be used (exit code 2, like a usage error).
+    #[error("bad config: {0}")]
+    Config(#[from] telemon::fleet::config::ConfigError),
     /// The peer, the protocol or the input failed.
     #[error("{0}")]
     Peer(String),
@@ -40,7 +43,7 @@ impl CliError {
     pub fn exit_code(&self) -> ExitCode {
         match self {
             _ if self.is_broken_pipe() => ExitCode::from(EXIT_OK),
-            CliError::Usage(_) => ExitCode::from(EXIT_USAGE),
+            CliError::Usage(_) | CliError::Config(_) => ExitCode::from(EXIT_USAGE),
             CliError::Peer(_) | CliError::Output(_) => ExitCode::from(EXIT_PEER),
         }
     }

@@ -20,7 +20,7 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};
-use crate::retry;
+use telemon::retry;
 
 /// Arguments of `telemon smon`.
 #[derive(Debug, clap::Args)]

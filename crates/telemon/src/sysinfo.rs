@@ -15,7 +15,7 @@ use sysinfo_wire::{
 };
 
 use crate::output::{self, CliError, CliResult, OutputArgs};
-use crate::retry;
+use telemon::retry;
 
 /// Ask an rvOS sysinfo service for a report, or parse a saved one.
 #[derive(Debug, clap::Args)]

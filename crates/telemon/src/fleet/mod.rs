@@ -4,17 +4,22 @@
 //! [`model`] holds the snapshot types every view codes against; [`registry`] the shared table
 //! of per-target caches, with a generation number bumped on every change.
 
+pub mod collect;
 pub mod config;
 pub mod model;
 pub mod registry;
 pub mod render;
 pub mod store;
+pub mod target;
 
 pub use model::{
     ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, MetricKind, Protocol, Series, TargetSnapshot,
     TargetState, Value,
 };
 pub use registry::Registry;
+pub use target::{Failure, Publisher};
+
+use config::FleetConfig;
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -39,7 +44,76 @@ impl Default for Fleet {
     }
 }
 
+/// How long a dial-in target (an agent or interpreter that left) stays listed as down.
+pub const DIAL_IN_LINGER: Duration = Duration::from_secs(600);
+/// How often a `dir_glob` is evaluated again.
+pub const GLOB_RESCAN: Duration = Duration::from_secs(2);
+
+fn labels(l: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+    l.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+}
+
 impl Fleet {
+    /// Starts every target of `config`, each in its own task; fails only when a listener
+    /// (`[[hmon_listen]]`, `[[mono_listen]]`) cannot bind, naming the block.
+    pub async fn start(config: &FleetConfig) -> std::io::Result<Fleet> {
+        let fleet = Fleet::new();
+        let reg = fleet.registry.clone();
+        let limit = config.serve.series_limit;
+        let publisher = |name: &str, protocol, l| Publisher::new(&reg, name, protocol, labels(l), limit);
+        for t in &config.meter161 {
+            let name = t.name.get_ref();
+            if let Some(dir) = &t.dir {
+                let p = publisher(name, Protocol::Meter161, &t.labels);
+                fleet.spawn(collect::meter161::run(p, dir.clone(), t.interval));
+            } else if let Some(pattern) = &t.dir_glob {
+                let block = collect::meter161::GlobBlock {
+                    name: name.clone(),
+                    pattern: pattern.clone(),
+                    labels: labels(&t.labels),
+                    series_limit: limit,
+                    interval: t.interval,
+                };
+                fleet.spawn(collect::meter161::run_glob(reg.clone(), block, GLOB_RESCAN));
+            }
+        }
+        for t in &config.hmon {
+            let p = publisher(t.name.get_ref(), Protocol::Hmon, &t.labels);
+            let addr = t.connect.clone().unwrap_or_default();
+            fleet.spawn(collect::hmon::run_connect(p, addr, collect::hmon::Plan::new(t)));
+        }
+        for t in &config.hmon_listen {
+            let accept = collect::hmon::listen(reg.clone(), t, limit, DIAL_IN_LINGER).await.map_err(|e| {
+                std::io::Error::new(e.kind(), format!("[[hmon_listen]] {}: cannot listen: {e}", t.name.get_ref()))
+            })?;
+            fleet.spawn(accept);
+        }
+        for t in &config.mono_listen {
+            let accept = collect::mono::listen(reg.clone(), t, limit, DIAL_IN_LINGER).await.map_err(|e| {
+                std::io::Error::new(e.kind(), format!("[[mono_listen]] {}: cannot listen: {e}", t.name.get_ref()))
+            })?;
+            fleet.spawn(accept);
+        }
+        for t in &config.smon {
+            let p = publisher(t.name.get_ref(), Protocol::Smon, &t.labels);
+            let source = match (&t.connect, &t.file) {
+                (Some(a), _) => collect::smon::Source::Connect(a.clone()),
+                (None, f) => collect::smon::Source::File(f.clone().unwrap_or_default()),
+            };
+            fleet.spawn(collect::smon::run(p, source));
+        }
+        for t in &config.sysinfo {
+            let p = publisher(t.name.get_ref(), Protocol::Sysinfo, &t.labels);
+            let endpoint = collect::sysinfo::endpoint(t.connect.as_deref(), t.socket.as_ref());
+            let reports = match &t.reports {
+                Some(names) => names.iter().filter_map(|n| collect::sysinfo::report_by_name(n)).collect(),
+                None => collect::sysinfo::DEFAULT_REPORTS.to_vec(),
+            };
+            fleet.spawn(collect::sysinfo::run(p, endpoint, reports, t.every));
+        }
+        Ok(fleet)
+    }
+
     /// A fleet with no targets yet.
     pub fn new() -> Fleet {
         Fleet { registry: Registry::new(), stop: watch::Sender::new(false), tasks: Mutex::new(Vec::new()) }

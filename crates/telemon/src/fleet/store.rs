@@ -33,6 +33,11 @@ impl SeriesStore {
         SeriesStore { limit, entries: BTreeMap::new(), dropped: 0 }
     }
 
+    /// The most series this store holds.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// Series refused so far because the store was full.
     pub fn dropped(&self) -> u64 {
         self.dropped
@@ -83,6 +88,11 @@ impl SeriesStore {
         let series = Series { family: key.0.clone(), help, labels: key.1.clone(), kind, value, rate: None };
         self.entries.insert(key, Entry { series, last });
         true
+    }
+
+    /// Removes the series of `family` with exactly `labels`, if present.
+    pub fn remove(&mut self, family: &str, labels: &[(Arc<str>, Arc<str>)]) {
+        self.entries.remove(&(Arc::from(family), labels.to_vec()));
     }
 
     /// Removes every series of `family` whose labels do not satisfy `keep` (e.g. processes that

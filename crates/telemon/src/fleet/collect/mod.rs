@@ -1,0 +1,113 @@
+//! One collector per protocol: each runs a target's connection in the target's own task, maps what
+//! the peer sends onto the families of `metrics.md`, and publishes through a [`Publisher`].
+//!
+//! Every collector is built the same way: a *session* connects, reads and returns the [`Failure`]
+//! that ended it; [`supervise`] marks the target down, backs off (exponentially, with jitter) and
+//! starts the next session.
+
+pub mod hmon;
+pub mod meter161;
+pub mod mono;
+pub mod smon;
+pub mod sysinfo;
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::{Interval, MissedTickBehavior};
+
+use super::model::ErrorKind;
+use super::target::{Failure, Publisher, PUBLISH_EVERY};
+use crate::retry::Backoff;
+
+/// How long a connection (and its handshake) may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The first pause after a failed session.
+pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// The longest pause between two sessions.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// The pause between sessions: after each session's end, [`Retry::after`] marks the target down
+/// with the session's failure and sleeps a backoff, reset by any session that got connected.
+#[derive(Debug)]
+pub struct Retry {
+    backoff: Backoff,
+    connects: u64,
+}
+
+impl Default for Retry {
+    fn default() -> Self {
+        Retry { backoff: Backoff::new(FIRST_BACKOFF, MAX_BACKOFF), connects: 0 }
+    }
+}
+
+impl Retry {
+    /// Marks the target down with `failure` and waits before the next session.
+    pub async fn after(&mut self, p: &mut Publisher, failure: Failure) {
+        if p.connects() > self.connects {
+            self.connects = p.connects();
+            self.backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
+        }
+        p.down(&failure);
+        tokio::time::sleep(self.backoff.next_delay()).await;
+    }
+}
+
+/// Awaits `fut` for at most `limit`; a timeout is a [`Failure`] of kind `timeout` saying `what`.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> Result<T, Failure> {
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| Failure::new(ErrorKind::Timeout, format!("{what}: no answer within {limit:?}")))
+}
+
+/// A timer for publishing the last changes of a fast peer that then goes quiet.
+pub fn flush_timer() -> Interval {
+    let mut t = tokio::time::interval(PUBLISH_EVERY);
+    t.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    t
+}
+
+/// Who owns a dial-in target's name: an agent or interpreter that comes back under the same name
+/// takes the entry over, and the old session's linger then leaves it alone.
+#[derive(Debug, Clone, Default)]
+pub struct Claims {
+    inner: std::sync::Arc<std::sync::Mutex<(u64, std::collections::HashMap<std::sync::Arc<str>, u64>)>>,
+}
+
+impl Claims {
+    /// Claims `name` for a new session; returns the claim.
+    pub fn claim(&self, name: &std::sync::Arc<str>) -> u64 {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.0 += 1;
+        let id = g.0;
+        g.1.insert(name.clone(), id);
+        id
+    }
+
+    /// Keeps the (down) target listed for `linger`, then removes it unless a newer session claimed
+    /// its name meanwhile.
+    pub async fn linger_then_remove(
+        &self,
+        registry: &super::Registry,
+        name: &std::sync::Arc<str>,
+        claim: u64,
+        linger: Duration,
+    ) {
+        tokio::time::sleep(linger).await;
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if g.1.get(name) == Some(&claim) {
+            g.1.remove(name);
+            registry.remove(name);
+        }
+    }
+}
+
+/// A task that is aborted when this handle is dropped.
+#[derive(Debug)]
+pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

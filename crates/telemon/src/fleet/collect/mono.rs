@@ -1,0 +1,152 @@
+//! Mono counters agents dial in; each agent is a target named `NAME/HOST:PORT`, whose counters
+//! become the `mono_runtime*` families by variance and unit.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mono_counters::{ClientConfig, ClientError, CounterName, CounterTable, Inspector, Reading, Unit, ValueData, Variance};
+
+use tokio::task::JoinSet;
+
+use super::{flush_timer, within, Claims, CONNECT_TIMEOUT};
+use crate::fleet::config::MonoTarget;
+use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
+use crate::fleet::registry::Registry;
+use crate::fleet::target::{label, Failure, Publisher};
+
+fn kind(e: &ClientError) -> ErrorKind {
+    match e {
+        ClientError::Decode(_) => ErrorKind::Decode,
+        ClientError::Timeout { .. } => ErrorKind::Timeout,
+        ClientError::Encode(_) | ClientError::ExpectedHello(_) | ClientError::Unexpected(_) => ErrorKind::Protocol,
+        _ => ErrorKind::Connect,
+    }
+}
+
+/// Binds the block's address and returns the accept loop: every agent that connects is collected
+/// in its own task and stays listed as down for `linger` after it leaves. Dropping the loop ends
+/// every session.
+pub async fn listen(
+    registry: Registry,
+    block: &MonoTarget,
+    series_limit: usize,
+    linger: Duration,
+) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
+    let config = ClientConfig::default().request_timeout(CONNECT_TIMEOUT);
+    let inspector = Inspector::bind(&block.listen, config).await?;
+    let labels: Vec<(String, String)> = block.labels.clone().into_iter().collect();
+    let add: Arc<[CounterName]> = block.add.iter().filter_map(|c| CounterName::parse(c)).collect();
+    let name = block.name.get_ref().clone();
+    let addr = block.listen.clone();
+    let claims = Claims::default();
+    Ok(async move {
+        let mut sessions = JoinSet::new();
+        loop {
+            let accepted = tokio::select! {
+                a = inspector.accept() => a,
+                Some(_) = sessions.join_next() => continue,
+            };
+            let (mut session, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    tracing::warn!(%addr, error = %e, "an agent failed to connect");
+                    continue;
+                }
+            };
+            let (registry, add, claims) = (registry.clone(), add.clone(), claims.clone());
+            let mut p = Publisher::new(&registry, format!("{name}/{peer}"), Protocol::Mono, labels.clone(), series_limit);
+            sessions.spawn(async move {
+                let claim = claims.claim(p.name());
+                p.up();
+                let failure = collect(&mut p, &mut session, &add).await;
+                p.down(&failure);
+                drop(session);
+                claims.linger_then_remove(&registry, p.name(), claim, linger).await;
+            });
+        }
+    })
+}
+
+async fn collect(p: &mut Publisher, session: &mut mono_counters::Session, add: &[CounterName]) -> Failure {
+    let hello = session.hello().clone();
+    let table = CounterTable::from_hello(&hello);
+    for counter in add {
+        // The real agent drops the connection when asked for a counter it already samples.
+        if table.find(&format!("{}/{}", counter.category, counter.name)).is_some() {
+            continue;
+        }
+        match within(CONNECT_TIMEOUT, "Add", session.add_counter(counter.clone())).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Failure::new(kind(&e), e),
+            Err(f) => return f,
+        }
+    }
+    let mut counters = table.len();
+    set_info(p, hello.version, counters);
+    p.flush();
+    let mut flush = flush_timer();
+    loop {
+        let update = tokio::select! {
+            next = session.next_sample() => next,
+            _ = flush.tick() => {
+                p.flush_if_dirty();
+                continue;
+            }
+        };
+        match update {
+            Ok(None) => return Failure::new(ErrorKind::Connect, "the agent closed the connection"),
+            Err(e) => return Failure::new(kind(&e), e),
+            Ok(Some(update)) => {
+                if update.table.len() != counters {
+                    // Counters came or went: start the families over so removed ones disappear.
+                    counters = update.table.len();
+                    for fam in FAMILIES {
+                        p.retain_family(fam, |_| false);
+                    }
+                    set_info(p, hello.version, counters);
+                }
+                for r in update.table.readings() {
+                    reading(p, r);
+                }
+                p.maybe_flush();
+            }
+        }
+    }
+}
+
+const FAMILIES: [&str; 8] = [
+    "mono_runtime",
+    "mono_runtime_total",
+    "mono_runtime_bytes",
+    "mono_runtime_bytes_total",
+    "mono_runtime_seconds",
+    "mono_runtime_seconds_total",
+    "mono_runtime_ratio",
+    "mono_agent_info",
+];
+
+fn set_info(p: &mut Publisher, version: i16, counters: usize) {
+    let labels = vec![label("version", &format!("0.{version}")), label("counters", &counters.to_string())];
+    p.set("mono_agent_info", "The connected Mono agent: protocol version and counters sampled.", MetricKind::Info, labels, 1.0);
+}
+
+fn reading(p: &mut Publisher, r: &Reading) {
+    let Some(ValueData::Typed(v)) = &r.value else { return };
+    let h = &r.header;
+    let full = h.full_name();
+    let (category, counter) = full.split_once('/').unwrap_or(("", &full));
+    let monotonic = h.variance == Variance::Monotonic;
+    let v = v.as_f64();
+    let (fam, help, value) = match (h.unit, monotonic) {
+        (Unit::Bytes, true) => ("mono_runtime_bytes_total", "Monotonic Mono counters in bytes.", v),
+        (Unit::Bytes, false) => ("mono_runtime_bytes", "Mono counters in bytes.", v),
+        (Unit::Time, true) => ("mono_runtime_seconds_total", "Monotonic Mono time counters (from 100 ns ticks).", v / 1e7),
+        (Unit::Time, false) => ("mono_runtime_seconds", "Mono time counters (from 100 ns ticks).", v / 1e7),
+        (Unit::Percentage, _) => ("mono_runtime_ratio", "Mono percentage counters, as a ratio.", v / 100.0),
+        (_, true) => ("mono_runtime_total", "Monotonic Mono counters.", v),
+        (_, false) => ("mono_runtime", "Mono counters (constant or variable).", v),
+    };
+    let kind = if fam.ends_with("_total") { MetricKind::Counter } else { MetricKind::Gauge };
+    p.set(fam, help, kind, vec![label("category", category), label("counter", counter)], value);
+}

@@ -1,0 +1,119 @@
+//! Tino's smon stream, from TCP or from a file followed as it grows: numbers become
+//! `smon_value{name,index}`, strings `smon_info{name,index,value}`.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use smon_codec::{DecodeError, DecoderConfig, Update, UpdateReader, Value};
+use tokio::io::AsyncRead;
+
+use super::{flush_timer, within, Retry, CONNECT_TIMEOUT};
+use crate::fleet::model::{ErrorKind, MetricKind};
+use crate::fleet::target::{label, Failure, Labels, Publisher};
+
+/// How often a followed file is checked for growth.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(250);
+
+/// Where a smon stream comes from.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A TCP address.
+    Connect(String),
+    /// A file, followed as it grows.
+    File(PathBuf),
+}
+
+/// Reads the stream forever, reconnecting (or reopening) after each end.
+pub async fn run(mut p: Publisher, source: Source) {
+    let mut retry = Retry::default();
+    loop {
+        let failure = session(&mut p, &source).await;
+        retry.after(&mut p, failure).await;
+    }
+}
+
+async fn session(p: &mut Publisher, source: &Source) -> Failure {
+    match source {
+        Source::Connect(addr) => match within(CONNECT_TIMEOUT, "connect", tokio::net::TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                p.up();
+                collect(p, UpdateReader::new(stream, DecoderConfig::default())).await
+            }
+            Ok(Err(e)) => Failure::new(ErrorKind::Connect, format!("{addr}: {e}")),
+            Err(f) => f,
+        },
+        Source::File(path) => match tokio::fs::File::open(path).await {
+            Ok(file) => {
+                p.up();
+                collect(p, UpdateReader::new(file, DecoderConfig::default()).follow(FOLLOW_POLL)).await
+            }
+            Err(e) => Failure::new(ErrorKind::Connect, format!("{}: {e}", path.display())),
+        },
+    }
+}
+
+async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
+    // The current text of each (name, index), so that a new string replaces the old series.
+    let mut texts: HashMap<(Arc<str>, String), Labels> = HashMap::new();
+    let mut flush = flush_timer();
+    loop {
+        let first = tokio::select! {
+            next = reader.next() => next,
+            _ = flush.tick() => {
+                p.flush_if_dirty();
+                continue;
+            }
+        };
+        let Some(first) = first else {
+            return Failure::new(ErrorKind::Connect, "the stream ended");
+        };
+        let mut item = Some(first);
+        while let Some(result) = item {
+            match result {
+                Ok(Update::Value { name, index, value, .. }) => record(p, &mut texts, name, &index, value),
+                Ok(_) => {}
+                Err(DecodeError::Io(e)) => return Failure::new(ErrorKind::Connect, e),
+                // The decoder skips to the next resync.
+                Err(e) => p.error(&Failure::new(ErrorKind::Decode, e)),
+            }
+            item = reader.next_buffered();
+        }
+        p.maybe_flush();
+    }
+}
+
+fn record(
+    p: &mut Publisher,
+    texts: &mut HashMap<(Arc<str>, String), Labels>,
+    name: Arc<str>,
+    index: &[u64],
+    value: Value,
+) {
+    let index = index.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    match value {
+        Value::Unsigned(v) => p.set(
+            "smon_value",
+            "A number from the smon stream, by name and index path.",
+            MetricKind::Gauge,
+            vec![label("name", &name), label("index", &index)],
+            v as f64,
+        ),
+        Value::Text(t) => {
+            let text = String::from_utf8_lossy(&t);
+            let labels = vec![label("name", &name), label("index", &index), label("value", &text)];
+            let key = (name, index);
+            if let Some(old) = texts.get(&key) {
+                if *old == labels {
+                    return;
+                }
+                p.remove("smon_info", old);
+            } else if texts.len() >= p.series_limit() {
+                return;
+            }
+            p.set("smon_info", "A string from the smon stream, as the value label.", MetricKind::Info, labels.clone(), 1.0);
+            texts.insert(key, labels);
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! One target's side of the registry: a [`Publisher`] owns the target's series store and its
+//! connection state, and publishes a new [`TargetSnapshot`] when something changed, at most a few
+//! times a second however fast the peer sends.
+
+use std::collections::VecDeque;
+use std::fmt::Display;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use super::model::{ErrorKind, EventRecord, MetricKind, Protocol, TargetSnapshot, TargetState, Value};
+use super::registry::Registry;
+use super::store::SeriesStore;
+
+/// Events kept per target for display.
+pub const MAX_EVENTS: usize = 64;
+/// The longest label value kept from a peer (longer ones are cut at a character boundary).
+pub const MAX_LABEL_LEN: usize = 256;
+/// The shortest pause between two publications of one target's cache.
+pub const PUBLISH_EVERY: Duration = Duration::from_millis(200);
+
+/// A collection failure: what kind, and a one-line message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The kind, counted in `telemon_target_errors_total`.
+    pub kind: ErrorKind,
+    /// What happened.
+    pub message: String,
+}
+
+impl Failure {
+    /// A failure of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Display) -> Self {
+        Failure { kind, message: message.to_string() }
+    }
+}
+
+/// Labels of one series, built from static names and peer-given values.
+pub type Labels = Vec<(Arc<str>, Arc<str>)>;
+
+/// Makes a label pair; the value is cut to [`MAX_LABEL_LEN`] bytes.
+pub fn label(name: &'static str, value: &str) -> (Arc<str>, Arc<str>) {
+    let mut end = value.len().min(MAX_LABEL_LEN);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    (Arc::from(name), Arc::from(&value[..end]))
+}
+
+/// Owns one target's cache and publishes it into the [`Registry`].
+#[derive(Debug)]
+pub struct Publisher {
+    registry: Registry,
+    meta: TargetSnapshot,
+    store: SeriesStore,
+    events: VecDeque<EventRecord>,
+    dirty: bool,
+    last_publish: Option<Instant>,
+    remove_on_drop: bool,
+}
+
+impl Publisher {
+    /// Registers a new target (state `connecting`) and returns its publisher.
+    pub fn new(
+        registry: &Registry,
+        name: impl Into<Arc<str>>,
+        protocol: Protocol,
+        labels: Vec<(String, String)>,
+        series_limit: usize,
+    ) -> Self {
+        let meta = TargetSnapshot::new(name, protocol, labels);
+        registry.put(meta.clone());
+        Publisher {
+            registry: registry.clone(),
+            meta,
+            store: SeriesStore::new(series_limit),
+            events: VecDeque::new(),
+            dirty: false,
+            last_publish: None,
+            remove_on_drop: false,
+        }
+    }
+
+    /// Removes the target from the registry when this publisher is dropped (targets found at run
+    /// time, and probes).
+    pub fn remove_on_drop(mut self) -> Self {
+        self.remove_on_drop = true;
+        self
+    }
+
+    /// The target's name.
+    pub fn name(&self) -> &Arc<str> {
+        &self.meta.name
+    }
+
+    /// The target's cap on series.
+    pub fn series_limit(&self) -> usize {
+        self.store.limit()
+    }
+
+    /// The current connection state.
+    pub fn state(&self) -> TargetState {
+        self.meta.state
+    }
+
+    /// Successful connections so far.
+    pub fn connects(&self) -> u64 {
+        self.meta.connects
+    }
+
+    /// Connected: counts the connection, forgets the series of the last one (a peer restart is a
+    /// real reset) and publishes.
+    pub fn up(&mut self) {
+        self.meta.state = TargetState::Up;
+        self.meta.connects += 1;
+        self.meta.last_error = None;
+        self.store.clear();
+        self.flush();
+    }
+
+    /// Disconnected because of `failure`: counts it, drops the series and publishes.
+    pub fn down(&mut self, failure: &Failure) {
+        self.meta.state = TargetState::Down;
+        self.meta.errors.bump(failure.kind);
+        self.meta.last_error = Some(failure.message.clone());
+        self.store.clear();
+        self.flush();
+    }
+
+    /// An error that does not end the connection (a bad message, a failed request): counted and
+    /// shown, published with the next flush.
+    pub fn error(&mut self, failure: &Failure) {
+        tracing::debug!(target_name = %self.meta.name, kind = failure.kind.as_str(), "{}", failure.message);
+        self.meta.errors.bump(failure.kind);
+        self.meta.last_error = Some(failure.message.clone());
+        self.dirty = true;
+    }
+
+    /// Sets one series' value (see [`SeriesStore::set`]).
+    pub fn set(&mut self, family: &'static str, help: &'static str, kind: MetricKind, labels: Labels, value: f64) {
+        self.set_value(family, help, kind, labels, Value::Number(value));
+    }
+
+    /// Sets one series to any [`Value`] (histograms).
+    pub fn set_value(
+        &mut self,
+        family: &'static str,
+        help: &'static str,
+        kind: MetricKind,
+        labels: Labels,
+        value: Value,
+    ) {
+        self.store.set(&intern(family), help, kind, labels, value, Instant::now());
+        self.meta.last_update = Some(SystemTime::now());
+        self.dirty = true;
+    }
+
+    /// Removes one series.
+    pub fn remove(&mut self, family: &str, labels: &[(Arc<str>, Arc<str>)]) {
+        self.store.remove(family, labels);
+        self.dirty = true;
+    }
+
+    /// Removes every series of `family` whose labels fail `keep`.
+    pub fn retain_family(&mut self, family: &str, keep: impl FnMut(&[(Arc<str>, Arc<str>)]) -> bool) {
+        self.store.retain_family(family, keep);
+        self.dirty = true;
+    }
+
+    /// Records an event for display (bounded to [`MAX_EVENTS`]).
+    pub fn event(&mut self, text: impl Into<String>) {
+        if self.events.len() == MAX_EVENTS {
+            self.events.pop_front();
+        }
+        self.events.push_back(EventRecord { at: SystemTime::now(), text: text.into() });
+        self.dirty = true;
+    }
+
+    /// Publishes if something changed and the last publication is at least [`PUBLISH_EVERY`] old;
+    /// call [`Publisher::flush`] on a timer as well so the last change is never held back.
+    pub fn maybe_flush(&mut self) {
+        if self.dirty && self.last_publish.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY) {
+            self.flush();
+        }
+    }
+
+    /// Publishes the cache now if anything changed since the last publication.
+    pub fn flush_if_dirty(&mut self) {
+        if self.dirty {
+            self.flush();
+        }
+    }
+
+    /// Publishes the cache now.
+    pub fn flush(&mut self) {
+        let mut snap = self.meta.clone();
+        snap.dropped_series = self.store.dropped();
+        snap.series = self.store.to_series();
+        snap.events = self.events.iter().cloned().collect();
+        self.meta.dropped_series = snap.dropped_series;
+        self.registry.put(snap);
+        self.dirty = false;
+        self.last_publish = Some(Instant::now());
+    }
+}
+
+impl Drop for Publisher {
+    fn drop(&mut self) {
+        if self.remove_on_drop {
+            self.registry.remove(&self.meta.name);
+        }
+    }
+}
+
+/// The shared `Arc<str>` of a static family name, so that series keys do not allocate per update.
+fn intern(name: &'static str) -> Arc<str> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static NAMES: OnceLock<Mutex<HashMap<&'static str, Arc<str>>>> = OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    names.entry(name).or_insert_with(|| Arc::from(name)).clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn publishes_state_series_and_events_and_removes_itself_when_asked() {
+        let reg = Registry::new();
+        let mut p = Publisher::new(&reg, "t", Protocol::Smon, vec![], 10).remove_on_drop();
+        assert_eq!(reg.snapshot().get("t").unwrap().state, TargetState::Connecting);
+        p.up();
+        p.set("g", "h", MetricKind::Gauge, vec![label("name", &"x".repeat(300))], 1.0);
+        p.event("hello");
+        p.flush_if_dirty();
+        let snap = reg.snapshot();
+        let t = snap.get("t").unwrap();
+        assert!(t.is_up());
+        assert_eq!(t.connects, 1);
+        assert_eq!(t.series.len(), 1);
+        assert_eq!(t.series[0].labels[0].1.len(), MAX_LABEL_LEN);
+        assert_eq!(t.events[0].text, "hello");
+        p.down(&Failure::new(ErrorKind::Connect, "gone"));
+        let snap = reg.snapshot();
+        let t = snap.get("t").unwrap();
+        assert_eq!((t.state, t.series.len(), t.errors.get(ErrorKind::Connect)), (TargetState::Down, 0, 1));
+        assert_eq!(t.last_error.as_deref(), Some("gone"));
+        drop(p);
+        assert!(reg.snapshot().get("t").is_none());
+    }
+
+    #[test]
+    fn label_values_are_cut_at_a_char_boundary() {
+        let v = "é".repeat(200);
+        let (_, cut) = label("x", &v);
+        assert!(cut.len() <= MAX_LABEL_LEN && cut.chars().all(|c| c == 'é'));
+    }
+}
