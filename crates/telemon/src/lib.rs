@@ -7,7 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod fleet;
-/// `telemon serve`: the Prometheus exporter view on the fleet.
-pub mod serve;
 /// Exponential backoff with jitter, shared by the one-target subcommands and the fleet.
 pub mod retry;
+/// `telemon serve`: the Prometheus exporter view on the fleet.
+pub mod serve;

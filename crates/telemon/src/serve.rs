@@ -144,7 +144,8 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
 
 /// One target as `/targets` shows it.
 pub fn target_json(t: &TargetSnapshot) -> serde_json::Value {
-    let unix = |at: std::time::SystemTime| at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let unix =
+        |at: std::time::SystemTime| at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
     let errors: serde_json::Map<String, serde_json::Value> =
         t.errors.iter().map(|(k, n)| (k.as_str().to_owned(), n.into())).collect();
     serde_json::json!({
@@ -201,7 +202,8 @@ async fn probe(State(state): State<AppState>, Query(q): Query<ProbeQuery>, heade
         .unwrap_or(DEFAULT_PROBE_TIMEOUT);
     match state.probes.probe(protocol, &target, timeout).await {
         Some(t) => exposition(&FleetSnapshot { targets: vec![t] }, &headers),
-        None => (StatusCode::SERVICE_UNAVAILABLE, format!("more than {MAX_PROBES} probe targets\n")).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, format!("more than {MAX_PROBES} probe targets\n"))
+            .into_response(),
     }
 }
 
@@ -236,15 +238,17 @@ impl Probes {
                 Some((used, _)) => *used = Instant::now(),
                 None if full => return None,
                 None => {
-                    let p = Publisher::new(registry, addr, protocol, Vec::new(), self.series_limit).remove_on_drop();
+                    let p = Publisher::new(registry, addr, protocol, Vec::new(), self.series_limit)
+                        .remove_on_drop();
                     let task = match protocol {
                         Protocol::Hmon => {
                             let plan = collect::hmon::Plan::default();
                             tokio::spawn(collect::hmon::run_connect(p, addr.to_owned(), plan))
                         }
-                        Protocol::Smon => {
-                            tokio::spawn(collect::smon::run(p, collect::smon::Source::Connect(addr.to_owned())))
-                        }
+                        Protocol::Smon => tokio::spawn(collect::smon::run(
+                            p,
+                            collect::smon::Source::Connect(addr.to_owned()),
+                        )),
                         _ => {
                             let endpoint = collect::sysinfo::endpoint(Some(addr), None);
                             let reports = collect::sysinfo::DEFAULT_REPORTS.to_vec();
@@ -256,7 +260,9 @@ impl Probes {
             }
         }
         // Ready: up with values, or down after a failure.
-        let ready = |t: &TargetSnapshot| (t.is_up() && !t.series.is_empty()) || (!t.is_up() && t.last_error.is_some());
+        let ready = |t: &TargetSnapshot| {
+            (t.is_up() && !t.series.is_empty()) || (!t.is_up() && t.last_error.is_some())
+        };
         let current = || registry.snapshot().get(addr).cloned();
         let _ = tokio::time::timeout(timeout, async {
             loop {

@@ -46,7 +46,9 @@ pub async fn run(args: Args) -> CliResult {
         + config.smon.len()
         + config.sysinfo.len();
     if blocks == 0 {
-        return Err(CliError::Usage("no targets: give --config FILE or target flags such as --hmon ADDR".into()));
+        return Err(CliError::Usage(
+            "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
+        ));
     }
     let server = telemon::serve::start(&config, args.listen.as_deref()).await.map_err(CliError::peer)?;
     eprintln!("telemon: serving {} on http://{}/metrics", count(&config), server.local_addr());

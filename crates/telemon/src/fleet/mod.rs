@@ -84,13 +84,19 @@ impl Fleet {
         }
         for t in &config.hmon_listen {
             let accept = collect::hmon::listen(reg.clone(), t, limit, DIAL_IN_LINGER).await.map_err(|e| {
-                std::io::Error::new(e.kind(), format!("[[hmon_listen]] {}: cannot listen: {e}", t.name.get_ref()))
+                std::io::Error::new(
+                    e.kind(),
+                    format!("[[hmon_listen]] {}: cannot listen: {e}", t.name.get_ref()),
+                )
             })?;
             fleet.spawn(accept);
         }
         for t in &config.mono_listen {
             let accept = collect::mono::listen(reg.clone(), t, limit, DIAL_IN_LINGER).await.map_err(|e| {
-                std::io::Error::new(e.kind(), format!("[[mono_listen]] {}: cannot listen: {e}", t.name.get_ref()))
+                std::io::Error::new(
+                    e.kind(),
+                    format!("[[mono_listen]] {}: cannot listen: {e}", t.name.get_ref()),
+                )
             })?;
             fleet.spawn(accept);
         }

@@ -136,7 +136,14 @@ impl Publisher {
     }
 
     /// Sets one series' value (see [`SeriesStore::set`]).
-    pub fn set(&mut self, family: &'static str, help: &'static str, kind: MetricKind, labels: Labels, value: f64) {
+    pub fn set(
+        &mut self,
+        family: &'static str,
+        help: &'static str,
+        kind: MetricKind,
+        labels: Labels,
+        value: f64,
+    ) {
         self.set_value(family, help, kind, labels, Value::Number(value));
     }
 

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hmon::{
-    Client, ClientConfig, ClientError, Event, EventKind, Events, FactKind, FactValue, IdOrName, Listener, Response,
+    Client, ClientConfig, ClientError, Event, EventKind, Events, FactKind, FactValue, IdOrName, Listener,
+    Response,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::{flush_timer, within, Retry, AbortOnDrop, Claims, CONNECT_TIMEOUT};
+use super::{flush_timer, within, AbortOnDrop, Claims, Retry, CONNECT_TIMEOUT};
 use crate::fleet::config::HmonTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
@@ -185,9 +186,10 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
         if let Err(e) = client.subscribe(plan.events.clone()).await {
             return fail(e);
         }
+        // Every subscribed event starts at 0 (shown with the first facts), so that rate() sees the
+        // first notification.
         for e in plan.events.iter().filter_map(EventKind::resolve) {
             counts.insert(e.name().to_owned(), 0);
-            set_event_count(p, e.name(), 0);
         }
     }
     if let Err(e) = client.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
@@ -211,6 +213,7 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
     };
     let _abort = AbortOnDrop(poller);
     let mut info = Info::default();
+    let mut facts_seen = false;
     let mut flush = flush_timer();
     let mut deadline = tokio::time::Instant::now() + plan.stall();
     loop {
@@ -225,6 +228,12 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
                 Some(Event::Message(m)) => {
                     if let Response::Facts(_) = &m {
                         deadline = tokio::time::Instant::now() + plan.stall();
+                        if !facts_seen {
+                            facts_seen = true;
+                            for (name, &n) in &counts {
+                                set_event_count(p, name, n);
+                            }
+                        }
                     }
                     message(p, m, &mut info, &mut counts);
                     p.maybe_flush();
@@ -275,7 +284,9 @@ fn message(p: &mut Publisher, m: Response, info: &mut Info, counts: &mut HashMap
             let event = n.event.as_ref();
             let name = event
                 .and_then(|e| e.name.clone())
-                .or_else(|| event.and_then(|e| e.id).and_then(EventKind::from_id).map(|k| k.name().to_owned()))
+                .or_else(|| {
+                    event.and_then(|e| e.id).and_then(EventKind::from_id).map(|k| k.name().to_owned())
+                })
                 .unwrap_or_else(|| "unknown".to_owned());
             // Bounded: an interpreter naming endless events is cut off by the series limit, and
             // the map with it.
@@ -319,7 +330,11 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
         FactValue::AccountInformation(a) => {
             let secs = [
                 ("dyalog_account_cpu_seconds_total", "CPU time used by the APL session.", a.compute_time),
-                ("dyalog_account_connect_seconds_total", "Time the APL session has been connected.", a.connect_time),
+                (
+                    "dyalog_account_connect_seconds_total",
+                    "Time the APL session has been connected.",
+                    a.connect_time,
+                ),
                 ("dyalog_account_keying_seconds_total", "Keying time of the APL session.", a.keying_time),
             ];
             for (fam, help, ms) in secs {
@@ -333,10 +348,18 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
                 ("dyalog_workspace_available_bytes", "Workspace bytes available.", w.available),
                 ("dyalog_workspace_used_bytes", "Workspace bytes used.", w.used),
                 ("dyalog_workspace_allocation_bytes", "Workspace bytes allocated.", w.allocation),
-                ("dyalog_workspace_allocation_hwm_bytes", "High-water mark of workspace allocation.", w.allocation_hwm),
+                (
+                    "dyalog_workspace_allocation_hwm_bytes",
+                    "High-water mark of workspace allocation.",
+                    w.allocation_hwm,
+                ),
                 ("dyalog_workspace_sediment_bytes", "Workspace sediment bytes.", w.sediment),
                 ("dyalog_workspace_trap_reserve_wanted_bytes", "Trap reserve wanted.", w.trap_reserve_wanted),
-                ("dyalog_workspace_trap_reserve_actual_bytes", "Trap reserve actually held.", w.trap_reserve_actual),
+                (
+                    "dyalog_workspace_trap_reserve_actual_bytes",
+                    "Trap reserve actually held.",
+                    w.trap_reserve_actual,
+                ),
             ];
             for (fam, help, v) in gauges {
                 if let Some(v) = v {
@@ -345,17 +368,29 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             }
             let counters = [
                 ("dyalog_workspace_compactions_total", "Workspace compactions.", w.compactions),
-                ("dyalog_workspace_garbage_collections_total", "Workspace garbage collections.", w.garbage_collections),
+                (
+                    "dyalog_workspace_garbage_collections_total",
+                    "Workspace garbage collections.",
+                    w.garbage_collections,
+                ),
             ];
             for (fam, help, v) in counters {
                 if let Some(v) = v {
                     p.set(fam, help, MetricKind::Counter, vec![], v as f64);
                 }
             }
-            for (state, v) in [("garbage", w.garbage_pockets), ("free", w.free_pockets), ("used", w.used_pockets)] {
+            for (state, v) in
+                [("garbage", w.garbage_pockets), ("free", w.free_pockets), ("used", w.used_pockets)]
+            {
                 if let Some(v) = v {
                     let help = "Workspace pockets, by state.";
-                    p.set("dyalog_workspace_pockets", help, MetricKind::Gauge, vec![label("state", state)], v as f64);
+                    p.set(
+                        "dyalog_workspace_pockets",
+                        help,
+                        MetricKind::Gauge,
+                        vec![label("state", state)],
+                        v as f64,
+                    );
                 }
             }
             if let Some(wsid) = w.wsid {

@@ -89,7 +89,9 @@ pub fn record(p: &mut Publisher, sample: &Sample, unwrap: &mut Vec<Unwrap32>) {
             _ => value,
         };
         match family(name) {
-            Some((fam, help)) if name == "nsec" => p.set(fam, help, MetricKind::Counter, vec![], value as f64 / 1e9),
+            Some((fam, help)) if name == "nsec" => {
+                p.set(fam, help, MetricKind::Counter, vec![], value as f64 / 1e9)
+            }
             Some((fam, help)) => p.set(fam, help, MetricKind::Counter, vec![], value as f64),
             None => p.set(
                 "sys161_field_total",

@@ -11,7 +11,9 @@ pub mod mono;
 pub mod smon;
 pub mod sysinfo;
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::{Interval, MissedTickBehavior};
@@ -71,12 +73,15 @@ pub fn flush_timer() -> Interval {
 /// takes the entry over, and the old session's linger then leaves it alone.
 #[derive(Debug, Clone, Default)]
 pub struct Claims {
-    inner: std::sync::Arc<std::sync::Mutex<(u64, std::collections::HashMap<std::sync::Arc<str>, u64>)>>,
+    inner: Arc<Mutex<ClaimTable>>,
 }
+
+/// The last claim handed out, and the current claim of each name.
+type ClaimTable = (u64, HashMap<Arc<str>, u64>);
 
 impl Claims {
     /// Claims `name` for a new session; returns the claim.
-    pub fn claim(&self, name: &std::sync::Arc<str>) -> u64 {
+    pub fn claim(&self, name: &Arc<str>) -> u64 {
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         g.0 += 1;
         let id = g.0;
@@ -89,7 +94,7 @@ impl Claims {
     pub async fn linger_then_remove(
         &self,
         registry: &super::Registry,
-        name: &std::sync::Arc<str>,
+        name: &Arc<str>,
         claim: u64,
         linger: Duration,
     ) {

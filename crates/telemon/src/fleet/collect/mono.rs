@@ -5,7 +5,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mono_counters::{ClientConfig, ClientError, CounterName, CounterTable, Inspector, Reading, Unit, ValueData, Variance};
+use mono_counters::{
+    ClientConfig, ClientError, CounterName, CounterTable, Inspector, Reading, Unit, ValueData, Variance,
+};
 
 use tokio::task::JoinSet;
 
@@ -19,7 +21,9 @@ fn kind(e: &ClientError) -> ErrorKind {
     match e {
         ClientError::Decode(_) => ErrorKind::Decode,
         ClientError::Timeout { .. } => ErrorKind::Timeout,
-        ClientError::Encode(_) | ClientError::ExpectedHello(_) | ClientError::Unexpected(_) => ErrorKind::Protocol,
+        ClientError::Encode(_) | ClientError::ExpectedHello(_) | ClientError::Unexpected(_) => {
+            ErrorKind::Protocol
+        }
         _ => ErrorKind::Connect,
     }
 }
@@ -55,7 +59,13 @@ pub async fn listen(
                 }
             };
             let (registry, add, claims) = (registry.clone(), add.clone(), claims.clone());
-            let mut p = Publisher::new(&registry, format!("{name}/{peer}"), Protocol::Mono, labels.clone(), series_limit);
+            let mut p = Publisher::new(
+                &registry,
+                format!("{name}/{peer}"),
+                Protocol::Mono,
+                labels.clone(),
+                series_limit,
+            );
             sessions.spawn(async move {
                 let claim = claims.claim(p.name());
                 p.up();
@@ -128,7 +138,13 @@ const FAMILIES: [&str; 8] = [
 
 fn set_info(p: &mut Publisher, version: i16, counters: usize) {
     let labels = vec![label("version", &format!("0.{version}")), label("counters", &counters.to_string())];
-    p.set("mono_agent_info", "The connected Mono agent: protocol version and counters sampled.", MetricKind::Info, labels, 1.0);
+    p.set(
+        "mono_agent_info",
+        "The connected Mono agent: protocol version and counters sampled.",
+        MetricKind::Info,
+        labels,
+        1.0,
+    );
 }
 
 fn reading(p: &mut Publisher, r: &Reading) {
@@ -141,7 +157,9 @@ fn reading(p: &mut Publisher, r: &Reading) {
     let (fam, help, value) = match (h.unit, monotonic) {
         (Unit::Bytes, true) => ("mono_runtime_bytes_total", "Monotonic Mono counters in bytes.", v),
         (Unit::Bytes, false) => ("mono_runtime_bytes", "Mono counters in bytes.", v),
-        (Unit::Time, true) => ("mono_runtime_seconds_total", "Monotonic Mono time counters (from 100 ns ticks).", v / 1e7),
+        (Unit::Time, true) => {
+            ("mono_runtime_seconds_total", "Monotonic Mono time counters (from 100 ns ticks).", v / 1e7)
+        }
         (Unit::Time, false) => ("mono_runtime_seconds", "Mono time counters (from 100 ns ticks).", v / 1e7),
         (Unit::Percentage, _) => ("mono_runtime_ratio", "Mono percentage counters, as a ratio.", v / 100.0),
         (_, true) => ("mono_runtime_total", "Monotonic Mono counters.", v),

@@ -10,7 +10,7 @@ use smon_codec::{DecodeError, DecoderConfig, Update, UpdateReader, Value};
 use tokio::io::AsyncRead;
 
 use super::{flush_timer, within, Retry, CONNECT_TIMEOUT};
-use crate::fleet::model::{ErrorKind, MetricKind};
+use crate::fleet::model::{ErrorKind, MetricKind, TargetState};
 use crate::fleet::target::{label, Failure, Labels, Publisher};
 
 /// How often a followed file is checked for growth.
@@ -36,17 +36,15 @@ pub async fn run(mut p: Publisher, source: Source) {
 
 async fn session(p: &mut Publisher, source: &Source) -> Failure {
     match source {
-        Source::Connect(addr) => match within(CONNECT_TIMEOUT, "connect", tokio::net::TcpStream::connect(addr)).await {
-            Ok(Ok(stream)) => {
-                p.up();
-                collect(p, UpdateReader::new(stream, DecoderConfig::default())).await
+        Source::Connect(addr) => {
+            match within(CONNECT_TIMEOUT, "connect", tokio::net::TcpStream::connect(addr)).await {
+                Ok(Ok(stream)) => collect(p, UpdateReader::new(stream, DecoderConfig::default())).await,
+                Ok(Err(e)) => Failure::new(ErrorKind::Connect, format!("{addr}: {e}")),
+                Err(f) => f,
             }
-            Ok(Err(e)) => Failure::new(ErrorKind::Connect, format!("{addr}: {e}")),
-            Err(f) => f,
-        },
+        }
         Source::File(path) => match tokio::fs::File::open(path).await {
             Ok(file) => {
-                p.up();
                 collect(p, UpdateReader::new(file, DecoderConfig::default()).follow(FOLLOW_POLL)).await
             }
             Err(e) => Failure::new(ErrorKind::Connect, format!("{}: {e}", path.display())),
@@ -54,6 +52,7 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
     }
 }
 
+/// Reads updates until the stream fails; the target is up from its first decoded update.
 async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
     // The current text of each (name, index), so that a new string replaces the old series.
     let mut texts: HashMap<(Arc<str>, String), Labels> = HashMap::new();
@@ -72,8 +71,14 @@ async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateRead
         let mut item = Some(first);
         while let Some(result) = item {
             match result {
-                Ok(Update::Value { name, index, value, .. }) => record(p, &mut texts, name, &index, value),
-                Ok(_) => {}
+                Ok(update) => {
+                    if p.state() != TargetState::Up {
+                        p.up();
+                    }
+                    if let Update::Value { name, index, value, .. } = update {
+                        record(p, &mut texts, name, &index, value);
+                    }
+                }
                 Err(DecodeError::Io(e)) => return Failure::new(ErrorKind::Connect, e),
                 // The decoder skips to the next resync.
                 Err(e) => p.error(&Failure::new(ErrorKind::Decode, e)),
@@ -112,7 +117,13 @@ fn record(
             } else if texts.len() >= p.series_limit() {
                 return;
             }
-            p.set("smon_info", "A string from the smon stream, as the value label.", MetricKind::Info, labels.clone(), 1.0);
+            p.set(
+                "smon_info",
+                "A string from the smon stream, as the value label.",
+                MetricKind::Info,
+                labels.clone(),
+                1.0,
+            );
             texts.insert(key, labels);
         }
     }

@@ -69,19 +69,27 @@ async fn session(
     reports: &[SysinfoCommand],
     every: Duration,
 ) -> Failure {
-    let mut client = match within(CONNECT_TIMEOUT, "connect", Client::connect(endpoint, config.clone())).await {
+    let mut client = match within(CONNECT_TIMEOUT, "connect", Client::connect(endpoint, config.clone())).await
+    {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return Failure::new(kind(&e), e),
         Err(f) => return f,
     };
-    p.up();
+    // Up once the service answers (a peer that accepts and then says nothing is not up).
+    let mut answered = false;
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         for &command in reports {
             match client.request(command).await {
-                Ok(response) => record(p, &response.report),
+                Ok(response) => {
+                    if !answered {
+                        answered = true;
+                        p.up();
+                    }
+                    record(p, &response.report)
+                }
                 // The connection is in an unknown state after these: start over.
                 Err(e) if matches!(kind(&e), ErrorKind::Connect | ErrorKind::Decode | ErrorKind::Timeout) => {
                     return Failure::new(kind(&e), e);
@@ -89,7 +97,7 @@ async fn session(
                 Err(e) => p.error(&Failure::new(kind(&e), e)),
             }
         }
-        p.flush();
+        p.flush_if_dirty();
     }
 }
 
@@ -131,13 +139,31 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
         for (window, share) in [("1s", row.cpu_1s), ("1m", row.cpu_1m)] {
             let mut l = who();
             l.push(label("window", window));
-            p.set("rvos_process_cpu_ratio", "CPU share of one CPU (kernel EWMA).", MetricKind::Gauge, l, share.fraction());
+            p.set(
+                "rvos_process_cpu_ratio",
+                "CPU share of one CPU (kernel EWMA).",
+                MetricKind::Gauge,
+                l,
+                share.fraction(),
+            );
         }
         let mem = (row.mem_kib * 1024) as f64;
-        p.set("rvos_process_memory_bytes", "Physical memory owned by the process.", MetricKind::Gauge, who(), mem);
+        p.set(
+            "rvos_process_memory_bytes",
+            "Physical memory owned by the process.",
+            MetricKind::Gauge,
+            who(),
+            mem,
+        );
         let mut l = who();
         l.push(label("state", row.state.padded().trim_end()));
-        p.set("rvos_process_state", "The process's scheduler state (1 for the current one).", MetricKind::Gauge, l, 1.0);
+        p.set(
+            "rvos_process_state",
+            "The process's scheduler state (1 for the current one).",
+            MetricKind::Gauge,
+            l,
+            1.0,
+        );
     }
 }
 
@@ -145,7 +171,13 @@ fn record_memstat(p: &mut Publisher, m: &Memstat) {
     if let Some(h) = &m.heap {
         for (state, kib) in [("total", h.total_kib), ("used", h.used_kib), ("free", h.free_kib)] {
             let l = vec![label("state", state)];
-            p.set("rvos_kernel_heap_bytes", "Kernel heap bytes, by state.", MetricKind::Gauge, l, (kib * 1024) as f64);
+            p.set(
+                "rvos_kernel_heap_bytes",
+                "Kernel heap bytes, by state.",
+                MetricKind::Gauge,
+                l,
+                (kib * 1024) as f64,
+            );
         }
     }
     p.retain_family("rvos_kernel_heap_tag_bytes", |_| false);
@@ -215,7 +247,10 @@ fn record_histogram(p: &mut Publisher, family: &'static str, help: &'static str,
             }
         }
     } else if !h.buckets.is_empty() {
-        p.error(&Failure::new(ErrorKind::Protocol, format!("{}: bucket bounds do not match the kernel's", h.title)));
+        p.error(&Failure::new(
+            ErrorKind::Protocol,
+            format!("{}: bucket bounds do not match the kernel's", h.title),
+        ));
         return;
     }
     let mut cumulative = 0u64;
@@ -229,12 +264,24 @@ fn record_histogram(p: &mut Publisher, family: &'static str, help: &'static str,
             ((1u64 << (i + 1)) as f64 * TICK_SECONDS, cumulative)
         })
         .collect();
-    p.set_value(family, help, MetricKind::Histogram, vec![], Value::Histogram { buckets, sum, count: cumulative });
+    p.set_value(
+        family,
+        help,
+        MetricKind::Histogram,
+        vec![],
+        Value::Histogram { buckets, sum, count: cumulative },
+    );
 }
 
 fn record_watchdog(p: &mut Publisher, w: &Watchdog) {
     let enabled = if w.enabled { 1.0 } else { 0.0 };
-    p.set("rvos_watchdog_enabled", "1 when the kernel watchdog is enabled.", MetricKind::Gauge, vec![], enabled);
+    p.set(
+        "rvos_watchdog_enabled",
+        "1 when the kernel watchdog is enabled.",
+        MetricKind::Gauge,
+        vec![],
+        enabled,
+    );
     p.retain_family("rvos_watchdog_heartbeat_age_seconds", |_| false);
     let help = "Seconds since the task's last watchdog heartbeat.";
     for t in &w.kernel_tasks {
