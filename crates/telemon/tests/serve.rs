@@ -178,6 +178,14 @@ every = "300ms"
     assert!(m.contains("rvos_scheduler_latency_seconds_bucket{target=\"vm\",le=\"+Inf\"}"), "{m}");
     assert!(m.contains("# TYPE telemon_target_up gauge\n"));
     assert!(value(&m, "telemon_build_info{").is_some());
+    // Every family exported is documented (docs/metrics.md is the public surface).
+    let doc = include_str!("../../../docs/metrics.md");
+    for family in m.lines().filter_map(|l| l.strip_prefix("# TYPE ")).filter_map(|l| l.split(' ').next()) {
+        assert!(
+            doc.contains(&format!("`{family}`")) || doc.contains(&format!("`{family}{{")),
+            "{family} is not in docs/metrics.md"
+        );
+    }
 
     // Counters advance between scrapes.
     let t0 = value(&m, "sys161_simulated_seconds_total{").unwrap();

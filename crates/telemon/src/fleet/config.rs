@@ -280,6 +280,48 @@ impl FleetConfig {
                 return Err(err(&t.name, "poll", "must be above zero".into()));
             }
         }
+        for t in self.hmon.iter().chain(&self.hmon_listen) {
+            for fact in t.facts.iter().flatten() {
+                if hmon::FactKind::resolve(&hmon::IdOrName::parse_word(fact)).is_none() {
+                    let known: Vec<&str> = hmon::FactKind::ALL.iter().map(|k| k.name()).collect();
+                    return Err(err(
+                        &t.name,
+                        "facts",
+                        format!("unknown fact {fact:?} (known: {})", known.join(", ")),
+                    ));
+                }
+            }
+            for event in t.subscribe.iter().flatten() {
+                if hmon::EventKind::resolve(&hmon::IdOrName::parse_word(event)).is_none() {
+                    let known: Vec<&str> = hmon::EventKind::ALL.iter().map(|k| k.name()).collect();
+                    let message = format!("unknown event {event:?} (known: {})", known.join(", "));
+                    return Err(err(&t.name, "subscribe", message));
+                }
+            }
+        }
+        for t in &self.meter161 {
+            if let Some(Err(e)) = t.dir_glob.as_deref().map(glob::Pattern::new) {
+                return Err(err(&t.name, "dir_glob", format!("not a glob: {e}")));
+            }
+            if let Err(e) = meter161::interval_ns(t.interval) {
+                return Err(err(&t.name, "interval", e.to_string()));
+            }
+        }
+        for t in &self.mono_listen {
+            if let Some(bad) = t.add.iter().find(|c| mono_counters::CounterName::parse(c).is_none()) {
+                return Err(err(&t.name, "add", format!("{bad:?} is not \"Category/Name\"")));
+            }
+        }
+        for t in &self.sysinfo {
+            if let Some(bad) =
+                t.reports.iter().flatten().find(|r| super::collect::sysinfo::report_by_name(r).is_none())
+            {
+                let message = format!(
+                    "unknown report {bad:?} (known: ps, memstat, kstat, channels, sched_latency, ipc_latency, watchdog)"
+                );
+                return Err(err(&t.name, "reports", message));
+            }
+        }
         for t in &self.smon {
             if t.connect.is_some() == t.file.is_some() {
                 return Err(err(&t.name, "connect", "give exactly one of `connect` or `file`".into()));
@@ -347,6 +389,37 @@ reports = ["ps"]
         assert_eq!(c.hmon[0].poll, Duration::from_millis(250));
         assert_eq!(c.sysinfo[0].every, Duration::from_secs(1));
         assert_eq!(c.mono_listen[0].add, ["Mono System/Working Set"]);
+    }
+
+    #[test]
+    fn unknown_facts_events_reports_and_bad_globs_are_rejected() {
+        let cases = [
+            ("[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\nfacts = [\"Workspace\", \"Weather\"]\n", "facts"),
+            ("[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\nsubscribe = [\"Lunch\"]\n", "subscribe"),
+            ("[[sysinfo]]\nname = \"a\"\nconnect = \"x:1\"\nreports = [\"trace_clear\"]\n", "reports"),
+            ("[[meter161]]\nname = \"a\"\ndir_glob = \"/home/[x\"\n", "dir_glob"),
+            ("[[meter161]]\nname = \"a\"\ndir = \"/x\"\ninterval = \"5s\"\n", "interval"),
+            ("[[mono_listen]]\nname = \"a\"\nlisten = \"x:1\"\nadd = [\"NoSlash\"]\n", "add"),
+        ];
+        for (text, key) in cases {
+            let e = FleetConfig::parse("f.toml", text).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (2, key), "{e}");
+        }
+        let ok =
+            "[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\nfacts = [\"3\", \"Host\"]\nsubscribe = [\"1\"]\n";
+        FleetConfig::parse("f.toml", ok).unwrap();
+    }
+
+    #[test]
+    fn the_readme_example_is_a_valid_config() {
+        let readme = include_str!("../../../../README.md");
+        let start = readme.find("<!-- telemon.toml").expect("the README marks its example config");
+        let block = &readme[start..];
+        let body = &block[block.find("```toml\n").expect("a toml block") + 8..];
+        let body = &body[..body.find("```").expect("the block ends")];
+        let c = FleetConfig::parse("README.md", body).unwrap();
+        assert_eq!(c.meter161.len() + c.hmon.len() + c.hmon_listen.len(), 4);
+        assert_eq!((c.mono_listen.len(), c.smon.len(), c.sysinfo.len()), (1, 2, 1));
     }
 
     #[test]
