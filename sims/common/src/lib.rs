@@ -10,6 +10,9 @@
 //! * [`bind_unix_replacing_stale`]: create `DIR/.sockets/NAME` (folder mode 0700), replacing a stale socket.
 //! * [`Running`]: a sim started in-process on a background task (tests, `telemon` tests, benches), stopped
 //!   with [`Running::stop`] or cancelled when dropped; [`Running::spawn_tcp`] binds `127.0.0.1:0` first.
+//! * `--instances N` (one process serving N independent targets, for fleet benchmarks):
+//!   [`raise_open_file_limit`], [`consecutive_addrs`] and [`bind_consecutive`] for N listeners on consecutive
+//!   ports, [`run_instances`] to run them as tasks of one runtime, and [`free_consecutive_ports`] for tests.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -376,6 +379,111 @@ pub fn bind_unix_replacing_stale(dir: &Path, name: &str) -> io::Result<(UnixList
     Ok((UnixListener::bind(&path)?, path))
 }
 
+/// Raises the soft limit on open files to the hard limit, for a process serving many instances
+/// (`--instances N`); returns the limit now in force.
+///
+/// When the hard limit is below `wanted`, the descriptors the caller expects to hold, both limits are
+/// raised to `wanted` if the process may (root, up to the kernel's `fs.nr_open`); if it may not, a
+/// warning is logged and the process runs anyway (accepts then fail with EMFILE once the limit is reached).
+pub fn raise_open_file_limit(wanted: u64) -> io::Result<u64> {
+    let mut limit = rlimit::increase_nofile_limit(u64::MAX)?;
+    if limit < wanted && rlimit::Resource::NOFILE.set(wanted, wanted).is_ok() {
+        limit = wanted;
+    }
+    if limit < wanted {
+        tracing::warn!(limit, wanted, "the open-file limit is lower than the instances need");
+    } else {
+        tracing::debug!(limit, "open-file limit");
+    }
+    Ok(limit)
+}
+
+/// The addresses of `n` instances listening on consecutive ports from `addr`'s (`HOST:PORT`, `HOST` as
+/// given: a name, an IPv4 address or a bracketed IPv6 one).
+///
+/// Port 0 with `n > 1` is an error (N ports picked by the system would not be consecutive and nobody
+/// could know them), as is a range running past port 65535. `n == 1` returns `addr` unchanged.
+pub fn consecutive_addrs(addr: &str, n: u32) -> Result<Vec<String>, String> {
+    if n <= 1 {
+        return Ok(vec![addr.to_owned()]);
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else {
+        return Err(format!("{addr:?} is not HOST:PORT"));
+    };
+    let first: u16 = port.parse().map_err(|_| format!("bad port in {addr:?}"))?;
+    if first == 0 {
+        return Err(format!(
+            "port 0 cannot serve {n} instances: give the first of {n} consecutive free ports"
+        ));
+    }
+    let last = u32::from(first) + (n - 1);
+    if last > u32::from(u16::MAX) {
+        return Err(format!("{n} instances from port {first} would need ports up to {last}, past 65535"));
+    }
+    Ok((u32::from(first)..=last).map(|port| format!("{host}:{port}")).collect())
+}
+
+/// Binds every address of `addrs` (from [`consecutive_addrs`]); the first that fails is named in the error.
+pub async fn bind_consecutive(addrs: &[String]) -> io::Result<Vec<TcpListener>> {
+    let mut listeners = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        let listener = TcpListener::bind(addr.as_str())
+            .await
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// Runs each of `instances` as a task of the current runtime (no thread of its own), in a span
+/// `instance{n=…}` that names it in the logs, until every one has ended.
+///
+/// The first error cancels `shutdown`, so that the others stop too, and is returned once they have (later
+/// errors are logged). A panicking instance panics the caller.
+pub async fn run_instances<F, E>(instances: impl IntoIterator<Item = F>, shutdown: &Shutdown) -> Result<(), E>
+where
+    F: Future<Output = Result<(), E>> + Send + 'static,
+    E: Display + Send + 'static,
+{
+    use tracing::Instrument;
+    let mut tasks = tokio::task::JoinSet::new();
+    for (n, instance) in instances.into_iter().enumerate() {
+        tasks.spawn(instance.instrument(tracing::info_span!("instance", n)));
+    }
+    let mut first = Ok(());
+    while let Some(joined) = tasks.join_next().await {
+        match joined {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) if first.is_ok() => {
+                tracing::error!(error = %e, "an instance failed; stopping the others");
+                shutdown.cancel();
+                first = Err(e);
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "an instance failed"),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(_) => {}
+        }
+    }
+    first
+}
+
+/// Finds `n` consecutive ports on 127.0.0.1 that are free now (each bound, then released), for tests and
+/// benches that start a sim with `--instances n` on them. Another process may take one of them before
+/// the sim binds it: callers retry with a new range when the sim fails to start.
+pub fn free_consecutive_ports(n: u16) -> io::Result<u16> {
+    let n = n.max(1);
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let Some(last) = first.checked_add(n - 1) else { continue };
+        let held: Result<Vec<_>, _> =
+            (first..=last).map(|port| std::net::TcpListener::bind(("127.0.0.1", port))).collect();
+        if held.is_ok() {
+            return Ok(first);
+        }
+    }
+    Err(io::Error::new(io::ErrorKind::AddrInUse, format!("no {n} consecutive free ports found")))
+}
+
 /// A sim running in-process on a background task: what every sim's tests, telemon's tests and the benches
 /// start. [`Running::stop`] cancels its [`Shutdown`] and returns how the sim ended; dropping it only cancels.
 #[derive(Debug)]
@@ -453,6 +561,64 @@ mod tests {
 
         let failing = Running::spawn(|_| async { Err(io::Error::other("boom")) });
         assert_eq!(failing.stop().await.unwrap_err().to_string(), "boom");
+    }
+
+    #[test]
+    fn consecutive_addresses_for_instances() {
+        assert_eq!(consecutive_addrs("127.0.0.1:0", 1).unwrap(), ["127.0.0.1:0"]);
+        assert_eq!(
+            consecutive_addrs("127.0.0.1:4512", 3).unwrap(),
+            ["127.0.0.1:4512", "127.0.0.1:4513", "127.0.0.1:4514"]
+        );
+        assert_eq!(consecutive_addrs("[::1]:7399", 2).unwrap(), ["[::1]:7399", "[::1]:7400"]);
+        assert_eq!(consecutive_addrs("localhost:65534", 2).unwrap(), ["localhost:65534", "localhost:65535"]);
+        assert!(consecutive_addrs("127.0.0.1:0", 2).unwrap_err().contains("port 0"));
+        assert!(consecutive_addrs("127.0.0.1:65535", 2).unwrap_err().contains("65536"));
+        assert!(consecutive_addrs("4512", 2).is_err());
+        assert!(consecutive_addrs("host:x", 2).is_err());
+    }
+
+    #[tokio::test]
+    async fn instances_run_as_tasks_and_the_first_error_stops_the_others() {
+        let first = free_consecutive_ports(3).unwrap();
+        let addrs = consecutive_addrs(&format!("127.0.0.1:{first}"), 3).unwrap();
+        let listeners = bind_consecutive(&addrs).await.unwrap();
+        let ports: Vec<u16> = listeners.iter().map(|l| l.local_addr().unwrap().port()).collect();
+        assert_eq!(ports, [first, first + 1, first + 2]);
+        let err = bind_consecutive(&addrs).await.unwrap_err();
+        assert!(err.to_string().contains(&addrs[0]), "{err}");
+
+        let shutdown = Shutdown::new();
+        let instances = (0..3).map(|i| {
+            let shutdown = shutdown.clone();
+            async move {
+                if i == 1 {
+                    return Err(format!("instance {i} failed"));
+                }
+                shutdown.cancelled().await;
+                Ok(())
+            }
+        });
+        let result =
+            tokio::time::timeout(std::time::Duration::from_secs(10), run_instances(instances, &shutdown))
+                .await
+                .expect("the others stop once one fails");
+        assert_eq!(result, Err("instance 1 failed".to_owned()));
+        assert!(shutdown.is_cancelled());
+    }
+
+    #[test]
+    fn the_open_file_limit_is_raised_to_the_hard_limit() {
+        let limit = raise_open_file_limit(0).unwrap();
+        let (soft, hard) = rlimit::Resource::NOFILE.get().unwrap();
+        assert_eq!(limit, soft);
+        #[cfg(target_os = "linux")]
+        assert_eq!(soft, hard);
+        assert!(soft <= hard);
+        // Above the hard limit: raised where the process may (root), left as it was where it may not.
+        let more = raise_open_file_limit(hard + 16).unwrap();
+        assert!(more == hard || more == hard + 16, "{more} (hard limit was {hard})");
+        assert_eq!(rlimit::Resource::NOFILE.get().unwrap().0, more);
     }
 
     #[tokio::test]

@@ -45,6 +45,10 @@ struct Args {
     /// The workspace name.
     #[arg(long, default_value = "CLEAR WS")]
     wsid: String,
+    /// Run N independent interpreters in this one process: in SERVE mode on N consecutive ports from the
+    /// given one (which must not be 0), in POLL mode N interpreters dialling the same monitor.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    instances: u32,
 }
 
 /// Turns `--serve`'s `HOST:PORT` into a bind address: `*` is every interface, an empty host loopback.
@@ -87,6 +91,9 @@ async fn main() -> anyhow::Result<()> {
         }
         (None, None, None) => (Mode::Serve, "127.0.0.1:4512".to_owned()),
     };
+    if args.instances > 1 {
+        return run_instances(mode, &addr, args.instances, config).await;
+    }
     let shutdown = sim_common::shutdown_on_ctrl_c();
     let sim = Sim::new(config);
     match mode {
@@ -100,6 +107,38 @@ async fn main() -> anyhow::Result<()> {
         Mode::Poll => {
             tracing::info!(%addr, "dyalog-sim polling the monitor");
             sim.poll(addr, shutdown).await?;
+        }
+    }
+    Ok(())
+}
+
+/// `--instances N`: N interpreters, each with its own world, as tasks of this one runtime.
+async fn run_instances(mode: Mode, addr: &str, n: u32, config: Config) -> anyhow::Result<()> {
+    // A listener per instance and a socket per monitor (or one socket per interpreter dialling out).
+    if let Err(e) = sim_common::raise_open_file_limit(2 * u64::from(n) + 64) {
+        tracing::warn!(error = %e, "cannot raise the open-file limit");
+    }
+    let shutdown = sim_common::shutdown_on_ctrl_c();
+    match mode {
+        Mode::Serve => {
+            let addrs = sim_common::consecutive_addrs(addr, n).unwrap_or_else(|e| {
+                use clap::CommandFactory;
+                Args::command()
+                    .error(clap::error::ErrorKind::ValueValidation, format!("--instances: {e}"))
+                    .exit()
+            });
+            let listeners = sim_common::bind_consecutive(&addrs).await?;
+            // On stderr whatever RUST_LOG says: the line a benchmark waits for.
+            eprintln!("dyalog-sim: serving {n} instances on {}..{}", addrs[0], addrs[addrs.len() - 1]);
+            let instances = listeners
+                .into_iter()
+                .map(|listener| Sim::new(config.clone()).serve(listener, shutdown.clone()));
+            sim_common::run_instances(instances, &shutdown).await?;
+        }
+        Mode::Poll => {
+            eprintln!("dyalog-sim: {n} instances polling the monitor at {addr}");
+            let instances = (0..n).map(|_| Sim::new(config.clone()).poll(addr.to_owned(), shutdown.clone()));
+            sim_common::run_instances(instances, &shutdown).await?;
         }
     }
     Ok(())

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use clap::Parser;
-use mono_agent_sim::{parse_address, AgentConfig, DuplicateAdd, ValueMode};
+use mono_agent_sim::{parse_address, AgentConfig, Destination, DuplicateAdd, ValueMode};
 use mono_counters::{CounterName, CounterValue, RequestOpcodes};
 
 /// A fake Mono counters agent: connects to an inspector (or writes a file) and streams counters.
@@ -44,6 +44,9 @@ struct Args {
     /// Stop when the connection ends instead of reconnecting (the real agent's behaviour).
     #[arg(long)]
     no_reconnect: bool,
+    /// Run N independent agents in this one process, all dialling the same inspector (TCP only).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    instances: u32,
 }
 
 #[tokio::main]
@@ -54,7 +57,9 @@ async fn main() -> std::process::ExitCode {
     for (name, value) in &args.set {
         overrides.set(name, *value);
     }
+    let instances = args.instances;
     match configure(args) {
+        Ok(config) if instances > 1 => run_instances(config, overrides, instances).await,
         Ok(config) => {
             tracing::info!(destination = ?config.destination, interval = ?config.interval, "mono agent starting");
             match mono_agent_sim::run_with_overrides(config, overrides, sim_common::shutdown_on_ctrl_c())
@@ -70,6 +75,41 @@ async fn main() -> std::process::ExitCode {
         Err(e) => {
             eprintln!("mono-agent-sim: {e}");
             std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// `--instances N`: N agents, each with its own connection, counters and schedule, as tasks of this one
+/// runtime. They share the `--set` values.
+async fn run_instances(
+    config: AgentConfig,
+    overrides: mono_agent_sim::ValueOverrides,
+    n: u32,
+) -> std::process::ExitCode {
+    let Destination::Tcp(addr) = config.destination else {
+        use clap::CommandFactory;
+        Args::command()
+            .error(
+                clap::error::ErrorKind::ArgumentConflict,
+                "--instances N > 1 needs a TCP address: N agents cannot write one file",
+            )
+            .exit()
+    };
+    // A socket per agent.
+    if let Err(e) = sim_common::raise_open_file_limit(u64::from(n) + 64) {
+        tracing::warn!(error = %e, "cannot raise the open-file limit");
+    }
+    let shutdown = sim_common::shutdown_on_ctrl_c();
+    // On stderr whatever RUST_LOG says.
+    eprintln!("mono-agent-sim: {n} instances dialling {addr}");
+    tracing::info!(instances = n, interval = ?config.interval, "mono agents starting");
+    let agents = (0..n)
+        .map(|_| mono_agent_sim::run_with_overrides(config.clone(), overrides.clone(), shutdown.clone()));
+    match sim_common::run_instances(agents, &shutdown).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mono-agent-sim: {e}");
+            std::process::ExitCode::FAILURE
         }
     }
 }

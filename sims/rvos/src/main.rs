@@ -43,6 +43,11 @@ struct Args {
     /// Channels one client may hold at once before init answers "no channels".
     #[arg(long, default_value_t = 32)]
     max_channels: usize,
+    /// Serve N independent systems from this one process, on N consecutive TCP ports from --listen's
+    /// (which must not be 0). Each keeps its own trace ring: consider a smaller --trace-capacity and
+    /// --trace-prefill for thousands.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    instances: u32,
 }
 
 #[tokio::main]
@@ -62,6 +67,12 @@ async fn main() -> anyhow_free::Result {
             seed: args.seed,
         },
     };
+    if args.instances > 1 {
+        if args.socket.is_some() {
+            usage_error("--instances N > 1 serves TCP ports, not a Unix --socket");
+        }
+        return serve_instances(&args.listen, args.instances, config).await;
+    }
     let shutdown = sim_common::shutdown_on_ctrl_c();
     match args.socket {
         Some(path) => {
@@ -98,6 +109,39 @@ async fn main() -> anyhow_free::Result {
         }
     }
     Ok(())
+}
+
+/// Exits with clap's usage error (status 2).
+fn usage_error(message: impl std::fmt::Display) -> ! {
+    use clap::CommandFactory;
+    Args::command().error(clap::error::ErrorKind::ArgumentConflict, message).exit()
+}
+
+/// `--instances N`: N systems, each with its own processes, trace ring and clients, on consecutive
+/// loopback ports, served by tasks of this one runtime.
+async fn serve_instances(listen: &str, n: u32, config: Config) -> anyhow_free::Result {
+    let first: std::net::SocketAddr = listen.parse().map_err(|e| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("--listen {listen}: {e}"))
+    })?;
+    if !first.ip().is_loopback() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("--listen {first}: only loopback addresses are allowed"),
+        ));
+    }
+    let addrs = sim_common::consecutive_addrs(&first.to_string(), n)
+        .unwrap_or_else(|e| usage_error(format!("--instances: {e}")));
+    // A listener per instance and a socket per client.
+    if let Err(e) = sim_common::raise_open_file_limit(2 * u64::from(n) + 64) {
+        tracing::warn!(error = %e, "cannot raise the open-file limit");
+    }
+    let shutdown = sim_common::shutdown_on_ctrl_c();
+    let listeners = sim_common::bind_consecutive(&addrs).await?;
+    // On stderr whatever RUST_LOG says: the line a benchmark waits for.
+    eprintln!("rvos-sim: serving {n} instances on {}..{}", addrs[0], addrs[addrs.len() - 1]);
+    let instances =
+        listeners.into_iter().map(|listener| rvos_sim::run(listener, config.clone(), shutdown.clone()));
+    sim_common::run_instances(instances, &shutdown).await
 }
 
 mod anyhow_free {

@@ -155,32 +155,58 @@ where
     Ok(written)
 }
 
+/// The latest sample, as a server's clients see it: `None` until the first one; the feed ends when its
+/// sampler has taken its last sample.
+pub type Feed = watch::Receiver<Option<Arc<Vec<Sample>>>>;
+
+/// Samples `source` on a new task every `config.interval`, at most `config.count` times and until
+/// `shutdown`, publishing each sample on the returned [`Feed`]. [`serve`] runs one per server; several
+/// servers may share one through [`serve_feed`] (`smon-sim --instances N`: N servers, one `/proc` reader).
+pub fn spawn_sampler<S: Source>(
+    mut source: S,
+    config: &Config,
+    shutdown: Shutdown,
+) -> (Feed, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel::<Option<Arc<Vec<Sample>>>>(None);
+    let (interval, count) = (config.interval, config.count);
+    let sampler = tokio::spawn(async move {
+        let mut ticks = ticker(interval);
+        let mut taken = 0u64;
+        while count.is_none_or(|n| taken < n) {
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = ticks.tick() => {}
+            }
+            tx.send_replace(Some(Arc::new(source.sample())));
+            taken += 1;
+        }
+    });
+    (rx, sampler)
+}
+
 /// Serves the stream to every TCP client of `listener` until `shutdown`.
 pub async fn serve<S: Source>(
     listener: TcpListener,
-    mut source: S,
+    source: S,
     config: Config,
     shutdown: Shutdown,
 ) -> std::io::Result<()> {
-    let (tx, rx) = watch::channel::<Option<Arc<Vec<Sample>>>>(None);
-    let sampler = {
-        let shutdown = shutdown.clone();
-        let (interval, count) = (config.interval, config.count);
-        tokio::spawn(async move {
-            let mut ticks = ticker(interval);
-            let mut taken = 0u64;
-            while count.is_none_or(|n| taken < n) {
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = ticks.tick() => {}
-                }
-                tx.send_replace(Some(Arc::new(source.sample())));
-                taken += 1;
-            }
-        })
-    };
+    let (feed, sampler) = spawn_sampler(source, &config, shutdown.clone());
+    let result = serve_feed(listener, feed, config, shutdown).await;
+    sampler.abort();
+    result
+}
+
+/// Serves the samples of `feed` (from [`spawn_sampler`]) to every TCP client of `listener` until
+/// `shutdown`; `config.interval` and `config.count` are the sampler's business.
+pub async fn serve_feed(
+    listener: TcpListener,
+    rx: Feed,
+    config: Config,
+    shutdown: Shutdown,
+) -> std::io::Result<()> {
     let config = Arc::new(config);
-    let result = accept_loop(listener, shutdown, move |stream: TcpStream, peer: SocketAddr| {
+    accept_loop(listener, shutdown, move |stream: TcpStream, peer: SocketAddr| {
         let rx = rx.clone();
         let config = Arc::clone(&config);
         async move {
@@ -203,18 +229,11 @@ pub async fn serve<S: Source>(
             }
         }
     })
-    .await;
-    sampler.abort();
-    result
+    .await
 }
 
 /// One client: resync, header, the latest sample as definitions, then every new sample.
-async fn client(
-    stream: TcpStream,
-    peer: SocketAddr,
-    mut rx: watch::Receiver<Option<Arc<Vec<Sample>>>>,
-    config: &Config,
-) -> Result<(), SendError> {
+async fn client(stream: TcpStream, peer: SocketAddr, mut rx: Feed, config: &Config) -> Result<(), SendError> {
     let (mut read, write) = stream.into_split();
     let writer = ClientWriter::spawn(write, config.client_queue, peer);
     let mut enc = StreamEncoder::new(EncoderConfig::default());

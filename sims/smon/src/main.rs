@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use smon_sim::{serve, write_stream, Config, ProcSource, DEFAULT_CLIENT_QUEUE, DEFAULT_LISTEN, MIN_INTERVAL};
+use smon_sim::{
+    serve, serve_feed, write_stream, Config, ProcSource, DEFAULT_CLIENT_QUEUE, DEFAULT_LISTEN, MIN_INTERVAL,
+};
 
 /// A monitor in the spirit of Tino's `mon`: real /proc figures as an smon stream.
 #[derive(Debug, Parser)]
@@ -33,6 +35,10 @@ struct Args {
     /// Samples queued per TCP client before a slow client is dropped.
     #[arg(long, default_value_t = DEFAULT_CLIENT_QUEUE, value_name = "N")]
     queue: usize,
+    /// With --listen: serve N independent streams from this one process, on N consecutive ports from
+    /// ADDR's (which must not be 0); one /proc reader feeds them all.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    instances: u32,
 }
 
 #[tokio::main]
@@ -49,6 +55,12 @@ async fn main() -> Result<()> {
     let source = ProcSource::new(&args.proc, &args.sys);
     let config =
         Config { interval: args.interval, count: args.count, client_queue: args.queue.max(1), events: None };
+    if args.instances > 1 {
+        let Some(addr) = &args.listen else {
+            usage_error("--instances N > 1 needs --listen: several streams cannot share stdout or a file")
+        };
+        return serve_instances(addr, args.instances, source, config).await;
+    }
     let shutdown = sim_common::shutdown_on_ctrl_c();
     if let Some(addr) = &args.listen {
         let listener =
@@ -72,4 +84,32 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Exits with clap's usage error (status 2).
+fn usage_error(message: impl std::fmt::Display) -> ! {
+    use clap::CommandFactory;
+    Args::command().error(clap::error::ErrorKind::ArgumentConflict, message).exit()
+}
+
+/// `--instances N`: N servers on consecutive ports, each with its own clients and encoders, fed by one
+/// sampler (the figures are the same machine's, so reading /proc N times per interval would only cost).
+async fn serve_instances(addr: &str, n: u32, source: ProcSource, config: Config) -> Result<()> {
+    // A listener per instance and a socket per client.
+    if let Err(e) = sim_common::raise_open_file_limit(2 * u64::from(n) + 64) {
+        tracing::warn!(error = %e, "cannot raise the open-file limit");
+    }
+    let addrs =
+        sim_common::consecutive_addrs(addr, n).unwrap_or_else(|e| usage_error(format!("--instances: {e}")));
+    let shutdown = sim_common::shutdown_on_ctrl_c();
+    let listeners = sim_common::bind_consecutive(&addrs).await?;
+    // On stderr whatever RUST_LOG says: the line a benchmark waits for.
+    eprintln!("smon-sim: serving {n} instances on {}..{}", addrs[0], addrs[addrs.len() - 1]);
+    let (feed, sampler) = smon_sim::spawn_sampler(source, &config, shutdown.clone());
+    let instances = listeners
+        .into_iter()
+        .map(|listener| serve_feed(listener, feed.clone(), config.clone(), shutdown.clone()));
+    let result = sim_common::run_instances(instances, &shutdown).await;
+    sampler.abort();
+    Ok(result?)
 }

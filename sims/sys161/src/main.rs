@@ -1,6 +1,6 @@
 //! `sys161-sim`: serve a fake System/161 meter socket at `DIR/.sockets/meter` until Ctrl-C.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Parser;
@@ -38,6 +38,10 @@ struct Args {
     /// Messages a client may leave unread before it is dropped.
     #[arg(long, default_value_t = Config::default().queue_capacity)]
     queue: usize,
+    /// Serve N independent machines from this one process, at DIR/0/.sockets/meter to
+    /// DIR/N-1/.sockets/meter (the folders are created as needed).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+    instances: u32,
 }
 
 #[tokio::main]
@@ -54,9 +58,41 @@ async fn main() -> anyhow::Result<()> {
         version: args.hello_version,
         ..Config::default()
     };
+    if args.instances > 1 {
+        return serve_instances(&args.dir, args.instances, config).await;
+    }
     let (listener, path) =
         sys161_sim::bind(&args.dir).with_context(|| format!("cannot serve {}", args.dir.display()))?;
     tracing::info!(socket = %path.display(), mode = ?config.mode, speed = config.speed, "sys161-sim listening");
     sys161_sim::run(listener, config, sim_common::shutdown_on_ctrl_c()).await?;
+    Ok(())
+}
+
+/// `--instances N`: N machines, each with its own socket `DIR/i/.sockets/meter` and its own simulated clock,
+/// served by tasks of this one runtime.
+async fn serve_instances(dir: &Path, n: u32, config: Config) -> anyhow::Result<()> {
+    // A listener per instance and a socket per client.
+    if let Err(e) = sim_common::raise_open_file_limit(2 * u64::from(n) + 64) {
+        tracing::warn!(error = %e, "cannot raise the open-file limit");
+    }
+    let shutdown = sim_common::shutdown_on_ctrl_c();
+    let mut listeners = Vec::with_capacity(n as usize);
+    let mut paths = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let dir = dir.join(i.to_string());
+        let (listener, path) =
+            sys161_sim::bind(&dir).with_context(|| format!("cannot serve {}", dir.display()))?;
+        listeners.push(listener);
+        paths.push(path);
+    }
+    // On stderr whatever RUST_LOG says: the line a benchmark waits for.
+    eprintln!(
+        "sys161-sim: serving {n} instances on {}..{}",
+        paths[0].display(),
+        paths[paths.len() - 1].display()
+    );
+    let instances =
+        listeners.into_iter().map(|listener| sys161_sim::run(listener, config.clone(), shutdown.clone()));
+    sim_common::run_instances(instances, &shutdown).await?;
     Ok(())
 }
