@@ -11,3 +11,5 @@ pub mod fleet;
 pub mod retry;
 /// `telemon serve`: the Prometheus exporter view on the fleet.
 pub mod serve;
+/// `telemon top`: the terminal dashboard view on the fleet.
+pub mod top;

@@ -6,6 +6,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 mod hmon;
 mod meter161;
@@ -14,6 +15,7 @@ mod output;
 mod serve_cmd;
 mod smon;
 mod sysinfo;
+mod top_cmd;
 
 /// Watch running systems over their monitoring wire protocols.
 #[derive(Debug, Parser)]
@@ -37,19 +39,34 @@ enum Command {
     Sysinfo(sysinfo::Args),
     /// Export a whole fleet of targets of all five protocols to Prometheus (/metrics, /probe, /targets).
     Serve(serve_cmd::Args),
+    /// A live terminal dashboard over the same targets as `serve` (ratatui); `--once` prints one frame.
+    Top(top_cmd::Args),
 }
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    // The dashboard owns the terminal: its log goes to --log FILE, or nowhere.
+    let writer = match &cli.command {
+        Command::Top(args) if !args.once => match top_cmd::log_writer(args) {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!("telemon: {e}");
+                return e.exit_code();
+            }
+        },
+        _ => BoxMakeWriter::new(std::io::stderr),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(writer)
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()) && !matches!(cli.command, Command::Top(_)),
+        )
         .init();
-    let cli = Cli::parse();
     let result: output::CliResult = match cli.command {
         Command::Meter161(args) => meter161::run(args).await,
         Command::Hmon(args) => hmon::run(args).await,
@@ -57,6 +74,7 @@ async fn main() -> ExitCode {
         Command::Smon(args) => smon::run(args).await,
         Command::Sysinfo(args) => sysinfo::run(args).await,
         Command::Serve(args) => serve_cmd::run(args).await,
+        Command::Top(args) => top_cmd::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,98 @@
+//! `telemon top`: the command line of the dashboard in `telemon::top`.
+
+use std::time::Duration;
+
+use telemon::fleet::config::TargetArgs;
+use telemon::fleet::Fleet;
+use telemon::top::{render_text, App};
+
+use crate::output::{self, CliError, CliResult};
+
+/// A live dashboard over many targets: `--config FILE` and/or shorthand target flags, as `telemon serve`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    targets: TargetArgs,
+    /// Render one frame as plain text to stdout and exit (for bug reports and documentation).
+    #[arg(long)]
+    pub once: bool,
+    /// With --once: the frame's width.
+    #[arg(long, default_value_t = 100, requires = "once")]
+    width: u16,
+    /// With --once: the frame's height.
+    #[arg(long, default_value_t = 30, requires = "once")]
+    height: u16,
+    /// Append the log here (the dashboard owns the terminal; without it, the log is dropped).
+    #[arg(long, value_name = "FILE")]
+    log: Option<std::path::PathBuf>,
+    /// With --once: how long to collect before rendering (e.g. 5s).
+    #[arg(long, default_value = "3s", value_parser = output::parse_duration, requires = "once")]
+    wait: Duration,
+}
+
+/// Where the log goes while the dashboard runs: `--log FILE`, or nowhere.
+pub fn log_writer(args: &Args) -> Result<tracing_subscriber::fmt::writer::BoxMakeWriter, CliError> {
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
+    match &args.log {
+        None => Ok(BoxMakeWriter::new(std::io::sink)),
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|e| CliError::Usage(format!("--log {}: {e}", path.display())))?;
+            Ok(BoxMakeWriter::new(std::sync::Mutex::new(file)))
+        }
+    }
+}
+
+/// Runs `telemon top`.
+pub async fn run(args: Args) -> CliResult {
+    let config = args.targets.to_config()?;
+    if config.meter161.len()
+        + config.hmon.len()
+        + config.hmon_listen.len()
+        + config.mono_listen.len()
+        + config.smon.len()
+        + config.sysinfo.len()
+        == 0
+    {
+        return Err(CliError::Usage(
+            "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
+        ));
+    }
+    let fleet = Fleet::start(&config).await.map_err(CliError::peer)?;
+    let result = if args.once {
+        once(&fleet, &args).await
+    } else if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        Err(CliError::Usage("stdout is not a terminal: use --once for a plain-text frame".into()))
+    } else {
+        telemon::top::run(&fleet).await.map_err(CliError::Output)
+    };
+    fleet.shutdown().await;
+    result
+}
+
+/// Collects for `--wait`, sampling once a second, then prints one frame.
+async fn once(fleet: &Fleet, args: &Args) -> CliResult {
+    if args.width < 20 || args.height < 5 {
+        return Err(CliError::Usage("--width must be at least 20 and --height at least 5".into()));
+    }
+    let mut app = App::new();
+    let started = tokio::time::Instant::now();
+    let mut second = 0u32;
+    loop {
+        app.update(fleet.snapshot());
+        app.sample_at(second);
+        let next = started + Duration::from_secs(u64::from(second) + 1);
+        if next > started + args.wait {
+            break;
+        }
+        tokio::time::sleep_until(next).await;
+        second += 1;
+    }
+    tokio::time::sleep_until(started + args.wait).await;
+    app.update(fleet.snapshot());
+    print!("{}", render_text(&mut app, args.width, args.height));
+    Ok(())
+}
