@@ -22,6 +22,9 @@ pub struct Args {
     /// With --once: the frame's height.
     #[arg(long, default_value_t = 30, requires = "once")]
     height: u16,
+    /// Select this target first (its name, or the start of it).
+    #[arg(long, value_name = "NAME")]
+    select: Option<String>,
     /// Append the log here (the dashboard owns the terminal; without it, the log is dropped).
     #[arg(long, value_name = "FILE")]
     log: Option<std::path::PathBuf>,
@@ -67,7 +70,7 @@ pub async fn run(args: Args) -> CliResult {
     } else if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         Err(CliError::Usage("stdout is not a terminal: use --once for a plain-text frame".into()))
     } else {
-        telemon::top::run(&fleet).await.map_err(CliError::Output)
+        telemon::top::run(&fleet, args.select.as_deref()).await.map_err(CliError::Output)
     };
     fleet.shutdown().await;
     result
@@ -93,6 +96,11 @@ async fn once(fleet: &Fleet, args: &Args) -> CliResult {
     }
     tokio::time::sleep_until(started + args.wait).await;
     app.update(fleet.snapshot());
+    if let Some(name) = &args.select {
+        if !app.select_name(name) {
+            return Err(CliError::Usage(format!("--select {name}: no such target")));
+        }
+    }
     print!("{}", render_text(&mut app, args.width, args.height));
     Ok(())
 }

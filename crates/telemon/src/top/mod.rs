@@ -139,6 +139,20 @@ impl App {
         }
     }
 
+    /// Selects the target named `name` (or the first whose name starts with it), if listed.
+    pub fn select_name(&mut self, name: &str) -> bool {
+        let found = self
+            .snapshot
+            .targets
+            .iter()
+            .position(|t| &*t.name == name)
+            .or_else(|| self.snapshot.targets.iter().position(|t| t.name.starts_with(name)));
+        if let Some(i) = found {
+            self.select(i);
+        }
+        found.is_some()
+    }
+
     fn selected_index(&self) -> Option<usize> {
         let name = self.selected.as_deref()?;
         self.snapshot.targets.iter().position(|t| &*t.name == name)
@@ -414,7 +428,8 @@ pub fn buffer_text(buf: &ratatui::buffer::Buffer) -> String {
 
 /// Runs the dashboard in the terminal until `q`, Esc or Ctrl-C, then restores the terminal (also
 /// after a panic).
-pub async fn run(fleet: &Fleet) -> io::Result<()> {
+/// `select` names the target selected first.
+pub async fn run(fleet: &Fleet, select: Option<&str>) -> io::Result<()> {
     let mut terminal = ratatui::try_init()?;
     let _ = crossterm::execute!(io::stdout(), crossterm::event::EnableMouseCapture);
     let previous = std::panic::take_hook();
@@ -422,7 +437,7 @@ pub async fn run(fleet: &Fleet) -> io::Result<()> {
         restore();
         previous(info);
     }));
-    let result = event_loop(&mut terminal, fleet).await;
+    let result = event_loop(&mut terminal, fleet, select).await;
     restore();
     let _ = std::panic::take_hook();
     result
@@ -433,8 +448,16 @@ fn restore() {
     ratatui::restore();
 }
 
-async fn event_loop<B: Backend>(terminal: &mut Terminal<B>, fleet: &Fleet) -> io::Result<()> {
+async fn event_loop<B: Backend>(
+    terminal: &mut Terminal<B>,
+    fleet: &Fleet,
+    select: Option<&str>,
+) -> io::Result<()> {
     let mut app = App::new();
+    app.update(fleet.snapshot());
+    if let Some(name) = select {
+        app.select_name(name);
+    }
     let mut events = crossterm::event::EventStream::new();
     let mut changed = fleet.changed();
     let mut second = tokio::time::interval(Duration::from_secs(1));

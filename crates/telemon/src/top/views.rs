@@ -221,7 +221,7 @@ fn meter161(f: &mut Frame, area: Rect, ctx: &Ctx) {
 }
 
 fn hmon(f: &mut Frame, area: Rect, ctx: &Ctx) {
-    let events = ctx.t.events.len().min(8) as u16;
+    let events = ctx.t.events.len().min(8).min(usize::from(area.height / 4)) as u16;
     let [top, mid, bottom] =
         Layout::vertical([Constraint::Percentage(40), Constraint::Min(4), Constraint::Length(events + 1)])
             .areas(area);
@@ -470,23 +470,37 @@ fn histogram(f: &mut Frame, area: Rect, title: &str, s: Option<&Series>) {
         f.render_widget(Paragraph::new("(no samples)").block(block), area);
         return;
     };
+    let n = (last - first + 1) as u16;
+    let width = (area.width.saturating_sub(n) / n.max(1)).clamp(1, 5);
+    // Bucket labels only when they fit under their bars; the title gives the range anyway.
+    let labelled = width >= 4;
     let bars: Vec<Bar> = counts[first..=last]
         .iter()
-        .map(|&(le, n)| Bar::default().value(n).label(Line::from(short_secs(le))).text_value(String::new()))
+        .map(|&(le, n)| {
+            let bar = Bar::default().value(n).text_value(String::new());
+            if labelled {
+                bar.label(Line::from(short_secs(le)))
+            } else {
+                bar
+            }
+        })
         .collect();
-    let n = bars.len() as u16;
-    let width = (area.width.saturating_sub(n) / n.max(1)).clamp(1, 5);
+    let lo = if first == 0 { 0.0 } else { counts[first - 1].0 };
+    let title = format!("{title} {}–{}", short_secs(lo), short_secs(counts[last].0));
+    let block = Block::new().title(Span::styled(title, Style::new().add_modifier(Modifier::BOLD)));
     let chart =
         BarChart::default().block(block).bar_width(width).bar_gap(1).data(BarGroup::default().bars(&bars));
     f.render_widget(chart, area);
 }
 
-/// `3µ`, `1.6m`: a latency bound, as short as it goes.
+/// `3µs`, `13ms`: a latency bound, as short as it goes.
 fn short_secs(s: f64) -> String {
-    if s < 1e-3 {
-        format!("{:.0}µ", s * 1e6)
+    if s == 0.0 {
+        "0".to_owned()
+    } else if s < 1e-3 {
+        format!("{:.0}µs", s * 1e6)
     } else if s < 1.0 {
-        format!("{:.0}m", s * 1e3)
+        format!("{:.0}ms", s * 1e3)
     } else {
         format!("{s:.0}s")
     }
