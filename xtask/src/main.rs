@@ -9,8 +9,12 @@
 //! * `cargo xtask bench [ARGS]` runs the criterion benches.
 //! * `cargo xtask soak [--minutes N] [--clients N] [SIM...]` runs each server sim in release mode under many
 //!   clients, some hostile, with a restart in the middle, and prints one table (see `sims/soak`).
+//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S]` measures `telemon serve` (release) watching
+//!   N sim targets of each protocol (N = 10, 100, 1000 unless given) and prints one table: CPU, peak RSS, scrape
+//!   latency and size, targets up (also written to `target/fleet-bench.md`).
 //! * `cargo xtask ci` runs `.ci/run`.
 
+mod fleet_bench;
 mod sims;
 
 use std::io::{BufRead, BufReader, Read};
@@ -68,6 +72,17 @@ enum Task {
         /// Only these sims (sys161, dyalog, smon, rvos; default all).
         sims: Vec<String>,
     },
+    /// Measure `telemon serve` watching N targets per protocol: CPU, peak RSS, scrape latency and size.
+    FleetBench {
+        /// Targets per run (default: 10 100 1000).
+        sizes: Vec<u32>,
+        /// Only this protocol (repeatable; meter161, hmon, smon, sysinfo, mono; default all).
+        #[arg(long = "protocol", value_name = "P")]
+        protocols: Vec<String>,
+        /// Seconds measured per run, after every target is up and a 5 s warm-up.
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+    },
     /// Run the CI script, `.ci/run`.
     Ci,
 }
@@ -86,6 +101,9 @@ fn main() -> Result<()> {
             run(Command::new(cargo()).args(["bench", "--workspace", "--bench", "*", "--"]).args(&args))
         }
         Task::Soak { minutes, clients, sims } => soak(&root, minutes, clients, &sims),
+        Task::FleetBench { sizes, protocols, seconds } => {
+            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds)
+        }
         Task::Ci => run(Command::new("bash").arg(".ci/run")),
     }
 }
