@@ -1,7 +1,9 @@
 //! `cargo xtask`: run the emulators, fuzz, bench and CI.
 //!
-//! * `cargo xtask sim` starts every emulator on its default address or directory, points `telemon` at
-//!   each one and shows their live output, prefixed by name, until Ctrl-C.
+//! * `cargo xtask sim` starts every emulator on its default address or directory and, on a terminal, opens
+//!   the `telemon top` dashboard over them (their logs go to `target/sim-logs/`); with `--plain` or when
+//!   stdout is not a terminal, it points one `telemon` at each and shows their live output, prefixed by name,
+//!   until Ctrl-C.
 //! * `cargo xtask sim NAME [-- ARGS]` runs one emulator in the foreground.
 //! * `cargo xtask fuzz [--seconds N] [TARGET]` runs cargo-fuzz on stable (`-s none`), installing it
 //!   when missing; `--replay` instead replays every seed corpus through the real fuzz binaries, without
@@ -38,6 +40,10 @@ struct Cli {
 enum Task {
     /// Run every emulator with telemon watching it, or one emulator in the foreground.
     Sim {
+        /// Prefixed line output of every emulator and a telemon per emulator, instead of the dashboard
+        /// (what a stdout that is not a terminal gets anyway).
+        #[arg(long)]
+        plain: bool,
         /// Run only this emulator, in the foreground, with ARGS.
         name: Option<String>,
         /// Arguments for the one emulator (after `--`).
@@ -92,9 +98,15 @@ fn main() -> Result<()> {
     let root = workspace_root();
     std::env::set_current_dir(&root)?;
     match cli.command {
-        Task::Sim { name: None, args } if args.is_empty() => sim_all(&root),
+        Task::Sim { name: None, args, plain } if args.is_empty() => {
+            if plain || !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                sim_all(&root)
+            } else {
+                sim_dashboard(&root)
+            }
+        }
         Task::Sim { name: None, .. } => bail!("name one emulator to pass it arguments: {}", names()),
-        Task::Sim { name: Some(name), args } => sim_one(&name, &args),
+        Task::Sim { name: Some(name), args, .. } => sim_one(&name, &args),
         Task::Fuzz { seconds, replay, target } => fuzz(&root, seconds, replay, target.as_deref()),
         // Only the criterion targets: libtest benches of libs and bins would reject criterion's flags.
         Task::Bench { args } => {
@@ -243,6 +255,61 @@ fn sim_all(root: &Path) -> Result<()> {
     for child in children.lock().unwrap().iter_mut() {
         let _ = child.kill();
         let _ = child.wait();
+    }
+    Ok(())
+}
+
+/// Every emulator in the background, logging to `target/sim-logs/NAME.log`, and `telemon top` over them in the
+/// foreground; when the dashboard quits, the emulators are stopped.
+fn sim_dashboard(root: &Path) -> Result<()> {
+    let mut packages: Vec<&str> = SIMS.iter().map(|s| s.package).collect();
+    packages.push("telemon");
+    build(&packages)?;
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let logs = target.join("sim-logs");
+    std::fs::create_dir_all(&logs)?;
+    let config = logs.join("telemon.toml");
+    std::fs::write(&config, SIMS.iter().map(|s| s.fleet).collect::<Vec<_>>().join(""))?;
+
+    let children: Arc<Mutex<Vec<Child>>> = Arc::default();
+    {
+        let children = Arc::clone(&children);
+        ctrlc::set_handler(move || {
+            for child in children.lock().unwrap().iter_mut() {
+                let _ = child.kill();
+            }
+        })?;
+    }
+    for sim in SIMS {
+        let log = std::fs::File::create(logs.join(format!("{}.log", sim.name)))?;
+        let child = Command::new(binary(root, sim.bin))
+            .args(sim.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", sim.bin))?;
+        children.lock().unwrap().push(child);
+    }
+    // A moment to bind, so the dashboard does not open on connection errors.
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let status = Command::new(binary(root, "telemon"))
+        .arg("top")
+        .arg("--config")
+        .arg(&config)
+        .arg("--log")
+        .arg(logs.join("telemon.log"))
+        .status()
+        .context("starting telemon top");
+    for child in children.lock().unwrap().iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    eprintln!("[xtask] emulators stopped; their logs are in {}", logs.display());
+    let status = status?;
+    if !status.success() {
+        bail!("telemon top failed ({status})");
     }
     Ok(())
 }

@@ -14,6 +14,8 @@ pub struct Sim {
     pub args: &'static [&'static str],
     /// `telemon` arguments that watch it.
     pub telemon: &'static [&'static str],
+    /// Its block in the fleet config of `telemon top` (the dashboard `cargo xtask sim` opens).
+    pub fleet: &'static str,
 }
 
 /// Every emulator that exists so far, in start-up order.
@@ -27,6 +29,7 @@ pub const SIMS: &[Sim] = &[
         // sample, retrying while the emulator starts and reconnecting if it restarts.
         args: &["--listen", "127.0.0.1:7399", "--interval", "1s"],
         telemon: &["smon", "connect", "127.0.0.1:7399", "--wait", "60s", "--reconnect"],
+        fleet: "[[smon]]\nname = \"smon\"\nconnect = \"127.0.0.1:7399\"\n",
     },
     Sim {
         name: "dyalog",
@@ -47,6 +50,7 @@ pub const SIMS: &[Sim] = &[
             "--subscribe",
             "WorkspaceResize,UntrappedSignal",
         ],
+        fleet: "[[hmon]]\nname = \"dyalog\"\nconnect = \"127.0.0.1:4512\"\n",
     },
     Sim {
         name: "rvos",
@@ -56,6 +60,7 @@ pub const SIMS: &[Sim] = &[
         // the emulator listens).
         args: &["--listen", "127.0.0.1:7461"],
         telemon: &["sysinfo", "--connect", "127.0.0.1:7461", "--watch", "2s", "ps"],
+        fleet: "[[sysinfo]]\nname = \"rvos\"\nconnect = \"127.0.0.1:7461\"\n",
     },
     Sim {
         name: "sys161",
@@ -64,6 +69,7 @@ pub const SIMS: &[Sim] = &[
         // Like sys161, it serves .sockets/meter in its working directory (the workspace root).
         args: &["--dir", "."],
         telemon: &["meter161", "--dir", ".", "--interval", "1s"],
+        fleet: "[[meter161]]\nname = \"sys161\"\ndir = \".\"\n",
     },
     Sim {
         name: "mono",
@@ -79,5 +85,6 @@ pub const SIMS: &[Sim] = &[
             "Mono JIT/Compiled methods;Mono GC/Minor GC collections;Mono System/Working Set;Mono System/Total Time",
         ],
         telemon: &["mono", "listen", "127.0.0.1:8888", "--add", "Mono System/Page Faults"],
+        fleet: "[[mono_listen]]\nname = \"mono\"\nlisten = \"127.0.0.1:8888\"\nadd = [\"Mono System/Page Faults\"]\n",
     },
 ];
