@@ -188,7 +188,8 @@ fn spark_table(
 }
 
 fn meter161(f: &mut Frame, area: Rect, ctx: &Ctx) {
-    let [top, rest] = Layout::vertical([Constraint::Percentage(45), Constraint::Min(0)]).areas(area);
+    // The table below takes what its rows need (up to 8 and a header); the chart the rest.
+    let [top, rest] = Layout::vertical([Constraint::Min(6), Constraint::Length(9)]).areas(area);
     let line = |family: &str| ctx.one(family).map(|s| ctx.points(s)).unwrap_or_default();
     chart(
         f,
