@@ -19,39 +19,21 @@ pub struct Args {
     check_config: Option<PathBuf>,
 }
 
-fn count(c: &FleetConfig) -> String {
-    format!(
-        "{} meter161, {} hmon, {} hmon_listen, {} mono_listen, {} smon, {} sysinfo",
-        c.meter161.len(),
-        c.hmon.len(),
-        c.hmon_listen.len(),
-        c.mono_listen.len(),
-        c.smon.len(),
-        c.sysinfo.len()
-    )
-}
-
 /// Runs `telemon serve` until Ctrl-C or SIGTERM.
 pub async fn run(args: Args) -> CliResult {
     if let Some(file) = &args.check_config {
         let config = FleetConfig::load(file)?;
-        println!("{}: ok ({})", file.display(), count(&config));
+        println!("{}: ok ({})", file.display(), config.summary());
         return Ok(());
     }
     let config = args.targets.to_config()?;
-    let blocks = config.meter161.len()
-        + config.hmon.len()
-        + config.hmon_listen.len()
-        + config.mono_listen.len()
-        + config.smon.len()
-        + config.sysinfo.len();
-    if blocks == 0 {
+    if config.blocks() == 0 {
         return Err(CliError::Usage(
             "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
         ));
     }
     let server = telemon::serve::start(&config, args.listen.as_deref()).await.map_err(CliError::peer)?;
-    eprintln!("telemon: serving {} on http://{}/metrics", count(&config), server.local_addr());
+    eprintln!("telemon: serving {} on http://{}/metrics", config.summary(), server.local_addr());
     server.run_until(shutdown_signal()).await.map_err(CliError::peer)
 }
 

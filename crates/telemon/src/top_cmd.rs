@@ -52,14 +52,7 @@ pub fn log_writer(args: &Args) -> Result<tracing_subscriber::fmt::writer::BoxMak
 /// Runs `telemon top`.
 pub async fn run(args: Args) -> CliResult {
     let config = args.targets.to_config()?;
-    if config.meter161.len()
-        + config.hmon.len()
-        + config.hmon_listen.len()
-        + config.mono_listen.len()
-        + config.smon.len()
-        + config.sysinfo.len()
-        == 0
-    {
+    if config.blocks() == 0 {
         return Err(CliError::Usage(
             "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
         ));

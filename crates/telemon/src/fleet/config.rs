@@ -184,6 +184,29 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 impl FleetConfig {
+    /// The number of target blocks (a `dir_glob` or a listener counts once).
+    pub fn blocks(&self) -> usize {
+        self.meter161.len()
+            + self.hmon.len()
+            + self.hmon_listen.len()
+            + self.mono_listen.len()
+            + self.smon.len()
+            + self.sysinfo.len()
+    }
+
+    /// `2 meter161, 1 hmon, ...`: the blocks per kind, for people.
+    pub fn summary(&self) -> String {
+        format!(
+            "{} meter161, {} hmon, {} hmon_listen, {} mono_listen, {} smon, {} sysinfo",
+            self.meter161.len(),
+            self.hmon.len(),
+            self.hmon_listen.len(),
+            self.mono_listen.len(),
+            self.smon.len(),
+            self.sysinfo.len()
+        )
+    }
+
     /// Reads and validates the config file at `path`.
     pub fn load(path: &Path) -> Result<FleetConfig, ConfigError> {
         let file = path.display().to_string();
