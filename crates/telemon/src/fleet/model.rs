@@ -195,8 +195,8 @@ pub struct Series {
     /// The family's HELP text.
     pub help: &'static str,
     /// Protocol-specific labels only; `target` and the target's configured labels are added when
-    /// rendering.
-    pub labels: Vec<(Arc<str>, Arc<str>)>,
+    /// rendering. Shared with the store (a snapshot costs no label copies).
+    pub labels: Arc<[(Arc<str>, Arc<str>)]>,
     /// Counter, gauge, info or histogram.
     pub kind: MetricKind,
     /// Current value.

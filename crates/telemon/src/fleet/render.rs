@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::UNIX_EPOCH;
 
-use super::model::{FleetSnapshot, MetricKind, TargetSnapshot, Value};
+use super::model::{FleetSnapshot, MetricKind, Series, TargetSnapshot, Value};
 
 /// The exposition format of a scrape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +85,7 @@ fn family<'a>(
     kind: MetricKind,
 ) -> &'a mut String {
     if !families.contains_key(name) {
-        families.insert(name.to_owned(), Family { help, kind, lines: String::new() });
+        families.insert(name.to_owned(), Family { help, kind, lines: String::with_capacity(4096) });
     }
     &mut families.get_mut(name).expect("inserted above").lines
 }
@@ -147,27 +147,72 @@ fn render_target(families: &mut BTreeMap<String, Family>, t: &TargetSnapshot) {
         write_sample(lines, "telemon_target_last_update_timestamp_seconds", &with_proto, &[], "", secs);
     }
 
-    for s in t.series.iter() {
-        let extra: Vec<(&str, &str)> = s.labels.iter().map(|(k, v)| (&**k, &**v)).collect();
-        let lines = family(families, &s.family, s.help, s.kind);
+    // Series come sorted by family: look the family up once per run of it.
+    for run in t.series.chunk_by(|a, b| a.family == b.family) {
+        let lines = family(families, &run[0].family, run[0].help, run[0].kind);
+        for s in run {
+            write_series(lines, s, &base);
+        }
+    }
+}
+
+fn write_series(lines: &mut String, s: &Series, base: &[(&str, &str)]) {
+    {
+        let extra = s.labels.iter().map(|(k, v)| (&**k, &**v));
         match &s.value {
-            Value::Number(v) => write_sample(lines, &s.family, &base, &extra, "", *v),
+            Value::Number(v) => write_labelled(lines, &s.family, "", base, extra, None, *v),
             Value::Histogram { buckets, sum, count } => {
-                let name = format!("{}_bucket", s.family);
-                for (le, n) in buckets {
-                    let le = fmt_f64(*le);
-                    let mut l = extra.clone();
-                    l.push(("le", &le));
-                    write_sample(lines, &name, &base, &l, "", *n as f64);
+                let mut le = String::new();
+                for (bound, n) in buckets {
+                    le.clear();
+                    push_f64(&mut le, *bound);
+                    write_labelled(lines, &s.family, "_bucket", base, extra.clone(), Some(&le), *n as f64);
                 }
-                let mut l = extra.clone();
-                l.push(("le", "+Inf"));
-                write_sample(lines, &name, &base, &l, "", *count as f64);
-                write_sample(lines, &s.family, &base, &extra, "_sum", *sum);
-                write_sample(lines, &s.family, &base, &extra, "_count", *count as f64);
+                write_labelled(lines, &s.family, "_bucket", base, extra.clone(), Some("+Inf"), *count as f64);
+                write_labelled(lines, &s.family, "_sum", base, extra.clone(), None, *sum);
+                write_labelled(lines, &s.family, "_count", base, extra, None, *count as f64);
             }
         }
     }
+}
+
+/// One sample line: `name{base...,extra...[,le="..."]} value`, written without intermediate
+/// allocations.
+fn write_labelled<'e>(
+    out: &mut String,
+    name: &str,
+    suffix: &str,
+    base: &[(&str, &str)],
+    extra: impl Iterator<Item = (&'e str, &'e str)>,
+    le: Option<&str>,
+    v: f64,
+) {
+    out.push_str(name);
+    out.push_str(suffix);
+    let mut first = true;
+    let mut label = |out: &mut String, k: &str, val: &str| {
+        out.push(if first { '{' } else { ',' });
+        first = false;
+        out.push_str(k);
+        out.push_str("=\"");
+        escape_label_into(out, val);
+        out.push('"');
+    };
+    for &(k, val) in base {
+        label(out, k, val);
+    }
+    for (k, val) in extra {
+        label(out, k, val);
+    }
+    if let Some(le) = le {
+        label(out, "le", le);
+    }
+    if !first {
+        out.push('}');
+    }
+    out.push(' ');
+    push_f64(out, v);
+    out.push('\n');
 }
 
 fn write_sample(out: &mut String, name: &str, a: &[(&str, &str)], b: &[(&str, &str)], suffix: &str, v: f64) {
@@ -186,23 +231,28 @@ fn write_sample(out: &mut String, name: &str, a: &[(&str, &str)], b: &[(&str, &s
         out.push('}');
     }
     out.push(' ');
-    out.push_str(&fmt_f64(v));
+    push_f64(out, v);
     out.push('\n');
 }
 
-fn fmt_f64(v: f64) -> String {
+/// A sample value as Prometheus spells it (`NaN`, `+Inf`, `-Inf`, else Rust's shortest form).
+fn push_f64(out: &mut String, v: f64) {
     if v.is_nan() {
-        "NaN".into()
+        out.push_str("NaN");
     } else if v == f64::INFINITY {
-        "+Inf".into()
+        out.push_str("+Inf");
     } else if v == f64::NEG_INFINITY {
-        "-Inf".into()
+        out.push_str("-Inf");
     } else {
-        format!("{v}")
+        let _ = write!(out, "{v}");
     }
 }
 
 fn escape_label_into(out: &mut String, v: &str) {
+    if !v.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
+        out.push_str(v);
+        return;
+    }
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
@@ -232,7 +282,7 @@ mod tests {
             Series {
                 family: Arc::from("smon_cpu_seconds_total"),
                 help: "CPU time.",
-                labels: vec![(Arc::from("mode"), Arc::from("user"))],
+                labels: vec![(Arc::from("mode"), Arc::from("user"))].into(),
                 kind: MetricKind::Counter,
                 value: Value::Number(12.5),
                 rate: None,
@@ -240,7 +290,7 @@ mod tests {
             Series {
                 family: Arc::from("smon_lat_seconds"),
                 help: "Latency.",
-                labels: vec![],
+                labels: vec![].into(),
                 kind: MetricKind::Histogram,
                 value: Value::Histogram { buckets: vec![(0.5, 1), (1.0, 3)], sum: 2.0, count: 4 },
                 rate: None,

@@ -37,13 +37,22 @@ impl Failure {
 /// Labels of one series, built from static names and peer-given values.
 pub type Labels = Vec<(Arc<str>, Arc<str>)>;
 
-/// Makes a label pair; the value is cut to [`MAX_LABEL_LEN`] bytes.
+/// Makes a label pair; the value is cut to [`MAX_LABEL_LEN`] bytes. Label names are shared, not
+/// allocated per call.
 pub fn label(name: &'static str, value: &str) -> (Arc<str>, Arc<str>) {
     let mut end = value.len().min(MAX_LABEL_LEN);
     while !value.is_char_boundary(end) {
         end -= 1;
     }
-    (Arc::from(name), Arc::from(&value[..end]))
+    (label_name(name), Arc::from(&value[..end]))
+}
+
+fn label_name(name: &'static str) -> Arc<str> {
+    thread_local! {
+        static NAMES: std::cell::RefCell<std::collections::HashMap<&'static str, Arc<str>>> =
+            Default::default();
+    }
+    NAMES.with(|names| names.borrow_mut().entry(name).or_insert_with(|| Arc::from(name)).clone())
 }
 
 /// Owns one target's cache and publishes it into the [`Registry`].
@@ -156,7 +165,7 @@ impl Publisher {
         labels: Labels,
         value: Value,
     ) {
-        self.store.set(&intern(family), help, kind, labels, value, Instant::now());
+        self.store.set(family, help, kind, &labels, value, Instant::now());
         self.meta.last_update = Some(SystemTime::now());
         self.dirty = true;
     }
@@ -164,6 +173,18 @@ impl Publisher {
     /// Removes one series.
     pub fn remove(&mut self, family: &str, labels: &[(Arc<str>, Arc<str>)]) {
         self.store.remove(family, labels);
+        self.dirty = true;
+    }
+
+    /// Starts a round of updates; after setting what a report lists, [`Publisher::sweep_family`]
+    /// with the round removes what it no longer lists (an exited process, a closed channel).
+    pub fn begin_round(&mut self) -> u64 {
+        self.store.begin_round()
+    }
+
+    /// Removes every series of `family` not set since `round` began.
+    pub fn sweep_family(&mut self, family: &str, round: u64) {
+        self.store.sweep_family(family, round);
         self.dirty = true;
     }
 
@@ -216,15 +237,6 @@ impl Drop for Publisher {
             self.registry.remove(&self.meta.name);
         }
     }
-}
-
-/// The shared `Arc<str>` of a static family name, so that series keys do not allocate per update.
-fn intern(name: &'static str) -> Arc<str> {
-    use std::collections::HashMap;
-    use std::sync::{Mutex, OnceLock};
-    static NAMES: OnceLock<Mutex<HashMap<&'static str, Arc<str>>>> = OnceLock::new();
-    let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
-    names.entry(name).or_insert_with(|| Arc::from(name)).clone()
 }
 
 #[cfg(test)]

@@ -141,7 +141,7 @@ mod tests {
             Series {
                 family: Arc::from("g"),
                 help: "",
-                labels: vec![(Arc::from("i"), Arc::from("0"))],
+                labels: vec![(Arc::from("i"), Arc::from("0"))].into(),
                 kind: MetricKind::Gauge,
                 value: Value::Number(v),
                 rate: None,
@@ -149,7 +149,7 @@ mod tests {
             Series {
                 family: Arc::from("c_total"),
                 help: "",
-                labels: vec![],
+                labels: vec![].into(),
                 kind: MetricKind::Counter,
                 value: Value::Number(v * 10.0),
                 rate,

@@ -129,10 +129,8 @@ pub fn record(p: &mut Publisher, report: &Report) {
 }
 
 fn record_ps(p: &mut Publisher, ps: &Ps) {
-    // Processes come and go: the families are rebuilt from each report.
-    for fam in ["rvos_process_cpu_ratio", "rvos_process_memory_bytes", "rvos_process_state"] {
-        p.retain_family(fam, |_| false);
-    }
+    // Processes come and go: what the report no longer lists is swept after it.
+    let round = p.begin_round();
     for row in &ps.processes {
         let pid = row.pid.to_string();
         let who = || vec![label("pid", &pid), label("name", row.name.as_str())];
@@ -165,6 +163,9 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
             1.0,
         );
     }
+    for fam in ["rvos_process_cpu_ratio", "rvos_process_memory_bytes", "rvos_process_state"] {
+        p.sweep_family(fam, round);
+    }
 }
 
 fn record_memstat(p: &mut Publisher, m: &Memstat) {
@@ -180,8 +181,7 @@ fn record_memstat(p: &mut Publisher, m: &Memstat) {
             );
         }
     }
-    p.retain_family("rvos_kernel_heap_tag_bytes", |_| false);
-    p.retain_family("rvos_kernel_heap_tag_live_allocations", |_| false);
+    let round = p.begin_round();
     for t in &m.tags {
         for (kind, kib) in [("current", t.current_kib), ("peak", t.peak_kib)] {
             let l = vec![label("tag", &t.tag), label("kind", kind)];
@@ -192,6 +192,8 @@ fn record_memstat(p: &mut Publisher, m: &Memstat) {
         let l = vec![label("tag", &t.tag)];
         p.set("rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, l, t.live_allocations as f64);
     }
+    p.sweep_family("rvos_kernel_heap_tag_bytes", round);
+    p.sweep_family("rvos_kernel_heap_tag_live_allocations", round);
 }
 
 fn record_kstat(p: &mut Publisher, k: &Kstat) {
@@ -203,9 +205,8 @@ fn record_kstat(p: &mut Publisher, k: &Kstat) {
 
 fn record_channels(p: &mut Publisher, c: &Channels) {
     let families = ["rvos_channel_messages_total", "rvos_channel_bytes_total", "rvos_channel_queue_length"];
-    for fam in families {
-        p.retain_family(fam, |_| false);
-    }
+    // Closed channels are swept after the report (counters keep their rates across reports).
+    let round = p.begin_round();
     for row in c.channels.iter().filter(|r| !r.closed) {
         let ch = row.channel.to_string();
         for (side, msgs, bytes, queue) in
@@ -216,6 +217,9 @@ fn record_channels(p: &mut Publisher, c: &Channels) {
             p.set(families[1], "Bytes sent on a channel end.", MetricKind::Counter, l(), bytes as f64);
             p.set(families[2], "Messages queued at a channel end.", MetricKind::Gauge, l(), queue as f64);
         }
+    }
+    for fam in families {
+        p.sweep_family(fam, round);
     }
 }
 
@@ -282,7 +286,7 @@ fn record_watchdog(p: &mut Publisher, w: &Watchdog) {
         vec![],
         enabled,
     );
-    p.retain_family("rvos_watchdog_heartbeat_age_seconds", |_| false);
+    let round = p.begin_round();
     let help = "Seconds since the task's last watchdog heartbeat.";
     for t in &w.kernel_tasks {
         let l = vec![label("task", &t.name)];
@@ -292,6 +296,7 @@ fn record_watchdog(p: &mut Publisher, w: &Watchdog) {
         let l = vec![label("task", &format!("{}[{}]", c.name, c.pid))];
         p.set("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, l, c.ago_ms as f64 / 1000.0);
     }
+    p.sweep_family("rvos_watchdog_heartbeat_age_seconds", round);
 }
 
 #[cfg(test)]
