@@ -37,35 +37,32 @@ pub const MAX_PROBES: usize = 10_000;
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A running exporter: the fleet and its HTTP server.
+///
+/// HTTP runs on a thread of its own (with its own single-threaded runtime), so that a scrape never
+/// queues behind the collectors of a busy fleet, and rendering uses the second core.
 #[derive(Debug)]
 pub struct Server {
     addr: SocketAddr,
     fleet: Arc<Fleet>,
     stop: tokio::sync::watch::Sender<bool>,
-    http: tokio::task::JoinHandle<std::io::Result<()>>,
+    http: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Starts every target of `config` and serves HTTP on `listen` (`config.serve.listen` when `None`).
+/// The targets run on the calling runtime.
 pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Result<Server> {
     let listen = listen.unwrap_or(&config.serve.listen);
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
+    let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
+    listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let fleet = Arc::new(Fleet::start(config).await?);
+    let runtime = tokio::runtime::Handle::current();
     let state = AppState {
         fleet: fleet.clone(),
-        probes: Arc::new(Probes::new(config.serve.series_limit)),
+        probes: Arc::new(Probes::new(config.serve.series_limit, runtime.clone())),
         started: Instant::now(),
-    };
-    let sweeper = {
-        let probes = state.probes.clone();
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                probes.sweep(PROBE_IDLE);
-            }
-        })
     };
     let app = Router::new()
         .route("/", get(index))
@@ -73,17 +70,29 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
         .route("/targets", get(targets))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/probe", get(probe))
-        .with_state(state);
+        .with_state(state.clone());
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let http = tokio::spawn(async move {
-        let _sweeper = AbortOnDrop(sweeper);
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stopped.wait_for(|s| *s).await;
+    let (done_tx, http) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new().name("telemon-http".into()).spawn(move || {
+        let served = tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|rt| {
+            rt.block_on(async move {
+                let sweeper = tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        state.probes.sweep(PROBE_IDLE);
+                    }
+                });
+                let _sweeper = AbortOnDrop(sweeper);
+                axum::serve(tokio::net::TcpListener::from_std(listener)?, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stopped.wait_for(|s| *s).await;
+                    })
+                    .await
             })
-            .await
-    });
-    Ok(Server { addr, fleet, stop, http })
+        });
+        let _ = done_tx.send(served);
+    })?;
+    Ok(Server { addr, fleet, stop, http, thread: Some(thread) })
 }
 
 impl Server {
@@ -101,16 +110,21 @@ impl Server {
     pub async fn run_until(mut self, signal: impl std::future::Future<Output = ()>) -> std::io::Result<()> {
         let result = tokio::select! {
             () = signal => Ok(()),
-            r = &mut self.http => r.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            r = &mut self.http => r.unwrap_or_else(|_| Err(std::io::Error::other("the HTTP thread ended"))),
         };
         self.shutdown().await;
         result
     }
 
     /// Stops serving and stops every target.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.stop.send_replace(true);
-        let _ = tokio::time::timeout(Duration::from_secs(2), self.http).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.http).await;
+        if let Some(t) = self.thread.take() {
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
         self.fleet.shutdown().await;
     }
 }
@@ -213,12 +227,14 @@ struct Probes {
     registries: HashMap<Protocol, Registry>,
     tasks: Mutex<HashMap<(Protocol, String), (Instant, AbortOnDrop)>>,
     series_limit: usize,
+    /// The fleet's runtime, where probe collectors run (not the HTTP thread's).
+    runtime: tokio::runtime::Handle,
 }
 
 impl Probes {
-    fn new(series_limit: usize) -> Self {
+    fn new(series_limit: usize, runtime: tokio::runtime::Handle) -> Self {
         let registries = Protocol::ALL.into_iter().map(|p| (p, Registry::new())).collect();
-        Probes { registries, tasks: Mutex::new(HashMap::new()), series_limit }
+        Probes { registries, tasks: Mutex::new(HashMap::new()), series_limit, runtime }
     }
 
     fn snapshot(&self) -> Vec<TargetSnapshot> {
@@ -243,16 +259,20 @@ impl Probes {
                     let task = match protocol {
                         Protocol::Hmon => {
                             let plan = collect::hmon::Plan::default();
-                            tokio::spawn(collect::hmon::run_connect(p, addr.to_owned(), plan))
+                            self.runtime.spawn(collect::hmon::run_connect(p, addr.to_owned(), plan))
                         }
-                        Protocol::Smon => tokio::spawn(collect::smon::run(
-                            p,
-                            collect::smon::Source::Connect(addr.to_owned()),
-                        )),
+                        Protocol::Smon => self
+                            .runtime
+                            .spawn(collect::smon::run(p, collect::smon::Source::Connect(addr.to_owned()))),
                         _ => {
                             let endpoint = collect::sysinfo::endpoint(Some(addr), None);
                             let reports = collect::sysinfo::DEFAULT_REPORTS.to_vec();
-                            tokio::spawn(collect::sysinfo::run(p, endpoint, reports, Duration::from_secs(1)))
+                            self.runtime.spawn(collect::sysinfo::run(
+                                p,
+                                endpoint,
+                                reports,
+                                Duration::from_secs(1),
+                            ))
                         }
                     };
                     tasks.insert(key, (Instant::now(), AbortOnDrop(task)));

@@ -47,6 +47,16 @@ pub fn label(name: &'static str, value: &str) -> (Arc<str>, Arc<str>) {
     (label_name(name), Arc::from(&value[..end]))
 }
 
+/// A label pair whose value is already shared (e.g. a name the decoder interned): no copy unless it
+/// must be cut to [`MAX_LABEL_LEN`].
+pub fn label_shared(name: &'static str, value: &Arc<str>) -> (Arc<str>, Arc<str>) {
+    if value.len() <= MAX_LABEL_LEN {
+        (label_name(name), value.clone())
+    } else {
+        label(name, value)
+    }
+}
+
 fn label_name(name: &'static str) -> Arc<str> {
     thread_local! {
         static NAMES: std::cell::RefCell<std::collections::HashMap<&'static str, Arc<str>>> =

@@ -11,7 +11,7 @@ use tokio::io::AsyncRead;
 
 use super::{flush_timer, within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind, TargetState};
-use crate::fleet::target::{label, Failure, Labels, Publisher};
+use crate::fleet::target::{label, label_shared, Failure, Labels, Publisher};
 
 /// How often a followed file is checked for growth.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(250);
@@ -102,12 +102,12 @@ fn record(
             "smon_value",
             "A number from the smon stream, by name and index path.",
             MetricKind::Gauge,
-            vec![label("name", &name), label("index", &index)],
+            vec![label_shared("name", &name), label("index", &index)],
             v as f64,
         ),
         Value::Text(t) => {
             let text = String::from_utf8_lossy(&t);
-            let labels = vec![label("name", &name), label("index", &index), label("value", &text)];
+            let labels = vec![label_shared("name", &name), label("index", &index), label("value", &text)];
             let key = (name, index);
             if let Some(old) = texts.get(&key) {
                 if *old == labels {
