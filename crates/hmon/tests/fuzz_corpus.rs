@@ -1,4 +1,4 @@
-//! Replays the committed seed corpora of the `hmon_frame` and `hmon_message` fuzz targets.
+//! Replays the committed seed corpora of the `hmon_frame`, `hmon_message` and `hmon_proto` fuzz targets.
 
 use std::path::PathBuf;
 
@@ -24,4 +24,9 @@ fn hmon_frame_corpus() {
 #[test]
 fn hmon_message_corpus() {
     replay("hmon_message", hmon::fuzz::message);
+}
+
+#[test]
+fn hmon_proto_corpus() {
+    replay("hmon_proto", hmon::fuzz::proto);
 }

@@ -22,3 +22,8 @@ fn mono_agent_stream_corpus() {
 fn mono_inspector_stream_corpus() {
     replay("mono_inspector_stream", mono_counters::fuzz::inspector_stream);
 }
+
+#[test]
+fn mono_counter_table_corpus() {
+    replay("mono_counter_table", mono_counters::fuzz::counter_table);
+}

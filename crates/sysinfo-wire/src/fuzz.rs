@@ -75,3 +75,190 @@ pub fn reports(data: &[u8]) {
         }
     }
 }
+
+#[cfg(feature = "arbitrary")]
+pub use structured::reassembler;
+
+/// `sysinfo_reassembler`: an `arbitrary` sequence of chunks, sentinels, closes and finishes drives a
+/// `Reassembler`, checked against a model after every step.
+#[cfg(feature = "arbitrary")]
+mod structured {
+    #[allow(unused_imports)]
+    use crate::prelude::*;
+
+    use arbitrary::{Arbitrary, Unstructured};
+
+    use crate::reassembly::{chunk_text, End, Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
+    use crate::wire::MAX_MSG_SIZE;
+
+    /// At most this many operations per input.
+    const MAX_OPS: usize = 512;
+
+    /// A reassembler's limit: small ones (so that it is reached), whole messages, or the default.
+    #[derive(Debug, Arbitrary)]
+    enum Limit {
+        Bytes(u16),
+        Messages(u8),
+        Default,
+    }
+
+    impl Limit {
+        fn bytes(&self) -> usize {
+            match *self {
+                Limit::Bytes(n) => usize::from(n),
+                Limit::Messages(n) => usize::from(n % 64) * MAX_MSG_SIZE,
+                Limit::Default => DEFAULT_MAX_RESPONSE,
+            }
+        }
+    }
+
+    #[derive(Debug, Arbitrary)]
+    enum Op {
+        /// Finishes the current reply and starts a new reassembler.
+        Restart(Limit),
+        /// A chunk, copied (`push`) or kept (`push_owned`); an empty one is the sentinel.
+        Push { data: Vec<u8>, owned: bool },
+        /// A chunk of `len % 2048` copies of `byte` (so chunks over a message's size are cheap to make).
+        Fill { len: u16, byte: u8, owned: bool },
+        /// A whole reply as the service sends it: `chunk_text`, then the sentinel.
+        Service(Vec<u8>),
+        /// The channel closed.
+        Close,
+        /// What a finish would give now (on a clone).
+        Peek,
+    }
+
+    /// What the reassembler must hold, from its documentation.
+    #[derive(Debug)]
+    struct Model {
+        max: usize,
+        bytes: Vec<u8>,
+        chunks: usize,
+        end: Option<End>,
+    }
+
+    impl Model {
+        fn new(max: usize) -> Self {
+            Model { max, bytes: Vec::new(), chunks: 0, end: None }
+        }
+
+        /// The documented outcome of a chunk: refused after the end, or over a message's size, or past the
+        /// limit (and then nothing changes); the sentinel ends the reply.
+        fn push(&mut self, chunk: &[u8]) -> Result<bool, ReassemblyError> {
+            if self.end.is_some() {
+                return Err(ReassemblyError::AfterEnd);
+            }
+            if chunk.is_empty() {
+                self.end = Some(End::Sentinel);
+                return Ok(true);
+            }
+            if chunk.len() > MAX_MSG_SIZE {
+                return Err(ReassemblyError::ChunkTooLarge { len: chunk.len(), max: MAX_MSG_SIZE });
+            }
+            let len = self.bytes.len() + chunk.len();
+            if len > self.max {
+                return Err(ReassemblyError::TooLarge { len, max: self.max });
+            }
+            self.bytes.extend_from_slice(chunk);
+            self.chunks += 1;
+            Ok(false)
+        }
+
+        fn reply(&self) -> Reply {
+            let (text, lossy) = match core::str::from_utf8(&self.bytes) {
+                Ok(text) => (text.to_string(), false),
+                Err(_) => (String::from_utf8_lossy(&self.bytes).into_owned(), true),
+            };
+            Reply { text, end: self.end.unwrap_or(End::Closed), chunks: self.chunks, lossy }
+        }
+    }
+
+    struct Harness {
+        r: Reassembler,
+        model: Model,
+    }
+
+    /// `sysinfo_reassembler`: operations from `data` drive a `Reassembler`. Invariants: no panic; every push
+    /// returns the documented result and a refused chunk changes nothing; the reassembler never holds more than
+    /// its limit (`len() <= max`); nothing is accepted after the sentinel; the finished reply is the accepted bytes
+    /// (lossy exactly when they are not UTF-8), with the right chunk count and end; a reply sent with
+    /// `chunk_text` and the sentinel comes back whole when it fits.
+    pub fn reassembler(data: &[u8]) {
+        let mut u = Unstructured::new(data);
+        let mut h = Harness { r: Reassembler::default(), model: Model::new(DEFAULT_MAX_RESPONSE) };
+        let Ok(ops) = u.arbitrary_iter::<Op>() else { return };
+        for op in ops.take(MAX_OPS) {
+            let Ok(op) = op else { break };
+            h.run(op);
+            h.check();
+        }
+        let reply = h.r.finish();
+        assert_eq!(reply, h.model.reply());
+    }
+
+    impl Harness {
+        fn push(&mut self, chunk: Vec<u8>, owned: bool) -> Result<bool, ReassemblyError> {
+            let expected = self.model.push(&chunk);
+            let got = if owned { self.r.push_owned(chunk) } else { self.r.push(&chunk) };
+            assert_eq!(got, expected);
+            got
+        }
+
+        fn run(&mut self, op: Op) {
+            match op {
+                Op::Restart(limit) => {
+                    let max = limit.bytes();
+                    let r = core::mem::replace(&mut self.r, Reassembler::new(max));
+                    assert_eq!(r.finish(), self.model.reply());
+                    self.model = Model::new(max);
+                }
+                Op::Push { data, owned } => {
+                    let _ = self.push(data, owned);
+                }
+                Op::Fill { len, byte, owned } => {
+                    let _ = self.push(vec![byte; usize::from(len % 2048)], owned);
+                }
+                Op::Service(text) => {
+                    let fresh = self.model.bytes.is_empty() && self.model.end.is_none();
+                    let chunks: Vec<&[u8]> = chunk_text(&text).collect();
+                    assert_eq!(chunks.len(), text.len().div_ceil(MAX_MSG_SIZE));
+                    assert!(
+                        chunks.iter().rev().skip(1).all(|c| c.len() == MAX_MSG_SIZE),
+                        "only the last chunk is short"
+                    );
+                    let mut complete = false;
+                    for chunk in chunks.into_iter().chain([&[][..]]) {
+                        match self.push(chunk.to_vec(), false) {
+                            Ok(done) => complete = done,
+                            Err(_) => break,
+                        }
+                    }
+                    if fresh && text.len() <= self.model.max {
+                        assert!(complete, "a reply within the limit completes");
+                        let reply = self.r.clone().finish();
+                        assert_eq!(reply.text.as_bytes() == &text[..], !reply.lossy);
+                        assert_eq!(reply.chunks, text.len().div_ceil(MAX_MSG_SIZE));
+                        assert_eq!(reply.end, End::Sentinel);
+                    }
+                }
+                Op::Close => {
+                    self.r.close();
+                    self.model.end.get_or_insert(End::Closed);
+                }
+                Op::Peek => assert_eq!(self.r.clone().finish(), self.model.reply()),
+            }
+        }
+
+        fn check(&self) {
+            assert!(
+                self.r.len() <= self.model.max,
+                "{} bytes held, the limit is {}",
+                self.r.len(),
+                self.model.max
+            );
+            assert_eq!(self.r.len(), self.model.bytes.len());
+            assert_eq!(self.r.is_empty(), self.model.bytes.is_empty());
+            assert_eq!(self.r.is_done(), self.model.end.is_some());
+        }
+    }
+}

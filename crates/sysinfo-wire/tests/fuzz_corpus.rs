@@ -1,5 +1,5 @@
-//! Replays the committed seed corpora of the `sysinfo_wire` and `sysinfo_reports` fuzz targets through the
-//! same functions the fuzz targets call.
+//! Replays the committed seed corpora of the `sysinfo_wire`, `sysinfo_reports` and `sysinfo_reassembler` fuzz
+//! targets through the same functions the fuzz targets call.
 
 use std::path::Path;
 
@@ -22,4 +22,9 @@ fn sysinfo_wire_corpus() {
 #[test]
 fn sysinfo_reports_corpus() {
     replay("sysinfo_reports", sysinfo_wire::fuzz::reports);
+}
+
+#[test]
+fn sysinfo_reassembler_corpus() {
+    replay("sysinfo_reassembler", sysinfo_wire::fuzz::reassembler);
 }
