@@ -221,6 +221,15 @@ impl Publisher {
         }
     }
 
+    /// When the changes held back by [`Publisher::maybe_flush`] are due: `None` when nothing is held.
+    pub fn flush_due(&self) -> Option<tokio::time::Instant> {
+        if !self.dirty {
+            return None;
+        }
+        let at = self.last_publish.map_or_else(Instant::now, |t| t + PUBLISH_EVERY);
+        Some(tokio::time::Instant::from_std(at))
+    }
+
     /// Publishes the cache now if anything changed since the last publication.
     pub fn flush_if_dirty(&mut self) {
         if self.dirty {

@@ -15,7 +15,7 @@ use hmon::{
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::{flush_timer, within, AbortOnDrop, Claims, Retry, CONNECT_TIMEOUT};
+use super::{flush_due, within, AbortOnDrop, Claims, Retry, CONNECT_TIMEOUT};
 use crate::fleet::config::HmonTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
@@ -214,7 +214,6 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
     let _abort = AbortOnDrop(poller);
     let mut info = Info::default();
     let mut facts_seen = false;
-    let mut flush = flush_timer();
     let mut deadline = tokio::time::Instant::now() + plan.stall();
     loop {
         tokio::select! {
@@ -255,7 +254,7 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
                 }
                 Err(e) => p.error(&fail(e)),
             },
-            _ = flush.tick() => p.flush_if_dirty(),
+            () = flush_due(p.flush_due()) => p.flush_if_dirty(),
             () = tokio::time::sleep_until(deadline) => {
                 return Failure::new(ErrorKind::Timeout, format!("no polled facts for {:?}", plan.stall()));
             }

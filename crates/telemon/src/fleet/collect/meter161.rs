@@ -6,7 +6,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use meter161::{Client, ClientConfig, ClientError, ProtocolError, Sample};
 
-use super::{flush_timer, within, Retry, CONNECT_TIMEOUT};
+use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind};
 use crate::fleet::store::Unwrap32;
 use crate::fleet::target::{label, Failure, Publisher};
@@ -62,7 +62,6 @@ async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failu
     p.up();
     // A new connection is a new simulator run: its counters start afresh.
     let mut unwrap = Vec::new();
-    let mut flush = flush_timer();
     loop {
         tokio::select! {
             item = client.next() => match item {
@@ -74,7 +73,7 @@ async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failu
                     p.maybe_flush();
                 }
             },
-            _ = flush.tick() => p.flush_if_dirty(),
+            () = flush_due(p.flush_due()) => p.flush_if_dirty(),
         }
     }
 }

@@ -16,10 +16,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::time::{Interval, MissedTickBehavior};
-
 use super::model::ErrorKind;
-use super::target::{Failure, Publisher, PUBLISH_EVERY};
+use super::target::{Failure, Publisher};
 use crate::retry::Backoff;
 
 /// How long a connection (and its handshake) may take.
@@ -62,11 +60,13 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
         .map_err(|_| Failure::new(ErrorKind::Timeout, format!("{what}: no answer within {limit:?}")))
 }
 
-/// A timer for publishing the last changes of a fast peer that then goes quiet.
-pub fn flush_timer() -> Interval {
-    let mut t = tokio::time::interval(PUBLISH_EVERY);
-    t.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    t
+/// Completes when a held-back change is due to be published (see [`Publisher::flush_due`]); never
+/// when nothing is held back, so an idle target costs no timer wake-ups.
+pub async fn flush_due(due: Option<tokio::time::Instant>) {
+    match due {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// Who owns a dial-in target's name: an agent or interpreter that comes back under the same name

@@ -11,7 +11,7 @@ use mono_counters::{
 
 use tokio::task::JoinSet;
 
-use super::{flush_timer, within, Claims, CONNECT_TIMEOUT};
+use super::{flush_due, within, Claims, CONNECT_TIMEOUT};
 use crate::fleet::config::MonoTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
@@ -95,11 +95,10 @@ async fn collect(p: &mut Publisher, session: &mut mono_counters::Session, add: &
     let mut counters = table.len();
     set_info(p, hello.version, counters);
     p.flush();
-    let mut flush = flush_timer();
     loop {
         let update = tokio::select! {
             next = session.next_sample() => next,
-            _ = flush.tick() => {
+            () = flush_due(p.flush_due()) => {
                 p.flush_if_dirty();
                 continue;
             }

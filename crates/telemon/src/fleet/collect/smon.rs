@@ -9,7 +9,7 @@ use std::time::Duration;
 use smon_codec::{DecodeError, DecoderConfig, Update, UpdateReader, Value};
 use tokio::io::AsyncRead;
 
-use super::{flush_timer, within, Retry, CONNECT_TIMEOUT};
+use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind, TargetState};
 use crate::fleet::target::{label, label_shared, Failure, Labels, Publisher};
 
@@ -56,11 +56,10 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
 async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
     // The current text of each (name, index), so that a new string replaces the old series.
     let mut texts: HashMap<(Arc<str>, String), Labels> = HashMap::new();
-    let mut flush = flush_timer();
     loop {
         let first = tokio::select! {
             next = reader.next() => next,
-            _ = flush.tick() => {
+            () = flush_due(p.flush_due()) => {
                 p.flush_if_dirty();
                 continue;
             }
