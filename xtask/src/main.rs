@@ -5,18 +5,25 @@
 //!   stdout is not a terminal, it points one `telemon` at each and shows their live output, prefixed by name,
 //!   until Ctrl-C.
 //! * `cargo xtask sim NAME [-- ARGS]` runs one emulator in the foreground.
-//! * `cargo xtask fuzz [--seconds N] [TARGET]` runs cargo-fuzz on stable (`-s none`), installing it
-//!   when missing; `--replay` instead replays every seed corpus through the real fuzz binaries, without
-//!   cargo-fuzz (this is what CI does).
-//! * `cargo xtask bench [ARGS]` runs the criterion benches.
+//! * `cargo xtask fuzz [--seconds N] [--jobs J] [--minimize] [TARGET]` runs cargo-fuzz on stable (`-s none`),
+//!   installing it when missing, J targets at a time, prints executions, corpus and crashes per target, and with
+//!   `--minimize` grows and minimises the seed corpora (`cargo fuzz cmin`); `--replay` instead replays every
+//!   seed corpus through the real fuzz binaries, without cargo-fuzz (this is what CI does).
+//! * `cargo xtask bench [ARGS]` runs the criterion benches; `--table` runs every codec against its baseline
+//!   and prints one table of times and callgrind instruction counts, with ratios (`target/bench-table.md`).
 //! * `cargo xtask soak [--minutes N] [--clients N] [SIM...]` runs each server sim in release mode under many
 //!   clients, some hostile, with a restart in the middle, and prints one table (see `sims/soak`).
+//! * `cargo xtask soak --fleet [--minutes N]` runs `telemon serve` (release) over 200 sims of the five
+//!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
+//!   every up/down caused against those seen (see `sims/fleet-soak`).
 //! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S]` measures `telemon serve` (release) watching
 //!   N sim targets of each protocol (N = 10, 100, 1000 unless given) and prints one table: CPU, peak RSS, scrape
 //!   latency and size, targets up (also written to `target/fleet-bench.md`).
 //! * `cargo xtask ci` runs `.ci/run`.
 
+mod bench_table;
 mod fleet_bench;
+mod fuzz_run;
 mod sims;
 
 use std::io::{BufRead, BufReader, Read};
@@ -58,18 +65,31 @@ enum Task {
         /// Replay each target's corpus once through the fuzz binary (no cargo-fuzz needed).
         #[arg(long)]
         replay: bool,
+        /// Targets fuzzed at the same time.
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// After the run, merge what it found into the seed corpus and minimise it (`cargo fuzz cmin`).
+        #[arg(long)]
+        minimize: bool,
         /// One target (default: all of them).
         target: Option<String>,
     },
     /// Run every criterion bench (ARGS after `--` go to criterion, e.g. a filter or `--measurement-time 3`).
     Bench {
+        /// Every codec against its baseline in one table: criterion's time and callgrind's instruction
+        /// counts, each also as a ratio to the baseline, and the trickle figures (`target/bench-table.md`).
+        #[arg(long)]
+        table: bool,
         #[arg(last = true)]
         args: Vec<String>,
     },
     /// Soak each server sim: many clients (80% behave, 10% garbage, 5% stop reading, 5% hang up mid-frame)
     /// and a restart half-way; prints delivered/s, p99 latency, peak RSS, crashes and samples lost.
     Soak {
-        /// Minutes per sim.
+        /// Instead: telemon serve over a fleet of 200 sims, a tenth restarted every 10 s (`sims/fleet-soak`).
+        #[arg(long, conflicts_with_all = ["clients", "sims"])]
+        fleet: bool,
+        /// Minutes per sim (with --fleet: minutes of restarts).
         #[arg(long, default_value_t = 2.0)]
         minutes: f64,
         /// Concurrent clients per sim.
@@ -107,12 +127,16 @@ fn main() -> Result<()> {
         }
         Task::Sim { name: None, .. } => bail!("name one emulator to pass it arguments: {}", names()),
         Task::Sim { name: Some(name), args, .. } => sim_one(&name, &args),
-        Task::Fuzz { seconds, replay, target } => fuzz(&root, seconds, replay, target.as_deref()),
+        Task::Fuzz { seconds, replay, jobs, minimize, target } => {
+            fuzz(&root, seconds, replay, jobs, minimize, target.as_deref())
+        }
         // Only the criterion targets: libtest benches of libs and bins would reject criterion's flags.
-        Task::Bench { args } => {
+        Task::Bench { table: true, args } => bench_table::bench_table(&root, &args),
+        Task::Bench { args, .. } => {
             run(Command::new(cargo()).args(["bench", "--workspace", "--bench", "*", "--"]).args(&args))
         }
-        Task::Soak { minutes, clients, sims } => soak(&root, minutes, clients, &sims),
+        Task::Soak { fleet: true, minutes, .. } => soak_fleet(&root, minutes),
+        Task::Soak { minutes, clients, sims, .. } => soak(&root, minutes, clients, &sims),
         Task::FleetBench { sizes, protocols, seconds } => {
             fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds)
         }
@@ -171,6 +195,24 @@ fn soak(root: &Path, minutes: f64, clients: usize, only: &[String]) -> Result<()
     println!("{}", rows.join("\n"));
     if !failed.is_empty() {
         bail!("soak failed for {}", failed.join(", "));
+    }
+    Ok(())
+}
+
+/// `soak --fleet`: builds telemon and fleet-soak (release) and runs the latter, which prints the table; its exit
+/// status is ours.
+fn soak_fleet(root: &Path, minutes: f64) -> Result<()> {
+    run(Command::new(cargo()).args(["build", "--release", "--quiet", "-p", "telemon", "-p", "fleet-soak"]))?;
+    let release = binary(root, "soak").parent().and_then(Path::parent).expect("target dir").join("release");
+    eprintln!("[xtask] fleet soak: telemon over 200 sims for {minutes} min of restarts");
+    let status = Command::new(release.join("fleet-soak"))
+        .arg("--telemon")
+        .arg(release.join("telemon"))
+        .args(["--minutes", &minutes.to_string()])
+        .status()
+        .context("running fleet-soak")?;
+    if !status.success() {
+        std::process::exit(status.code().unwrap_or(1));
     }
     Ok(())
 }
@@ -355,7 +397,14 @@ fn fuzz_targets(root: &Path) -> Result<Vec<String>> {
     Ok(targets)
 }
 
-fn fuzz(root: &Path, seconds: u64, replay: bool, only: Option<&str>) -> Result<()> {
+fn fuzz(
+    root: &Path,
+    seconds: u64,
+    replay: bool,
+    jobs: usize,
+    minimize: bool,
+    only: Option<&str>,
+) -> Result<()> {
     let all = fuzz_targets(root)?;
     let targets: Vec<String> = match only {
         Some(t) if all.iter().any(|a| a == t) => vec![t.to_string()],
@@ -374,23 +423,9 @@ fn fuzz(root: &Path, seconds: u64, replay: bool, only: Option<&str>) -> Result<(
         eprintln!("[xtask] installing cargo-fuzz");
         run(Command::new(cargo()).args(["install", "cargo-fuzz", "--locked"]))?;
     }
-    for target in &targets {
-        eprintln!("[xtask] fuzzing {target} for {seconds}s");
-        // New inputs go to a git-ignored working corpus; the committed seed corpus is only read, so a
-        // run never floods the tree. Promote an input to the seeds by copying it there by hand.
-        let work = root.join("fuzz/artifacts").join(target).join("corpus");
-        std::fs::create_dir_all(&work)?;
-        let seeds = root.join("fuzz/corpus").join(target);
-        run(Command::new(cargo())
-            .current_dir(root.join("fuzz"))
-            .args(["fuzz", "run", target, "-s", "none"])
-            .arg(&work)
-            .arg(&seeds)
-            .arg("--")
-            .arg(format!("-max_total_time={seconds}"))
-            .arg(format!("-artifact_prefix={}/", work.parent().expect("has a parent").display())))?;
-    }
-    Ok(())
+    // New inputs go to a git-ignored working corpus (fuzz/artifacts/TARGET/corpus); the committed seed corpus is
+    // only read, unless --minimize merges the run's finds into it.
+    fuzz_run::campaign(root, &targets, seconds, jobs, minimize)
 }
 
 /// Runs each target's seed corpus once through the fuzz binary itself (libFuzzer with `-runs=0`

@@ -1,9 +1,15 @@
 //! Decoding sys161 `DATA` lines (11 u64 fields) against tokio-util's `LinesCodec` splitting the same
 //! bytes into `String`s, in the same run. Report `meter161/decode` over `LinesCodec` in lines/s.
+//!
+//! `trickle_meter161`: the longest line the default limits accept, fed a byte per read against whole.
+//! Every case also runs in count mode, for `cargo xtask bench --table` (the `bench-harness` crate).
+
+use bench_harness::{count_mode, Case, Group};
+use std::sync::LazyLock;
 
 use bytes::BytesMut;
-use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use meter161::{ClientCodec, ServerMessage, Session, SYS161_FIELDS};
+use criterion::{black_box, criterion_group, BatchSize, Criterion, Throughput};
+use meter161::{ClientCodec, ServerMessage, Session, DEFAULT_MAX_LINE, SYS161_FIELDS};
 use tokio_util::codec::{Decoder, LinesCodec};
 
 const LINES: usize = 10_000;
@@ -23,46 +29,65 @@ fn data_lines() -> Vec<u8> {
     out.to_vec()
 }
 
-fn bench(c: &mut Criterion) {
-    let bytes = data_lines();
-    let mut group = c.benchmark_group("data_lines");
-    group.throughput(Throughput::Elements(LINES as u64));
+/// The longest line the default limits accept: DATA and 255 fields of 15 digits (4086 bytes with CRLF).
+fn longest_line() -> Vec<u8> {
+    let mut line = b"DATA".to_vec();
+    for i in 0..255u64 {
+        line.extend_from_slice(format!(" {:015}", i * 1_000_000_007).as_bytes());
+    }
+    line.extend_from_slice(b"\r\n");
+    assert!(line.len() <= DEFAULT_MAX_LINE);
+    line
+}
 
-    group.bench_function("meter161/decode", |b| {
-        b.iter_batched(
-            || BytesMut::from(&bytes[..]),
-            |mut buf| {
-                let mut codec = ClientCodec::default();
-                let mut n = 0;
-                while let Some(msg) = codec.decode(&mut buf).unwrap() {
-                    black_box(&msg);
-                    n += 1;
-                }
-                assert_eq!(n, LINES);
-            },
-            BatchSize::LargeInput,
-        )
-    });
+static BYTES: LazyLock<Vec<u8>> = LazyLock::new(data_lines);
+static LONGEST: LazyLock<Vec<u8>> = LazyLock::new(longest_line);
 
-    group.bench_function("meter161/decode+deltas", |b| {
-        b.iter_batched(
-            || BytesMut::from(&bytes[..]),
-            |mut buf| {
-                let mut codec = ClientCodec::default();
-                let mut session = Session::new();
-                session.handle(ServerMessage::Head(SYS161_FIELDS.map(String::from).to_vec())).unwrap();
-                while let Some(msg) = codec.decode(&mut buf).unwrap() {
-                    black_box(session.handle(msg).unwrap());
-                }
-            },
-            BatchSize::LargeInput,
-        )
-    });
+/// Decodes `input` fed `step` bytes per read, as a socket might hand it over; returns the message count.
+fn trickle(input: &[u8], step: usize) -> usize {
+    let mut codec = ClientCodec::default();
+    let mut buf = BytesMut::new();
+    let mut n = 0;
+    for chunk in input.chunks(step) {
+        buf.extend_from_slice(chunk);
+        while let Some(msg) = codec.decode(&mut buf).unwrap() {
+            black_box(&msg);
+            n += 1;
+        }
+    }
+    assert_eq!(n, 1);
+    n
+}
 
-    group.bench_function("tokio-util/LinesCodec", |b| {
-        b.iter_batched(
-            || BytesMut::from(&bytes[..]),
-            |mut buf| {
+fn groups() -> Vec<Group> {
+    let buf = || BytesMut::from(&BYTES[..]);
+    let lines_codec = "tokio-util/LinesCodec";
+    vec![
+        Group::new("data_lines", Throughput::Elements(LINES as u64), 10)
+            .case(
+                Case::batched("meter161/decode", BatchSize::LargeInput, buf, |mut buf| {
+                    let mut codec = ClientCodec::default();
+                    let mut n = 0;
+                    while let Some(msg) = codec.decode(&mut buf).unwrap() {
+                        black_box(&msg);
+                        n += 1;
+                    }
+                    assert_eq!(n, LINES);
+                })
+                .vs(lines_codec),
+            )
+            .case(
+                Case::batched("meter161/decode+deltas", BatchSize::LargeInput, buf, |mut buf| {
+                    let mut codec = ClientCodec::default();
+                    let mut session = Session::new();
+                    session.handle(ServerMessage::Head(SYS161_FIELDS.map(String::from).to_vec())).unwrap();
+                    while let Some(msg) = codec.decode(&mut buf).unwrap() {
+                        black_box(session.handle(msg).unwrap());
+                    }
+                })
+                .vs(lines_codec),
+            )
+            .case(Case::batched(lines_codec, BatchSize::LargeInput, buf, |mut buf| {
                 let mut codec = LinesCodec::new();
                 let mut n = 0;
                 while let Some(line) = codec.decode(&mut buf).unwrap() {
@@ -70,12 +95,26 @@ fn bench(c: &mut Criterion) {
                     n += 1;
                 }
                 assert_eq!(n, LINES);
-            },
-            BatchSize::LargeInput,
-        )
-    });
-    group.finish();
+            })),
+        Group::new("trickle_meter161", Throughput::Bytes(LONGEST.len() as u64), 20)
+            .case(Case::iter("whole", || trickle(&LONGEST, LONGEST.len())))
+            .case(Case::iter("byte_per_read", || trickle(&LONGEST, 1)).vs("whole")),
+    ]
+}
+
+fn bench(c: &mut Criterion) {
+    for group in groups() {
+        group.bench(c);
+    }
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+/// `criterion_main!(benches)`, unless count mode is asked for.
+fn main() {
+    if count_mode(env!("CARGO_PKG_NAME"), groups) {
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -3,11 +3,18 @@
 //!
 //! `cargo bench -p smon-codec -- --warm-up-time 1 --measurement-time 3`
 //! Throughput is in values (elements) per second; bytes per value are printed once at start.
+//!
+//! `trickle_smon`: three strings of 65,000 FF bytes (the longest the default limit accepts, each 16 FFs carrying
+//! a stuffed FE), fed a byte per call against whole.
+//! Every case also runs in count mode, for `cargo xtask bench --table` (the `bench-harness` crate).
+
+use bench_harness::{count_mode, Case, Group};
+use std::sync::LazyLock;
 
 use bytes::BytesMut;
-use criterion::{black_box, criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use criterion::{black_box, criterion_group, BatchSize, Criterion, Throughput};
 use smon_codec::{
-    DecoderConfig, EncoderConfig, StreamDecoder, StreamEncoder, Update, UpdateRef, Value, ValueRef,
+    DecoderConfig, EncoderConfig, Sample, StreamDecoder, StreamEncoder, Update, UpdateRef, Value, ValueRef,
 };
 use tsz::stream::{BufferedReader, BufferedWriter};
 use tsz::{DataPoint, Decode, Encode, StdDecoder, StdEncoder};
@@ -136,11 +143,77 @@ fn tsz_decode(streams: Vec<Box<[u8]>>) -> (u64, u64) {
     (n, sum)
 }
 
+static SERIES: LazyLock<Vec<Vec<u64>>> = LazyLock::new(series);
+static NAMES: LazyLock<Vec<String>> = LazyLock::new(names);
+static SMON: LazyLock<BytesMut> = LazyLock::new(|| smon_encode(&SERIES, &NAMES));
+static GORILLA: LazyLock<Vec<Box<[u8]>>> = LazyLock::new(|| tsz_encode(&SERIES));
+
+/// Three samples of strings of 65,000 FF bytes.
+static LONGEST: LazyLock<BytesMut> = LazyLock::new(|| {
+    let mut enc = StreamEncoder::default();
+    let mut wire = BytesMut::new();
+    for i in 0..3 {
+        let text = vec![0xff; 65_000];
+        enc.encode(&Sample::new(format!("big.s{i}"), [], &text[..]), &mut wire).unwrap();
+    }
+    wire
+});
+
+/// Decodes `wire` fed `step` bytes per call; returns the number of updates.
+fn trickle(wire: &[u8], step: usize) -> usize {
+    let mut dec = StreamDecoder::default();
+    let mut buf = BytesMut::new();
+    let mut n = 0;
+    for piece in wire.chunks(step) {
+        buf.extend_from_slice(piece);
+        while let Some(u) = dec.decode(&mut buf).unwrap() {
+            black_box(&u);
+            n += 1;
+        }
+    }
+    assert_eq!(n, 7, "the stream's resync, and a definition and a value per string");
+    n
+}
+
+fn groups() -> Vec<Group> {
+    let (decode_tsz, encode_tsz) = ("decode/tsz", "encode/tsz");
+    let smon = || SMON.clone();
+    vec![
+        Group::new(format!("{COUNTERS}x{SAMPLES}"), Throughput::Elements(VALUES), 2)
+            .sample_size(10)
+            .case(Case::iter("encode/smon", || black_box(smon_encode(&SERIES, &NAMES)).len()).vs(encode_tsz))
+            .case(Case::iter(encode_tsz, || black_box(tsz_encode(&SERIES)).len()))
+            .case(
+                Case::batched("decode/smon", BatchSize::LargeInput, smon, |w| black_box(smon_decode(w)))
+                    .vs(decode_tsz),
+            )
+            .case(
+                Case::batched("decode_ref/smon", BatchSize::LargeInput, smon, |w| {
+                    black_box(smon_decode_ref(w))
+                })
+                .vs(decode_tsz),
+            )
+            .case(
+                Case::batched("decode_owned/smon", BatchSize::LargeInput, smon, |w| {
+                    black_box(smon_decode_owned(w))
+                })
+                .vs(decode_tsz),
+            )
+            .case(Case::batched(
+                decode_tsz,
+                BatchSize::LargeInput,
+                || GORILLA.clone(),
+                |g| black_box(tsz_decode(g)),
+            )),
+        Group::new("trickle_smon", Throughput::Bytes(LONGEST.len() as u64), 1)
+            .flat(10)
+            .case(Case::iter("whole", || trickle(&LONGEST, LONGEST.len())))
+            .case(Case::iter("byte_per_call", || trickle(&LONGEST, 1)).vs("whole")),
+    ]
+}
+
 fn bench(c: &mut Criterion) {
-    let series = series();
-    let names = names();
-    let smon = smon_encode(&series, &names);
-    let gorilla = tsz_encode(&series);
+    let (series, smon, gorilla) = (&*SERIES, &*SMON, &*GORILLA);
     let expected: u64 = series.iter().flatten().fold(0u64, |a, &v| a.wrapping_add(v));
     assert_eq!(smon_decode(smon.clone()), (VALUES, expected), "smon round trip");
     assert_eq!(smon_decode_ref(smon.clone()), (VALUES, expected), "smon round trip (ref)");
@@ -154,26 +227,18 @@ fn bench(c: &mut Criterion) {
         smon.len(),
         smon_bpv / tsz_bpv
     );
-
-    let mut group = c.benchmark_group("64x10000");
-    group.throughput(Throughput::Elements(VALUES));
-    group.sample_size(10);
-    group.bench_function("encode/smon", |b| b.iter(|| black_box(smon_encode(&series, &names)).len()));
-    group.bench_function("encode/tsz", |b| b.iter(|| black_box(tsz_encode(&series)).len()));
-    group.bench_function("decode/smon", |b| {
-        b.iter_batched(|| smon.clone(), |w| black_box(smon_decode(w)), BatchSize::LargeInput)
-    });
-    group.bench_function("decode_ref/smon", |b| {
-        b.iter_batched(|| smon.clone(), |w| black_box(smon_decode_ref(w)), BatchSize::LargeInput)
-    });
-    group.bench_function("decode_owned/smon", |b| {
-        b.iter_batched(|| smon.clone(), |w| black_box(smon_decode_owned(w)), BatchSize::LargeInput)
-    });
-    group.bench_function("decode/tsz", |b| {
-        b.iter_batched(|| gorilla.clone(), |g| black_box(tsz_decode(g)), BatchSize::LargeInput)
-    });
-    group.finish();
+    for group in groups() {
+        group.bench(c);
+    }
 }
 
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+/// `criterion_main!(benches)`, unless count mode is asked for.
+fn main() {
+    if count_mode(env!("CARGO_PKG_NAME"), groups) {
+        return;
+    }
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}
