@@ -1,8 +1,15 @@
 //! The fleet core: many monitored targets, each in its own task, each with a cache of its current
 //! series that views (`serve`, `top`) read without doing any target I/O.
 //!
-//! [`model`] holds the snapshot types every view codes against; [`registry`] the shared table
-//! of per-target caches, with a generation number bumped on every change.
+//! * [`config`]: the TOML config and the shorthand flags;
+//! * [`collect`]: one collector per protocol, each a loop of sessions with backoff;
+//! * [`target`]: the [`Publisher`] a collector writes through (store, state, errors, events);
+//! * [`store`]: a target's series, bounded, with counter rates and 32-bit unwrapping;
+//! * [`registry`]: the shared table of per-target snapshots, with a generation bumped on every change;
+//! * [`model`]: the snapshot types every view codes against;
+//! * [`render`]: the Prometheus text 0.0.4 and OpenMetrics exposition of a snapshot.
+//!
+//! [`Fleet::start`] starts every target of a config.
 
 pub mod collect;
 pub mod config;
