@@ -2,7 +2,7 @@
 //! the peer sends onto the families of `metrics.md`, and publishes through a [`Publisher`].
 //!
 //! Every collector is built the same way: a *session* connects, reads and returns the [`Failure`]
-//! that ended it; [`supervise`] marks the target down, backs off (exponentially, with jitter) and
+//! that ended it; [`Retry::after`] marks the target down, backs off (exponentially, with jitter) and
 //! starts the next session.
 
 pub mod hmon;
