@@ -7,9 +7,6 @@
 #![warn(missing_docs)]
 
 pub mod fleet;
-/// Exponential backoff with jitter, shared by the one-target subcommands and the fleet.
 pub mod retry;
-/// `telemon serve`: the Prometheus exporter view on the fleet.
 pub mod serve;
-/// `telemon top`: the terminal dashboard view on the fleet.
 pub mod top;

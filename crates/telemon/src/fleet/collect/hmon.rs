@@ -1,6 +1,6 @@
 //! The Dyalog Health Monitor: a poll of facts at the target's `poll` period, a subscription to
 //! events, and `GetLastKnownState` at the same period. SERVE mode connects ([`run_connect`]);
-//! POLL mode listens, and each interpreter that dials in becomes a target ([`run_listen`]).
+//! POLL mode listens, and each interpreter that dials in becomes a target ([`listen`]).
 
 use std::collections::HashMap;
 use std::future::Future;
