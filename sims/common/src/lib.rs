@@ -484,6 +484,46 @@ pub fn free_consecutive_ports(n: u16) -> io::Result<u16> {
     Err(io::Error::new(io::ErrorKind::AddrInUse, format!("no {n} consecutive free ports found")))
 }
 
+/// A safety net for tests of the sim binaries, so that a broken test fails instead of hanging (30 s); never a
+/// timing assertion.
+pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(30), fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} took too long"))
+}
+
+/// Starts the sim binary `bin` with `args` (`RUST_LOG=warn`, killed when dropped) and waits for the start-up
+/// line on stderr that contains `ready`; if the binary exits first, returns what it wrote to stderr. Stderr
+/// is drained afterwards, so that the sim never blocks on a full pipe. For the tests of `--instances`.
+pub async fn start_binary(bin: &str, args: &[&str], ready: &str) -> Result<tokio::process::Child, String> {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(bin)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the binary starts");
+    let mut lines = tokio::io::BufReader::new(child.stderr.take().expect("piped")).lines();
+    let mut seen = String::new();
+    let started = within("the start-up line", async {
+        while let Some(line) = lines.next_line().await.expect("stderr is readable") {
+            seen.push_str(&line);
+            seen.push('\n');
+            if line.contains(ready) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    if !started {
+        return Err(seen);
+    }
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    Ok(child)
+}
+
 /// A sim running in-process on a background task: what every sim's tests, telemon's tests and the benches
 /// start. [`Running::stop`] cancels its [`Shutdown`] and returns how the sim ended; dropping it only cancels.
 #[derive(Debug)]

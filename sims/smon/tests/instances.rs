@@ -2,51 +2,17 @@
 //! ports, each a complete stream (resync, header, live samples) for its own clients.
 
 use std::path::Path;
-use std::process::Stdio;
-use std::time::Duration;
 
+use sim_common::{start_binary, within};
 use smon_codec::{DecoderConfig, Update, UpdateReader, Value};
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::process::{Child, Command};
 
 const BIN: &str = env!("CARGO_BIN_EXE_smon-sim");
 
-/// A safety net so a broken test fails instead of hanging; never a timing assertion.
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(30), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} took too long"))
-}
-
 /// Starts the binary and waits for its start-up line `ready`; its stderr if it exits first.
 async fn start(args: &[&str], ready: &str) -> Result<Child, String> {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("the binary starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("piped")).lines();
-    let mut seen = String::new();
-    let started = within("the start-up line", async {
-        while let Some(line) = lines.next_line().await.expect("stderr is readable") {
-            seen.push_str(&line);
-            seen.push('\n');
-            if line.contains(ready) {
-                return true;
-            }
-        }
-        false
-    })
-    .await;
-    if !started {
-        return Err(seen);
-    }
-    // Keep draining stderr, so that the sim never blocks on a full pipe.
-    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    Ok(child)
+    start_binary(BIN, args, ready).await
 }
 
 /// A small fake /proc: one CPU, memory, load and uptime.
