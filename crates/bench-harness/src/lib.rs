@@ -9,16 +9,13 @@
 //! timing.
 //!
 //! ```no_run
-//! use bench_harness::{count_mode, Case, Group};
+//! use bench_harness::{Case, Group};
 //! fn groups() -> Vec<Group> {
 //!     vec![Group::new("sum", criterion::Throughput::Elements(1000), 100)
 //!         .case(Case::iter("fold", || (0..1000u64).fold(0, |a, b| a + b)))
 //!         .case(Case::iter("sum", || (0..1000u64).sum::<u64>()).vs("fold"))]
 //! }
-//! if !count_mode("example", groups) {
-//!     let mut c = criterion::Criterion::default();
-//!     groups().iter().for_each(|g| g.bench(&mut c));
-//! }
+//! bench_harness::main("example", groups);
 //! ```
 
 /// A criterion group, its cases and how many iterations count mode runs by default.
@@ -165,4 +162,20 @@ pub fn count_mode(krate: &str, groups: fn() -> Vec<Group>) -> bool {
         }
     }
     panic!("no case {wanted:?} in {krate}'s bench");
+}
+
+/// Runs every group under criterion, configured from the command line as `criterion_main!` does.
+pub fn run_criterion(groups: fn() -> Vec<Group>) {
+    let mut c = criterion::Criterion::default().configure_from_args();
+    for group in groups() {
+        group.bench(&mut c);
+    }
+    c.final_summary();
+}
+
+/// A bench's whole `main`: count mode when the environment asks for it, else criterion.
+pub fn main(krate: &str, groups: fn() -> Vec<Group>) {
+    if !count_mode(krate, groups) {
+        run_criterion(groups);
+    }
 }

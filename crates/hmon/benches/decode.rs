@@ -5,11 +5,11 @@
 //! `trickle_hmon`: the largest frame the default limit accepts (16 MiB), fed a byte per read against whole.
 //! Every case also runs in count mode, for `cargo xtask bench --table` (the `bench-harness` crate).
 
-use bench_harness::{count_mode, Case, Group};
+use bench_harness::{Case, Group};
 use std::sync::LazyLock;
 
 use bytes::BytesMut;
-use criterion::{black_box, criterion_group, BatchSize, Criterion, Throughput};
+use criterion::{black_box, BatchSize, Throughput};
 use hmon::*;
 
 /// A large `Threads` fact: 200 threads with 24-line stacks, every fourth one suspended with `⎕DMX`.
@@ -136,19 +136,6 @@ fn groups() -> Vec<Group> {
     groups
 }
 
-fn bench(c: &mut Criterion) {
-    for group in groups() {
-        group.bench(c);
-    }
-}
-
-criterion_group!(benches, bench);
-
-/// `criterion_main!(benches)`, unless count mode is asked for.
 fn main() {
-    if count_mode(env!("CARGO_PKG_NAME"), groups) {
-        return;
-    }
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    bench_harness::main(env!("CARGO_PKG_NAME"), groups);
 }

@@ -4,11 +4,11 @@
 //! `trickle_meter161`: the longest line the default limits accept, fed a byte per read against whole.
 //! Every case also runs in count mode, for `cargo xtask bench --table` (the `bench-harness` crate).
 
-use bench_harness::{count_mode, Case, Group};
+use bench_harness::{Case, Group};
 use std::sync::LazyLock;
 
 use bytes::BytesMut;
-use criterion::{black_box, criterion_group, BatchSize, Criterion, Throughput};
+use criterion::{black_box, BatchSize, Throughput};
 use meter161::{ClientCodec, ServerMessage, Session, DEFAULT_MAX_LINE, SYS161_FIELDS};
 use tokio_util::codec::{Decoder, LinesCodec};
 
@@ -102,19 +102,6 @@ fn groups() -> Vec<Group> {
     ]
 }
 
-fn bench(c: &mut Criterion) {
-    for group in groups() {
-        group.bench(c);
-    }
-}
-
-criterion_group!(benches, bench);
-
-/// `criterion_main!(benches)`, unless count mode is asked for.
 fn main() {
-    if count_mode(env!("CARGO_PKG_NAME"), groups) {
-        return;
-    }
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    bench_harness::main(env!("CARGO_PKG_NAME"), groups);
 }

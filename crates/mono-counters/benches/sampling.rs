@@ -7,11 +7,11 @@
 //! with a value for each, fed a byte per read against whole.
 //! Every case also runs in count mode, for `cargo xtask bench --table` (the `bench-harness` crate).
 
-use bench_harness::{count_mode, Case, Group};
+use bench_harness::{Case, Group};
 use std::sync::LazyLock;
 
 use bytes::{BufMut, BytesMut};
-use criterion::{black_box, criterion_group, Criterion, Throughput};
+use criterion::{black_box, Throughput};
 use mono_counters::*;
 use tokio_util::codec::{Decoder, LengthDelimitedCodec};
 
@@ -174,19 +174,6 @@ fn groups() -> Vec<Group> {
     ]
 }
 
-fn bench(c: &mut Criterion) {
-    for group in groups() {
-        group.bench(c);
-    }
-}
-
-criterion_group!(benches, bench);
-
-/// `criterion_main!(benches)`, unless count mode is asked for.
 fn main() {
-    if count_mode(env!("CARGO_PKG_NAME"), groups) {
-        return;
-    }
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    bench_harness::main(env!("CARGO_PKG_NAME"), groups);
 }

@@ -8,11 +8,11 @@
 //! a stuffed FE), fed a byte per call against whole.
 //! Every case also runs in count mode, for `cargo xtask bench --table` (the `bench-harness` crate).
 
-use bench_harness::{count_mode, Case, Group};
+use bench_harness::{count_mode, run_criterion, Case, Group};
 use std::sync::LazyLock;
 
 use bytes::BytesMut;
-use criterion::{black_box, criterion_group, BatchSize, Criterion, Throughput};
+use criterion::{black_box, BatchSize, Throughput};
 use smon_codec::{
     DecoderConfig, EncoderConfig, Sample, StreamDecoder, StreamEncoder, Update, UpdateRef, Value, ValueRef,
 };
@@ -212,7 +212,8 @@ fn groups() -> Vec<Group> {
     ]
 }
 
-fn bench(c: &mut Criterion) {
+/// The round trips agree before anything is measured; the sizes are printed beside the times.
+fn check_and_print_sizes() {
     let (series, smon, gorilla) = (&*SERIES, &*SMON, &*GORILLA);
     let expected: u64 = series.iter().flatten().fold(0u64, |a, &v| a.wrapping_add(v));
     assert_eq!(smon_decode(smon.clone()), (VALUES, expected), "smon round trip");
@@ -227,18 +228,12 @@ fn bench(c: &mut Criterion) {
         smon.len(),
         smon_bpv / tsz_bpv
     );
-    for group in groups() {
-        group.bench(c);
-    }
 }
 
-criterion_group!(benches, bench);
-
-/// `criterion_main!(benches)`, unless count mode is asked for.
 fn main() {
     if count_mode(env!("CARGO_PKG_NAME"), groups) {
         return;
     }
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    check_and_print_sizes();
+    run_criterion(groups);
 }

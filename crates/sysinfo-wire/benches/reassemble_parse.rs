@@ -5,11 +5,11 @@
 //! its frames fed a byte per read into `decode_frame` and a `Reassembler`, against whole.
 //! Every case also runs in count mode, for `cargo xtask bench --table` (the `bench-harness` crate).
 
-use bench_harness::{count_mode, Case, Group};
+use bench_harness::{Case, Group};
 use std::sync::LazyLock;
 
 use bytes::BytesMut;
-use criterion::{black_box, criterion_group, BatchSize, Criterion, Throughput};
+use criterion::{black_box, BatchSize, Throughput};
 use sysinfo_wire::report::{BlockedOn, CpuShare, ProcState, Ps, PsRow, Trace, TraceEntry};
 use sysinfo_wire::{
     chunk_text, decode_frame, encode_frame, ChannelId, Frame, Message, Reassembler, Report, SysinfoCommand,
@@ -154,19 +154,6 @@ fn groups() -> Vec<Group> {
     groups
 }
 
-fn bench(c: &mut Criterion) {
-    for group in groups() {
-        group.bench(c);
-    }
-}
-
-criterion_group!(benches, bench);
-
-/// `criterion_main!(benches)`, unless count mode is asked for.
 fn main() {
-    if count_mode(env!("CARGO_PKG_NAME"), groups) {
-        return;
-    }
-    benches();
-    Criterion::default().configure_from_args().final_summary();
+    bench_harness::main(env!("CARGO_PKG_NAME"), groups);
 }
