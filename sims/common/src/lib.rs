@@ -484,6 +484,32 @@ pub fn free_consecutive_ports(n: u16) -> io::Result<u16> {
     Err(io::Error::new(io::ErrorKind::AddrInUse, format!("no {n} consecutive free ports found")))
 }
 
+/// SplitMix64: a tiny, well-known generator, enough for the sims' made-up activity and the soaks' random
+/// choices (reproducible from its seed, no dependency).
+#[derive(Debug, Clone)]
+pub struct SplitMix64(pub u64);
+
+impl SplitMix64 {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`0` when `n` is 0 or 1).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n.max(1)
+    }
+
+    /// True one time in `one_in`.
+    pub fn chance(&mut self, one_in: u64) -> bool {
+        self.below(one_in) == 0
+    }
+}
+
 /// A safety net for tests of the sim binaries, so that a broken test fails instead of hanging (30 s); never a
 /// timing assertion.
 pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {

@@ -462,28 +462,18 @@ async fn rss(pid: u32) -> Result<(u64, u64)> {
     Ok((samples[samples.len() / 2], memory(pid)?.1))
 }
 
-/// SplitMix64.
-struct Rng(u64);
+/// The soak's random choices (reproducible from the printed seed).
+use sim_common::SplitMix64 as Rng;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+/// `k` distinct items of `from`, in random order.
+fn pick(rng: &mut Rng, mut from: Vec<usize>, k: usize) -> Vec<usize> {
+    let k = k.min(from.len());
+    for i in 0..k {
+        let j = i + rng.below((from.len() - i) as u64) as usize;
+        from.swap(i, j);
     }
-
-    /// `k` distinct items of `from`, in random order.
-    fn pick(&mut self, mut from: Vec<usize>, k: usize) -> Vec<usize> {
-        let k = k.min(from.len());
-        for i in 0..k {
-            let j = i + (self.next() % (from.len() - i) as u64) as usize;
-            from.swap(i, j);
-        }
-        from.truncate(k);
-        from
-    }
+    from.truncate(k);
+    from
 }
 
 /// A transition the soak caused: sim `slot` stopped (`up == false`) or started again at `at`.
@@ -740,7 +730,7 @@ async fn soak(
         let round_start = churn_start + ROUND * rounds;
         rounds += 1;
         let running: Vec<usize> = (0..total).filter(|&i| slots[i].running.is_some()).collect();
-        let picked = rng.pick(running, per_round);
+        let picked = pick(rng, running, per_round);
         for &i in &picked {
             causes.push(Cause { at: Instant::now(), slot: i, up: false });
             stop(&mut slots[i]).await;
@@ -976,12 +966,12 @@ mod tests {
     #[test]
     fn a_pick_is_distinct_and_bounded() {
         let mut rng = Rng(3);
-        let mut p = rng.pick((0..200).collect(), 20);
+        let mut p = pick(&mut rng, (0..200).collect(), 20);
         assert_eq!(p.len(), 20);
         p.sort_unstable();
         p.dedup();
         assert_eq!(p.len(), 20);
-        assert_eq!(rng.pick(vec![1, 2], 5).len(), 2);
+        assert_eq!(pick(&mut rng, vec![1, 2], 5).len(), 2);
     }
 
     #[test]

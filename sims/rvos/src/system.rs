@@ -55,28 +55,8 @@ impl Default for SystemConfig {
     }
 }
 
-/// SplitMix64: a tiny, well-known generator, enough for a simulation (no dependency needed).
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn chance(&mut self, one_in: u64) -> bool {
-        self.below(one_in) == 0
-    }
-}
+/// The simulation's random choices (reproducible from `SystemConfig::seed`).
+use sim_common::SplitMix64 as Rng;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Block {
