@@ -216,23 +216,7 @@ fn write_labelled<'e>(
 }
 
 fn write_sample(out: &mut String, name: &str, a: &[(&str, &str)], b: &[(&str, &str)], suffix: &str, v: f64) {
-    out.push_str(name);
-    out.push_str(suffix);
-    let mut first = true;
-    for (k, val) in a.iter().chain(b) {
-        out.push(if first { '{' } else { ',' });
-        first = false;
-        out.push_str(k);
-        out.push_str("=\"");
-        escape_label_into(out, val);
-        out.push('"');
-    }
-    if !first {
-        out.push('}');
-    }
-    out.push(' ');
-    push_f64(out, v);
-    out.push('\n');
+    write_labelled(out, name, suffix, a, b.iter().copied(), None, v);
 }
 
 /// A sample value as Prometheus spells it (`NaN`, `+Inf`, `-Inf`, else Rust's shortest form).
