@@ -272,15 +272,7 @@ fn sim_all(root: &Path) -> Result<()> {
     packages.push("telemon");
     build(&packages)?;
 
-    let children: Arc<Mutex<Vec<Child>>> = Arc::default();
-    {
-        let children = Arc::clone(&children);
-        ctrlc::set_handler(move || {
-            for child in children.lock().unwrap().iter_mut() {
-                let _ = child.kill();
-            }
-        })?;
-    }
+    let children = killed_on_ctrlc()?;
     let mut relays = Vec::new();
     for sim in SIMS {
         let mut emulator = Command::new(binary(root, sim.bin));
@@ -301,6 +293,18 @@ fn sim_all(root: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The children list that Ctrl-C empties by killing each child.
+fn killed_on_ctrlc() -> Result<Arc<Mutex<Vec<Child>>>> {
+    let children: Arc<Mutex<Vec<Child>>> = Arc::default();
+    let handled = Arc::clone(&children);
+    ctrlc::set_handler(move || {
+        for child in handled.lock().unwrap().iter_mut() {
+            let _ = child.kill();
+        }
+    })?;
+    Ok(children)
+}
+
 /// Every emulator in the background, logging to `target/sim-logs/NAME.log`, and `telemon top` over them in the
 /// foreground; when the dashboard quits, the emulators are stopped.
 fn sim_dashboard(root: &Path) -> Result<()> {
@@ -314,15 +318,7 @@ fn sim_dashboard(root: &Path) -> Result<()> {
     let config = logs.join("telemon.toml");
     std::fs::write(&config, SIMS.iter().map(|s| s.fleet).collect::<Vec<_>>().join(""))?;
 
-    let children: Arc<Mutex<Vec<Child>>> = Arc::default();
-    {
-        let children = Arc::clone(&children);
-        ctrlc::set_handler(move || {
-            for child in children.lock().unwrap().iter_mut() {
-                let _ = child.kill();
-            }
-        })?;
-    }
+    let children = killed_on_ctrlc()?;
     for sim in SIMS {
         let log = std::fs::File::create(logs.join(format!("{}.log", sim.name)))?;
         let child = Command::new(binary(root, sim.bin))

@@ -56,7 +56,8 @@ pub const DIAL_IN_LINGER: Duration = Duration::from_secs(600);
 /// How often a `dir_glob` is evaluated again.
 pub const GLOB_RESCAN: Duration = Duration::from_secs(2);
 
-fn labels(l: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
+/// A block's configured labels, as a target carries them.
+pub(crate) fn labels(l: &std::collections::BTreeMap<String, String>) -> Vec<(String, String)> {
     l.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
 }
 

@@ -121,7 +121,7 @@ pub async fn listen(
     let plan = Arc::new(Plan::new(block));
     let addr = block.listen.clone().unwrap_or_default();
     let mut listener = Listener::bind(&addr, plan.client_config()).await?;
-    let labels: Vec<(String, String)> = block.labels.clone().into_iter().collect();
+    let labels = crate::fleet::labels(&block.labels);
     let name = block.name.get_ref().clone();
     let claims = Claims::default();
     Ok(async move {

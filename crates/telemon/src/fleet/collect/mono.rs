@@ -39,7 +39,7 @@ pub async fn listen(
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     let config = ClientConfig::default().request_timeout(CONNECT_TIMEOUT);
     let inspector = Inspector::bind(&block.listen, config).await?;
-    let labels: Vec<(String, String)> = block.labels.clone().into_iter().collect();
+    let labels = crate::fleet::labels(&block.labels);
     let add: Arc<[CounterName]> = block.add.iter().filter_map(|c| CounterName::parse(c)).collect();
     let name = block.name.get_ref().clone();
     let addr = block.listen.clone();
