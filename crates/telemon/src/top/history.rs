@@ -85,11 +85,13 @@ impl History {
         self.targets.retain(|name, _| fleet.get(name).is_some());
         for t in &fleet.targets {
             let series = self.targets.entry(t.name.clone()).or_default();
+            // Each key once per target and second (not once per pair of series).
+            let keys: Vec<String> = t.series.iter().map(key).collect();
             // Series gone from the target (an exited process) are forgotten with it.
-            series.retain(|k, _| t.series.iter().any(|s| key(s) == *k));
-            for s in t.series.iter() {
+            let live: std::collections::HashSet<&str> = keys.iter().map(String::as_str).collect();
+            series.retain(|k, _| live.contains(k.as_str()));
+            for (s, k) in t.series.iter().zip(keys) {
                 let Some(v) = plotted(s) else { continue };
-                let k = key(s);
                 if !series.contains_key(&k) && series.len() >= MAX_SERIES_PER_TARGET {
                     continue;
                 }
