@@ -112,7 +112,8 @@ fn record(
                 if *old == labels {
                     return;
                 }
-                p.remove("smon_info", old);
+                let old: Vec<(&str, &str)> = old.iter().map(|(k, v)| (&**k, &**v)).collect();
+                p.remove("smon_info", &old);
             } else if texts.len() >= p.series_limit() {
                 return;
             }
