@@ -48,10 +48,10 @@ struct Slot {
     /// The round it was last set in (see [`SeriesStore::begin_round`]).
     seen: u32,
     labels: Arc<LabelSet>,
-    /// The counter's previous value and when it was set (seconds since the store's epoch; `NaN`
-    /// when there is none), for the rate.
+    /// The counter's previous value (`NaN` when there is none) and when it was set (nanoseconds
+    /// since the store's epoch), for the rate.
     prev: f64,
-    prev_at: f64,
+    prev_at: u64,
     hist: Option<Box<Hist>>,
 }
 
@@ -245,7 +245,7 @@ impl SeriesStore {
             seen: self.round,
             labels,
             prev: f64::NAN,
-            prev_at: f64::NAN,
+            prev_at: 0,
             hist: None,
         };
         let index = match self.free.pop() {
@@ -283,7 +283,7 @@ impl SeriesStore {
     /// Sets a series' value as observed at `now`. For counters, the rate is computed from the
     /// previous value; a decrease is a reset (no rate until the next update).
     pub fn set(&mut self, id: SlotId, value: Num, now: Instant) -> Change {
-        let t = now.saturating_duration_since(self.epoch).as_secs_f64();
+        let t = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
         let round = self.round;
         let counter = match self.slots.get(id.index as usize) {
             Some(s) => self.families[usize::from(s.family)].family.kind == MetricKind::Counter,
@@ -298,7 +298,7 @@ impl SeriesStore {
         let sample = &mut self.samples[id.index as usize];
         let v = value.as_f64();
         let rate = if counter && v >= slot.prev && t > slot.prev_at {
-            (v - slot.prev) / (t - slot.prev_at)
+            (v - slot.prev) / ((t - slot.prev_at) as f64 / 1e9)
         } else if counter && v >= slot.prev {
             sample.rate // two updates at one instant: keep the last rate
         } else {

@@ -19,7 +19,7 @@ use super::{flush_due, within, AbortOnDrop, Claims, Retry, CONNECT_TIMEOUT};
 use crate::fleet::config::HmonTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
-use crate::fleet::target::{label, Failure, Publisher};
+use crate::fleet::target::{Failure, Publisher};
 
 /// The facts polled when a target does not list its own: the ones exported as metrics.
 pub const DEFAULT_FACTS: [FactKind; 4] =
@@ -243,11 +243,11 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
                 Ok(state) => {
                     let ts = state.activity.as_ref().and_then(|a| a.ts).or(state.ts);
                     if let Some(ts) = ts {
-                        p.set(
+                        p.put(
                             "dyalog_last_known_state_timestamp_seconds",
                             "Unix time of the interpreter's current activity, from GetLastKnownState.",
                             MetricKind::Gauge,
-                            vec![],
+                            &[],
                             ts.unix_millis() as f64 / 1000.0,
                         );
                     }
@@ -263,12 +263,12 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
 }
 
 fn set_event_count(p: &mut Publisher, event: &str, n: u64) {
-    p.set(
+    p.put(
         "dyalog_events_total",
         "Notifications received from the interpreter, by event.",
         MetricKind::Counter,
-        vec![label("event", event)],
-        n as f64,
+        &[("event", event)],
+        n,
     );
 }
 
@@ -338,7 +338,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             ];
             for (fam, help, ms) in secs {
                 if let Some(ms) = ms {
-                    p.set(fam, help, MetricKind::Counter, vec![], ms as f64 / 1000.0);
+                    p.put(fam, help, MetricKind::Counter, &[], ms as f64 / 1000.0);
                 }
             }
         }
@@ -362,7 +362,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             ];
             for (fam, help, v) in gauges {
                 if let Some(v) = v {
-                    p.set(fam, help, MetricKind::Gauge, vec![], v as f64);
+                    p.put(fam, help, MetricKind::Gauge, &[], v);
                 }
             }
             let counters = [
@@ -375,7 +375,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             ];
             for (fam, help, v) in counters {
                 if let Some(v) = v {
-                    p.set(fam, help, MetricKind::Counter, vec![], v as f64);
+                    p.put(fam, help, MetricKind::Counter, &[], v);
                 }
             }
             for (state, v) in
@@ -383,13 +383,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             {
                 if let Some(v) = v {
                     let help = "Workspace pockets, by state.";
-                    p.set(
-                        "dyalog_workspace_pockets",
-                        help,
-                        MetricKind::Gauge,
-                        vec![label("state", state)],
-                        v as f64,
-                    );
+                    p.put("dyalog_workspace_pockets", help, MetricKind::Gauge, &[("state", state)], v);
                 }
             }
             if let Some(wsid) = w.wsid {
@@ -400,7 +394,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             for (state, v) in [("total", t.total), ("suspended", t.suspended)] {
                 if let Some(v) = v {
                     let help = "APL threads, all and suspended.";
-                    p.set("dyalog_threads", help, MetricKind::Gauge, vec![label("state", state)], v as f64);
+                    p.put("dyalog_threads", help, MetricKind::Gauge, &[("state", state)], v);
                 }
             }
         }
@@ -409,14 +403,20 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
     if new_info != *info {
         *info = new_info;
         p.retain_family("dyalog_interpreter_info", |_| false);
-        let labels = vec![
-            label("version", &info.version),
-            label("bitwidth", &info.bitwidth),
-            label("unicode", &info.unicode),
-            label("runtime", &info.runtime),
-            label("session_uuid", &info.session_uuid),
-            label("wsid", &info.wsid),
+        let labels = [
+            ("version", info.version.as_str()),
+            ("bitwidth", &info.bitwidth),
+            ("unicode", &info.unicode),
+            ("runtime", &info.runtime),
+            ("session_uuid", &info.session_uuid),
+            ("wsid", &info.wsid),
         ];
-        p.set("dyalog_interpreter_info", "The interpreter and its workspace.", MetricKind::Info, labels, 1.0);
+        p.put(
+            "dyalog_interpreter_info",
+            "The interpreter and its workspace.",
+            MetricKind::Info,
+            &labels,
+            1u64,
+        );
     }
 }
