@@ -375,3 +375,21 @@ impl Probes {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, (used, _)| used.elapsed() < idle);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::accepts_gzip;
+
+    #[test]
+    fn gzip_negotiation() {
+        assert!(!accepts_gzip(None));
+        assert!(accepts_gzip(Some("gzip")));
+        assert!(accepts_gzip(Some("GZIP")));
+        assert!(accepts_gzip(Some("deflate, gzip;q=0.5")));
+        assert!(accepts_gzip(Some("*")));
+        assert!(!accepts_gzip(Some("identity")));
+        assert!(!accepts_gzip(Some("gzip;q=0")));
+        assert!(!accepts_gzip(Some("gzip; q=0.0, br")));
+        assert!(!accepts_gzip(Some("x-gzip-ish")));
+    }
+}
