@@ -285,6 +285,16 @@ async fn check_config_names_file_line_and_key_and_exits_2() {
     assert!(support::stderr(&out).contains("/nonexistent/telemon.toml:0: -: cannot read"));
     let out = support::run(&["serve"], None).await;
     assert_eq!(support::code(&out), 2, "no targets is a usage error");
+
+    // A label name that would break every scrape (issue 18, part 3).
+    let labels = dir.path().join("labels.toml");
+    let text = "[[smon]]\nname = \"box\"\nconnect = \"127.0.0.1:7399\"\n\
+                labels = { course = \"x\", \"my-label\" = \"x\", target = \"evil\", le = \"1\" }\n";
+    std::fs::write(&labels, text).unwrap();
+    let out = support::run(&["serve", "--check-config", labels.to_str().unwrap()], None).await;
+    assert_eq!(support::code(&out), 2);
+    let err = support::stderr(&out);
+    assert!(err.contains("labels.toml:4: labels.le: "), "{err}");
 }
 
 fn up_line(target: &str) -> String {
