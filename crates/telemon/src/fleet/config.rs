@@ -369,7 +369,12 @@ impl FleetConfig {
                         0 => line_of(text, name.span().start),
                         l => l,
                     };
-                    return Err(ConfigError { file: file.into(), line, key: format!("labels.{key}"), message });
+                    return Err(ConfigError {
+                        file: file.into(),
+                        line,
+                        key: format!("labels.{key}"),
+                        message,
+                    });
                 }
             }
         }
@@ -566,7 +571,8 @@ reports = ["ps"]
             assert!(e.message.contains(why), "{e}");
             assert!(e.to_string().starts_with(&format!("f.toml:{line}: labels.{key}: ")), "{e}");
         }
-        let ok = format!("{head}labels = {{ course = \"cs161 \\\"x\\\" é\", _x = \"\", Env2 = \"a\\nb\" }}\n");
+        let ok =
+            format!("{head}labels = {{ course = \"cs161 \\\"x\\\" é\", _x = \"\", Env2 = \"a\\nb\" }}\n");
         FleetConfig::parse("f.toml", &ok).unwrap();
     }
 

@@ -99,6 +99,32 @@ impl Publisher {
         }
     }
 
+    /// Registers a target found at run time under a name no other target holds: `None` when the name
+    /// is taken by an entry that `replace` does not allow to be replaced (the check and the insert
+    /// are one step, see [`Registry::insert_unique`]).
+    pub fn try_new(
+        registry: &Registry,
+        name: impl Into<Arc<str>>,
+        protocol: Protocol,
+        labels: Vec<(String, String)>,
+        series_limit: usize,
+        replace: impl FnOnce(&TargetSnapshot) -> bool,
+    ) -> Option<Self> {
+        let meta = TargetSnapshot::new(name, protocol, labels);
+        if !registry.insert_unique(meta.clone(), replace) {
+            return None;
+        }
+        Some(Publisher {
+            registry: registry.clone(),
+            meta,
+            store: SeriesStore::new(series_limit),
+            events: VecDeque::new(),
+            dirty: false,
+            last_publish: None,
+            remove_on_drop: false,
+        })
+    }
+
     /// Removes the target from the registry when this publisher is dropped (targets found at run
     /// time, and probes).
     pub fn remove_on_drop(mut self) -> Self {
