@@ -3,7 +3,6 @@
 //! and dropping simulators; a garbage-spewing and a hanging target beside healthy ones; and
 //! sys161's 32-bit counters unwrapped across a wrap.
 
-use std::path::Path;
 use std::time::Duration;
 
 use sim_common::Shutdown;
@@ -285,19 +284,32 @@ async fn check_config_names_file_line_and_key_and_exits_2() {
     assert!(support::stderr(&out).contains("/nonexistent/telemon.toml:0: -: cannot read"));
     let out = support::run(&["serve"], None).await;
     assert_eq!(support::code(&out), 2, "no targets is a usage error");
+
+    // A label name that would break every scrape (issue 18, part 3).
+    let labels = dir.path().join("labels.toml");
+    let text = "[[smon]]\nname = \"box\"\nconnect = \"127.0.0.1:7399\"\n\
+                labels = { course = \"x\", \"my-label\" = \"x\", target = \"evil\", le = \"1\" }\n";
+    std::fs::write(&labels, text).unwrap();
+    let out = support::run(&["serve", "--check-config", labels.to_str().unwrap()], None).await;
+    assert_eq!(support::code(&out), 2);
+    let err = support::stderr(&out);
+    assert!(err.contains("labels.toml:4: labels.le: "), "{err}");
 }
 
-fn up_line(target: &str) -> String {
-    format!("telemon_target_up{{protocol=\"meter161\",target=\"{target}\"}} 1")
+/// Whether `target` (as written in the exposition) of a `dir_glob` is up, whatever its `dir` label.
+fn is_up(metrics: &str, target: &str) -> bool {
+    let head = format!("telemon_target_up{{protocol=\"meter161\",target=\"{target}\",dir=\"");
+    metrics.lines().any(|l| l.starts_with(&head) && l.ends_with("} 1"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dir_glob_picks_up_new_simulators_and_drops_vanished_ones() {
+    use std::os::unix::ffi::OsStrExt;
     let home = tempfile::tempdir().unwrap();
-    let dir = |user: &str| home.path().join(user).join("os161/root");
-    std::fs::create_dir_all(dir("ann")).unwrap();
-    std::fs::create_dir_all(dir("bob")).unwrap();
-    let ann = sys161_sim::Running::spawn(&dir("ann"), sys161_sim::Config::default()).unwrap();
+    let dir = |user: &[u8]| home.path().join(std::ffi::OsStr::from_bytes(user)).join("os161/root");
+    std::fs::create_dir_all(dir(b"ann")).unwrap();
+    std::fs::create_dir_all(dir(b"bob")).unwrap();
+    let ann = sys161_sim::Running::spawn(&dir(b"ann"), sys161_sim::Config::default()).unwrap();
     let toml = format!(
         "[[meter161]]\nname = \"class\"\ndir_glob = \"{}/*/os161/root\"\ninterval = \"100ms\"\n",
         home.path().display()
@@ -305,18 +317,33 @@ async fn a_dir_glob_picks_up_new_simulators_and_drops_vanished_ones() {
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
     let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
-    let name = |d: &Path| format!("class/{}", d.display());
 
-    scrape_until(addr, "ann picked up", |m| m.contains(&up_line(&name(&dir("ann"))))).await;
-    let bob = sys161_sim::Running::spawn(&dir("bob"), sys161_sim::Config::default()).unwrap();
-    scrape_until(addr, "bob picked up", |m| m.contains(&up_line(&name(&dir("bob"))))).await;
+    // Named by what the wildcard matched; the whole directory is the `dir` label.
+    scrape_until(addr, "ann picked up", |m| is_up(m, "class/ann")).await;
+    let (_, targets) = get(addr, "/targets", None).await;
+    assert!(targets.contains(&format!("\"dir\":\"{}\"", dir(b"ann").display())), "{targets}");
+    let bob = sys161_sim::Running::spawn(&dir(b"bob"), sys161_sim::Config::default()).unwrap();
+    scrape_until(addr, "bob picked up", |m| is_up(m, "class/bob")).await;
+
+    // Two directories that `Path::display` shows alike get two targets, escaped losslessly.
+    let (x1, x2) = (dir(b"x\xff"), dir(b"x\xfe"));
+    assert_eq!(x1.display().to_string(), x2.display().to_string());
+    std::fs::create_dir_all(&x1).unwrap();
+    std::fs::create_dir_all(&x2).unwrap();
+    let s1 = sys161_sim::Running::spawn(&x1, sys161_sim::Config::default()).unwrap();
+    let s2 = sys161_sim::Running::spawn(&x2, sys161_sim::Config::default()).unwrap();
+    // The exposition escapes the backslash once more.
+    let (n1, n2) = ("class/x\\\\xff", "class/x\\\\xfe");
+    scrape_until(addr, "both non-UTF-8 directories", |m| is_up(m, n1) && is_up(m, n2)).await;
+    s1.stop().await.unwrap();
+    s2.stop().await.unwrap();
 
     // Bob's directory vanishes: his target goes, with its series.
     bob.stop().await.unwrap();
     std::fs::remove_dir_all(home.path().join("bob")).unwrap();
-    let m = scrape_until(addr, "bob dropped", |m| !m.contains(&format!("target=\"{}\"", name(&dir("bob")))))
-        .await;
-    assert!(m.contains(&up_line(&name(&dir("ann")))));
+    let m = scrape_until(addr, "bob dropped", |m| !m.contains("target=\"class/bob\"")).await;
+    assert!(is_up(&m, "class/ann"));
+    assert!(!m.contains("class//"), "no double slash");
     ann.stop().await.unwrap();
     server.shutdown().await;
 }

@@ -99,6 +99,10 @@ impl Publisher {
     ) -> Self {
         let meta = TargetSnapshot::new(name, protocol, labels);
         registry.put(meta.clone());
+        Publisher::registered(registry, meta, series_limit)
+    }
+
+    fn registered(registry: &Registry, meta: TargetSnapshot, series_limit: usize) -> Self {
         Publisher {
             registry: registry.clone(),
             meta,
@@ -111,6 +115,24 @@ impl Publisher {
             last_publish: None,
             remove_on_drop: false,
         }
+    }
+
+    /// Registers a target found at run time under a name no other target holds: `None` when the name
+    /// is taken by an entry that `replace` does not allow to be replaced (the check and the insert
+    /// are one step, see [`Registry::insert_unique`]).
+    pub fn try_new(
+        registry: &Registry,
+        name: impl Into<Arc<str>>,
+        protocol: Protocol,
+        labels: impl Into<Arc<[(String, String)]>>,
+        series_limit: usize,
+        replace: impl FnOnce(&TargetSnapshot) -> bool,
+    ) -> Option<Self> {
+        let meta = TargetSnapshot::new(name, protocol, labels);
+        if !registry.insert_unique(meta.clone(), replace) {
+            return None;
+        }
+        Some(Publisher::registered(registry, meta, series_limit))
     }
 
     /// Removes the target from the registry when this publisher is dropped (targets found at run
