@@ -610,7 +610,8 @@ where
 pub struct Listener {
     listener: TcpListener,
     config: ClientConfig,
-    handshakes: tokio::task::JoinSet<Result<(Client, Events, std::net::SocketAddr), ClientError>>,
+    handshakes:
+        tokio::task::JoinSet<Result<(Framed<TcpStream, ClientCodec>, std::net::SocketAddr), ClientError>>,
 }
 
 impl Listener {
@@ -634,6 +635,21 @@ impl Listener {
     /// interpreter speaks first and the monitor sends requests). An error concerns one connection; the
     /// listener can go on accepting.
     pub async fn accept(&mut self) -> Result<(Client, Events, std::net::SocketAddr), ClientError> {
+        let (framed, peer) = self.accept_framed().await?;
+        let (client, events) = Client::spawn(framed, None, self.config.clone());
+        Ok((client, events, peer))
+    }
+
+    /// As [`Listener::accept`], but the interpreter comes as a [`Connection`] that its owner drives
+    /// (no task of its own).
+    pub async fn accept_connection(&mut self) -> Result<(Connection, std::net::SocketAddr), ClientError> {
+        let (framed, peer) = self.accept_framed().await?;
+        Ok((Connection::from_framed(framed, Arc::new(self.config.clone())), peer))
+    }
+
+    async fn accept_framed(
+        &mut self,
+    ) -> Result<(Framed<TcpStream, ClientCodec>, std::net::SocketAddr), ClientError> {
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => {
@@ -644,8 +660,7 @@ impl Listener {
                     self.handshakes.spawn(async move {
                         let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
                         handshake(&mut framed, &config).await?;
-                        let (client, events) = Client::spawn(framed, None, config);
-                        Ok((client, events, peer))
+                        Ok((framed, peer))
                     });
                 }
                 Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
