@@ -557,3 +557,72 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
         p.set("dyalog_interpreter_info", "The interpreter and its workspace.", MetricKind::Info, labels, 1.0);
     }
 }
+
+#[cfg(test)]
+mod serve_mode_tests {
+    use super::*;
+    use crate::fleet::model::TargetSnapshot;
+
+    /// The target "dyalog" once `pred` holds for it (within 30 s).
+    async fn target_when(
+        registry: &Registry,
+        mut pred: impl FnMut(&TargetSnapshot) -> bool,
+    ) -> TargetSnapshot {
+        let mut changed = registry.changed();
+        let wait = async {
+            loop {
+                if let Some(t) = registry.snapshot().get("dyalog").filter(|t| pred(t)) {
+                    return t.clone();
+                }
+                changed.changed().await.expect("the registry outlives the test");
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait).await.expect("within 30 s")
+    }
+
+    fn has(t: &TargetSnapshot, family: &str, label: Option<(&str, &str)>) -> bool {
+        t.series.iter().any(|s| {
+            &*s.family == family
+                && label.is_none_or(|(k, v)| s.labels.iter().any(|(n, l)| &**n == k && &**l == v))
+        })
+    }
+
+    #[tokio::test]
+    async fn a_serve_target_polls_asks_last_known_state_and_counts_events_in_one_task() {
+        let sim = dyalog_sim::Sim::new(dyalog_sim::Config { tick: None, ..dyalog_sim::Config::default() });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let shutdown = sim_common::Shutdown::new();
+        tokio::spawn(sim.clone().serve(listener, shutdown.clone()));
+        let registry = Registry::new();
+        let p = Publisher::new(&registry, "dyalog", Protocol::Hmon, Vec::new(), 10_000);
+        let plan = Plan { poll: Duration::from_millis(500), ..Plan::default() };
+        let _collector = AbortOnDrop(tokio::spawn(run_connect(p, addr, plan)));
+        let t = target_when(&registry, |t| {
+            has(t, "dyalog_workspace_used_bytes", None)
+                && has(t, "dyalog_last_known_state_timestamp_seconds", None)
+                && has(t, "dyalog_events_total", Some(("event", "WorkspaceResize")))
+        })
+        .await;
+        assert!(t.is_up() && t.connects == 1 && t.errors.total() == 0, "{t:?}");
+        sim.world().raise(dyalog_sim::WorldEvent::Event {
+            kind: EventKind::WorkspaceResize,
+            tid: None,
+            stack: None,
+            dmx: None,
+            size: Some(1 << 20),
+        });
+        let t = target_when(&registry, |t| {
+            t.series.iter().any(|s| {
+                &*s.family == "dyalog_events_total"
+                    && s.labels.iter().any(|(_, v)| &**v == "WorkspaceResize")
+                    && s.value.as_number() == Some(1.0)
+            })
+        })
+        .await;
+        assert!(t.events.iter().any(|e| e.text.contains("WorkspaceResize")), "{:?}", t.events);
+        shutdown.cancel();
+        let t = target_when(&registry, |t| !t.is_up()).await;
+        assert!(t.errors.get(ErrorKind::Connect) >= 1, "{t:?}");
+    }
+}
