@@ -121,11 +121,7 @@ impl Fleet {
         for t in &config.sysinfo {
             let p = publisher(t.name.get_ref(), Protocol::Sysinfo, &t.labels);
             let endpoint = collect::sysinfo::endpoint(t.connect.as_deref(), t.socket.as_ref());
-            let reports = match &t.reports {
-                Some(names) => names.iter().filter_map(|n| collect::sysinfo::report_by_name(n)).collect(),
-                None => collect::sysinfo::DEFAULT_REPORTS.to_vec(),
-            };
-            fleet.spawn(collect::sysinfo::run(p, endpoint, reports, t.every));
+            fleet.spawn(collect::sysinfo::run_plan(p, endpoint, collect::sysinfo::Plan::new(t)));
         }
         Ok(fleet)
     }
