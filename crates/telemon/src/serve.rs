@@ -246,6 +246,7 @@ pub fn target_json(t: &TargetSnapshot) -> serde_json::Value {
         "errors": errors,
         "series": t.series.len(),
         "dropped_series": t.dropped_series,
+        "received_bytes": t.received_bytes,
     })
 }
 

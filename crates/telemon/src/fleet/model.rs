@@ -243,6 +243,8 @@ pub struct TargetSnapshot {
     pub errors: ErrorCounts,
     /// Series not stored because the target reached its series limit.
     pub dropped_series: u64,
+    /// Bytes read from the target so far (`telemon_target_received_bytes_total`).
+    pub received_bytes: u64,
     /// Current series, sorted by family.
     pub series: SeriesSet,
     /// Recent events, bounded, newest last.
@@ -279,6 +281,7 @@ impl TargetSnapshot {
             connects: 0,
             errors: ErrorCounts::default(),
             dropped_series: 0,
+            received_bytes: 0,
             series: SeriesSet::default(),
             events: Arc::from(Vec::new()),
         }

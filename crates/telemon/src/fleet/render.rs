@@ -57,10 +57,12 @@ enum Own {
     Errors,
     Dropped,
     LastUpdate,
+    Received,
 }
 
 impl Own {
-    const ALL: [Own; 6] = [Own::Build, Own::Up, Own::Connects, Own::Errors, Own::Dropped, Own::LastUpdate];
+    const ALL: [Own; 7] =
+        [Own::Build, Own::Up, Own::Connects, Own::Errors, Own::Dropped, Own::LastUpdate, Own::Received];
 
     fn name(self) -> &'static str {
         match self {
@@ -70,6 +72,7 @@ impl Own {
             Own::Errors => "telemon_target_errors_total",
             Own::Dropped => "telemon_target_dropped_series_total",
             Own::LastUpdate => "telemon_target_last_update_timestamp_seconds",
+            Own::Received => "telemon_target_received_bytes_total",
         }
     }
 
@@ -81,13 +84,14 @@ impl Own {
             Own::Errors => "Errors collecting from the target, by kind.",
             Own::Dropped => "Series not kept because the target reached its series limit.",
             Own::LastUpdate => "Unix time of the last value received from the target.",
+            Own::Received => "Bytes read from the target.",
         }
     }
 
     fn kind(self) -> MetricKind {
         match self {
             Own::Build => MetricKind::Info,
-            Own::Connects | Own::Errors | Own::Dropped => MetricKind::Counter,
+            Own::Connects | Own::Errors | Own::Dropped | Own::Received => MetricKind::Counter,
             Own::Up | Own::LastUpdate => MetricKind::Gauge,
         }
     }
@@ -352,6 +356,7 @@ fn write_own(out: &mut String, name: &str, own: Own, t: &TargetSnapshot) {
             }
         }
         Own::Dropped => own_line(None, Num::Uint(t.dropped_series)),
+        Own::Received => own_line(None, Num::Uint(t.received_bytes)),
         Own::LastUpdate => {
             if let Some(at) = t.last_update {
                 let secs = at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::fmt::Display;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -86,6 +87,8 @@ pub struct Publisher {
     now: Option<Instant>,
     last_publish: Option<Instant>,
     remove_on_drop: bool,
+    /// Bytes read from the target, counted by the collector's connection (see [`Publisher::received`]).
+    received: Arc<AtomicU64>,
 }
 
 impl Publisher {
@@ -114,6 +117,7 @@ impl Publisher {
             now: None,
             last_publish: None,
             remove_on_drop: false,
+            received: Arc::default(),
         }
     }
 
@@ -145,6 +149,12 @@ impl Publisher {
     /// The target's name.
     pub fn name(&self) -> &Arc<str> {
         &self.meta.name
+    }
+
+    /// The counter of bytes read from the target: a collector's connection adds to it as it reads, and
+    /// each publication shows it as `telemon_target_received_bytes_total`.
+    pub fn received(&self) -> &Arc<AtomicU64> {
+        &self.received
     }
 
     /// The target's cap on series.
@@ -375,6 +385,7 @@ impl Publisher {
             self.events_changed = false;
         }
         self.meta.dropped_series = self.store.dropped();
+        self.meta.received_bytes = self.received.load(Ordering::Relaxed);
         let mut snap = self.meta.clone();
         snap.series = self.store.publish();
         self.registry.put(snap);
