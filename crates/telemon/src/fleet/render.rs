@@ -15,7 +15,7 @@ use std::time::UNIX_EPOCH;
 use bytes::Bytes;
 
 use super::model::{FleetSnapshot, MetricKind, TargetSnapshot};
-use super::series::{push_f64, push_num, Num, ValueRef};
+use super::series::{push_num, Num, ValueRef};
 
 /// The exposition format of a scrape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -234,17 +234,14 @@ impl Chunks {
                                         line(buf, &name, "", &t.label_text, labels, None, v)
                                     }
                                     ValueRef::Histogram(h) => {
-                                        let mut le = String::new();
-                                        for (&bound, &n) in h.bounds.iter().zip(h.counts.iter()) {
-                                            le.clear();
-                                            push_f64(&mut le, bound);
+                                        for (le, &n) in h.le.iter().zip(h.counts.iter()) {
                                             line(
                                                 buf,
                                                 &name,
                                                 "_bucket",
                                                 &t.label_text,
                                                 labels,
-                                                Some(&le),
+                                                Some(le),
                                                 Num::Uint(n),
                                             );
                                         }

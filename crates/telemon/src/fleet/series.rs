@@ -120,9 +120,41 @@ pub fn push_f64(out: &mut String, f: f64) {
         } else {
             out.push_str(itoa::Buffer::new().format(f as i64));
         }
-    } else {
+    } else if !push_short_decimal(out, f) {
         out.push_str(ryu::Buffer::new().format_finite(f));
     }
+}
+
+/// Writes `f` with at most six decimals when that text reads back as exactly `f` (ratios, shares,
+/// seconds from milliseconds: most of the floats peers send), which costs a fraction of the
+/// shortest-form search; `false` (nothing written) otherwise.
+fn push_short_decimal(out: &mut String, f: f64) -> bool {
+    const SCALE: f64 = 1e6;
+    let scaled = f * SCALE;
+    // `scaled / SCALE` is the correctly rounded quotient of two exact values, so when it equals `f`
+    // the decimal `scaled / 10^6` parses back to `f`.
+    if !(scaled.abs() < 1e15 && scaled.fract() == 0.0 && scaled / SCALE == f) {
+        return false;
+    }
+    let n = scaled as i64;
+    let a = n.unsigned_abs();
+    let (int, frac) = (a / 1_000_000, a % 1_000_000);
+    if n < 0 {
+        out.push('-');
+    }
+    out.push_str(itoa::Buffer::new().format(int));
+    if frac != 0 {
+        let mut digits = [b'0'; 6];
+        let mut rest = frac;
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        let len = 6 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+        out.push('.');
+        out.push_str(std::str::from_utf8(&digits[..len]).expect("ASCII digits"));
+    }
+    true
 }
 
 /// Appends `v` with the exposition format's label-value escaping: backslash, double quote and
@@ -259,12 +291,33 @@ impl Sample {
 pub struct Hist {
     /// Upper bounds (`le`), ascending; shared while they do not change.
     pub bounds: Arc<[f64]>,
+    /// Each bound as the exposition writes it, formatted once with the bounds.
+    pub le: Arc<[Box<str>]>,
     /// Cumulative count per bound.
     pub counts: Arc<[u64]>,
     /// Sum of the observations.
     pub sum: f64,
     /// Number of observations.
     pub count: u64,
+}
+
+impl Hist {
+    /// A histogram with `le` texts formatted from `bounds`.
+    pub fn new(bounds: &[f64], counts: &[u64], sum: f64, count: u64) -> Hist {
+        Hist { bounds: Arc::from(bounds), le: le_texts(bounds), counts: Arc::from(counts), sum, count }
+    }
+}
+
+/// The exposition text of each bound.
+pub(crate) fn le_texts(bounds: &[f64]) -> Arc<[Box<str>]> {
+    bounds
+        .iter()
+        .map(|&b| {
+            let mut s = String::new();
+            push_f64(&mut s, b);
+            s.into_boxed_str()
+        })
+        .collect()
 }
 
 /// A target's series as a view sees them. Cheap to clone: three `Arc`s.
@@ -506,8 +559,28 @@ mod tests {
         assert_eq!(num(Num::Float(1e300)), "1e300");
         assert_eq!(num(Num::Float(1.5e-7)), "1.5e-7");
         assert_eq!(num(Num::Float(-0.0)), "-0");
+        assert_eq!(num(Num::Float(0.125)), "0.125");
+        assert_eq!(num(Num::Float(-2.5)), "-2.5");
+        assert_eq!(num(Num::Float(-0.000001)), "-0.000001");
+        assert_eq!(num(Num::Float(0.30000000000000004)), "0.30000000000000004");
+        assert_eq!(num(Num::Float(1234.5678)), "1234.5678");
         for v in [0.1, 1e300, 1.5e-7, 123456.789, f64::MIN_POSITIVE, 2f64.powi(60)] {
             assert_eq!(num(Num::Float(v)).parse::<f64>().unwrap(), v, "round trip of {v}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_float_reads_back_exactly(bits in proptest::num::u64::ANY, small in -1e7f64..1e7, decimals in 0u32..7) {
+            for f in [f64::from_bits(bits), small, (small * 10f64.powi(decimals as i32)).round() / 10f64.powi(decimals as i32)] {
+                let text = num(Num::Float(f));
+                if f.is_nan() {
+                    proptest::prop_assert_eq!(text, "NaN");
+                } else {
+                    let back: f64 = text.replace("Inf", "inf").parse().unwrap();
+                    proptest::prop_assert_eq!(back.to_bits(), f.to_bits(), "{} -> {}", f, text);
+                }
+            }
         }
     }
 

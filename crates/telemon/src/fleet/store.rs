@@ -333,6 +333,7 @@ impl SeriesStore {
             Some(h) => {
                 if *h.bounds != *bounds {
                     h.bounds = Arc::from(bounds);
+                    h.le = super::series::le_texts(bounds);
                 }
                 h.counts = Arc::from(counts);
                 h.sum = sum;
@@ -340,8 +341,7 @@ impl SeriesStore {
                 Change::Changed
             }
             None => {
-                slot.hist =
-                    Some(Box::new(Hist { bounds: Arc::from(bounds), counts: Arc::from(counts), sum, count }));
+                slot.hist = Some(Box::new(Hist::new(bounds, counts, sum, count)));
                 // Histograms are part of the schema (they are rendered as their own lines).
                 self.schema = None;
                 Change::Changed
