@@ -12,6 +12,8 @@ mod hmon;
 mod meter161;
 mod mono;
 mod output;
+mod recording;
+mod replay_cmd;
 mod serve_cmd;
 mod smon;
 mod sysinfo;
@@ -41,6 +43,8 @@ enum Command {
     Serve(serve_cmd::Args),
     /// A live terminal dashboard over the same targets as `serve` (ratatui); `--once` prints one frame.
     Top(top_cmd::Args),
+    /// Play a recording (`--record`) back through the decoders into a one-target view.
+    Replay(replay_cmd::Args),
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -75,6 +79,7 @@ async fn main() -> ExitCode {
         Command::Sysinfo(args) => sysinfo::run(args).await,
         Command::Serve(args) => serve_cmd::run(args).await,
         Command::Top(args) => top_cmd::run(args).await,
+        Command::Replay(args) => replay_cmd::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,96 @@
+//! `telemon replay FILE`: plays a recording's inbound bytes back through the same decoders and one-target
+//! views as the live subcommands (`--view`, `--json`, `--count`), at the recorded pace or faster.
+
+use std::path::PathBuf;
+use std::pin::Pin;
+
+use futures::{Stream, StreamExt};
+use telemon_capture::{Capture, Connection, Limits, Protocol, ReplayStream, Speed};
+
+use crate::output::{CliError, CliResult, OutputArgs};
+
+/// Play a recording (pcapng, from `--record`) back through the decoders and show it like the live view.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The recording.
+    file: PathBuf,
+    /// How fast: `max` (no pauses), or a factor of the recorded pace (`1x`, `10x`, `0.5x`).
+    #[arg(long, default_value = "max")]
+    speed: Speed,
+    /// Which target of the recording (needed when it holds several).
+    #[arg(long, value_name = "NAME")]
+    target: Option<String>,
+    /// Which view (default: the target's protocol): meter161, hmon, mono, smon, sysinfo.
+    #[arg(long)]
+    view: Option<Protocol>,
+    #[command(flatten)]
+    output: OutputArgs,
+}
+
+/// Runs the subcommand.
+pub async fn run(args: Args) -> CliResult {
+    let capture = Capture::from_file(&args.file, Limits::default())
+        .map_err(|e| CliError::Peer(format!("{}: {e}", args.file.display())))?;
+    if let Some(warning) = &capture.warning {
+        eprintln!("telemon: replay: {}: {warning}", args.file.display());
+    }
+    let targets = capture.targets();
+    let name = match (&args.target, targets.as_slice()) {
+        (Some(name), _) => name.clone(),
+        (None, [one]) => one.name.clone(),
+        (None, []) => {
+            return Err(CliError::Peer(format!("{}: the recording holds no target", args.file.display())))
+        }
+        (None, many) => {
+            let names: Vec<&str> = many.iter().map(|t| t.name.as_str()).collect();
+            return Err(CliError::Usage(format!(
+                "the recording holds {} targets; pick one with --target: {}",
+                many.len(),
+                names.join(", ")
+            )));
+        }
+    };
+    let connections = capture.connections(Some(&name));
+    let Some(first) = connections.first() else {
+        return Err(CliError::Usage(format!("the recording has no target named {name:?}")));
+    };
+    let view = args.view.unwrap_or(first.target.protocol);
+    match view {
+        Protocol::Meter161 => {
+            crate::meter161::show(meter161_events(connections, args.speed), &args.output).await
+        }
+        Protocol::Smon => {
+            // One stream: the decoder carries its token table across reconnects as `smon read` of
+            // appended runs does.
+            for connection in &connections {
+                crate::smon::replay(ReplayStream::new(connection, args.speed), args.output.clone()).await?;
+            }
+            Ok(())
+        }
+        other => {
+            Err(CliError::Usage(format!("replay --view {other}: this view cannot replay recordings yet")))
+        }
+    }
+}
+
+type Meter161Events = Pin<Box<dyn Stream<Item = Result<meter161::Event, meter161::ClientError>> + Send>>;
+
+/// The events `meter161::watch` would have given: per recorded connection, the handshake, the samples, the
+/// disconnect.
+fn meter161_events(connections: Vec<Connection>, speed: Speed) -> Meter161Events {
+    let per_connection = futures::stream::iter(connections).then(move |c| async move {
+        let config = meter161::ClientConfig::default().reconnect(false);
+        match meter161::Client::over(ReplayStream::new(&c, speed), &config).await {
+            Ok(client) => {
+                let connected = meter161::Event::Connected(client.header().clone());
+                let samples = client.map(|item| item.map(meter161::Event::Sample));
+                futures::stream::once(async { Ok(connected) })
+                    .chain(samples)
+                    .chain(futures::stream::once(async { Ok(meter161::Event::Disconnected) }))
+                    .boxed()
+            }
+            Err(e) => futures::stream::once(async { Err(e) }).boxed(),
+        }
+    });
+    Box::pin(per_connection.flatten())
+}
