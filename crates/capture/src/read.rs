@@ -526,6 +526,33 @@ impl Capture {
         Ok(Capture::from_events(FileReader::new(file, limits)))
     }
 
+    /// Reads the recordings (`telemon-*.pcapng`) of a directory written by a rotating recorder, oldest first,
+    /// as one capture: a connection that spans files is one connection. The warnings of files cut or damaged
+    /// (each read up to the damage) are returned beside it.
+    pub fn from_dir(
+        dir: impl AsRef<Path>,
+        limits: Limits,
+    ) -> std::io::Result<(Capture, Vec<(std::path::PathBuf, Warning)>)> {
+        let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                name.starts_with("telemon-") && name.ends_with(".pcapng")
+            })
+            .collect();
+        files.sort();
+        let mut all = Capture::default();
+        let mut warnings = Vec::new();
+        for file in files {
+            let capture = Capture::from_file(&file, limits)?;
+            all.sections.extend(capture.sections);
+            if let Some(w) = capture.warning {
+                warnings.push((file, w));
+            }
+        }
+        Ok((all, warnings))
+    }
+
     fn from_events(events: impl Iterator<Item = Result<Event, Warning>>) -> Capture {
         let mut capture = Capture::default();
         for event in events {

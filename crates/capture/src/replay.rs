@@ -2,7 +2,7 @@
 //! yields one connection's inbound bytes with the recorded pacing (or faster) and swallows what is
 //! written to it.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -76,45 +76,39 @@ impl Connection {
 
 impl Capture {
     /// The recording's connections, in the order they started, optionally only those of the target named
-    /// `target`. A connection runs from an open mark to a close mark; records outside any (another tool's
-    /// file, or a cut) form connections of their own.
+    /// `target`. A connection runs from an open mark to a close mark, across sections (a file rotated or
+    /// appended to continues the target's connection); records outside any form connections of their own.
     pub fn connections(&self, target: Option<&str>) -> Vec<Connection> {
         let mut done = Vec::new();
-        // Per section, per interface: the connection being built.
+        let mut open: HashMap<&Target, Connection> = HashMap::new();
         for section in &self.sections {
-            let mut open: Vec<Option<Connection>> = vec![None; section.targets.len()];
             for record in &section.records {
-                let i = record.interface as usize;
-                let Some(t) = section.targets.get(i) else { continue };
+                let Some(t) = section.targets.get(record.interface as usize) else { continue };
                 if target.is_some_and(|name| name != t.name) {
                     continue;
                 }
-                let new = |t: &Target| Connection {
-                    target: t.clone(),
-                    start_ns: record.time_ns,
-                    chunks: Vec::new(),
-                };
+                let new = || Connection { target: t.clone(), start_ns: record.time_ns, chunks: Vec::new() };
                 match &record.kind {
                     RecordKind::Open => {
-                        if let Some(c) = open[i].replace(new(t)) {
+                        if let Some(c) = open.insert(t, new()) {
                             done.push(c);
                         }
                     }
                     RecordKind::Close => {
-                        if let Some(c) = open[i].take() {
+                        if let Some(c) = open.remove(t) {
                             done.push(c);
                         }
                     }
                     RecordKind::Data { direction, bytes } => {
-                        let c = open[i].get_or_insert_with(|| new(t));
+                        let c = open.entry(t).or_insert_with(new);
                         let offset = Duration::from_nanos(record.time_ns.saturating_sub(c.start_ns));
                         c.chunks.push((offset, *direction, bytes.clone()));
                     }
                     RecordKind::Other(_) => {}
                 }
             }
-            done.extend(open.into_iter().flatten());
         }
+        done.extend(open.into_values());
         done.sort_by_key(|c| c.start_ns);
         done
     }

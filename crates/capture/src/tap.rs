@@ -12,18 +12,31 @@ use crate::recorder::TargetRecorder;
 
 /// Wraps a connection and records each read (inbound) and each write (outbound) through a
 /// [`TargetRecorder`], which never blocks: a full queue counts the bytes as lost instead. Creating the tap
-/// records the connection's start, dropping it the connection's end.
+/// records the connection's start, dropping it the connection's end. A tap without a recorder
+/// ([`Tap::off`]) passes everything through, so that code can use one stream type whether it records or not.
 #[derive(Debug)]
 pub struct Tap<S> {
     inner: S,
-    recorder: Arc<TargetRecorder>,
+    recorder: Option<Arc<TargetRecorder>>,
 }
 
 impl<S> Tap<S> {
     /// Starts recording `inner` (records an [`RecordKind::Open`]).
     pub fn new(inner: S, recorder: Arc<TargetRecorder>) -> Self {
-        recorder.record(RecordKind::Open);
+        Tap::maybe(inner, Some(recorder))
+    }
+
+    /// Records `inner` if there is a recorder; passes it through otherwise.
+    pub fn maybe(inner: S, recorder: Option<Arc<TargetRecorder>>) -> Self {
+        if let Some(r) = &recorder {
+            r.record(RecordKind::Open);
+        }
         Tap { inner, recorder }
+    }
+
+    /// Passes `inner` through without recording.
+    pub fn off(inner: S) -> Self {
+        Tap { inner, recorder: None }
     }
 
     /// The wrapped stream.
@@ -34,7 +47,9 @@ impl<S> Tap<S> {
 
 impl<S> Drop for Tap<S> {
     fn drop(&mut self) {
-        self.recorder.record(RecordKind::Close);
+        if let Some(r) = &self.recorder {
+            r.record(RecordKind::Close);
+        }
     }
 }
 
@@ -49,8 +64,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for Tap<S> {
         let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &poll {
             let new = &buf.filled()[before..];
-            if !new.is_empty() {
-                this.recorder.data(Direction::Inbound, new);
+            if let (Some(r), false) = (&this.recorder, new.is_empty()) {
+                r.data(Direction::Inbound, new);
             }
         }
         poll
@@ -62,8 +77,8 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Tap<S> {
         let this = &mut *self;
         let poll = Pin::new(&mut this.inner).poll_write(cx, buf);
         if let Poll::Ready(Ok(n)) = &poll {
-            if *n > 0 {
-                this.recorder.data(Direction::Outbound, &buf[..*n]);
+            if let (Some(r), true) = (&this.recorder, *n > 0) {
+                r.data(Direction::Outbound, &buf[..*n]);
             }
         }
         poll

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
+mod fleet_record;
 mod hmon;
 mod meter161;
 mod mono;
@@ -43,6 +44,8 @@ enum Command {
     Serve(serve_cmd::Args),
     /// A live terminal dashboard over the same targets as `serve` (ratatui); `--once` prints one frame.
     Top(top_cmd::Args),
+    /// Collect every target of a config as `serve` does, without serving, and record their connections.
+    Record(serve_cmd::RecordArgs),
     /// Play a recording (`--record`) back through the decoders into a one-target view.
     Replay(replay_cmd::Args),
 }
@@ -80,6 +83,7 @@ async fn main() -> ExitCode {
         Command::Serve(args) => serve_cmd::run(args).await,
         Command::Top(args) => top_cmd::run(args).await,
         Command::Replay(args) => replay_cmd::run(args).await,
+        Command::Record(args) => serve_cmd::record(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -12,7 +12,7 @@ use crate::output::{CliError, CliResult, OutputArgs};
 /// Play a recording (pcapng, from `--record`) back through the decoders and show it like the live view.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// The recording.
+    /// The recording: a file, or a directory of rotated recordings (`telemon record --out DIR`).
     file: PathBuf,
     /// How fast: `max` (no pauses), or a factor of the recorded pace (`1x`, `10x`, `0.5x`).
     #[arg(long, default_value = "max")]
@@ -29,10 +29,16 @@ pub struct Args {
 
 /// Runs the subcommand.
 pub async fn run(args: Args) -> CliResult {
-    let capture = Capture::from_file(&args.file, Limits::default())
-        .map_err(|e| CliError::Peer(format!("{}: {e}", args.file.display())))?;
-    if let Some(warning) = &capture.warning {
-        eprintln!("telemon: replay: {}: {warning}", args.file.display());
+    let failed = |e: std::io::Error| CliError::Peer(format!("{}: {e}", args.file.display()));
+    let (capture, warnings) = if args.file.is_dir() {
+        Capture::from_dir(&args.file, Limits::default()).map_err(failed)?
+    } else {
+        let capture = Capture::from_file(&args.file, Limits::default()).map_err(failed)?;
+        let warnings = capture.warning.iter().map(|w| (args.file.clone(), w.clone())).collect();
+        (capture, warnings)
+    };
+    for (file, warning) in &warnings {
+        eprintln!("telemon: replay: {}: {warning}", file.display());
     }
     let targets = capture.targets();
     let name = match (&args.target, targets.as_slice()) {

@@ -10,6 +10,7 @@ use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind};
 use crate::fleet::store::Unwrap32;
 use crate::fleet::target::{label, Failure, Publisher};
+use crate::record;
 
 /// The `HEAD` fields that are sums of `uint32_t` counters and wrap at 2^32 (meter161 notes, item 10).
 const WRAPPING: [&str; 6] = ["irqs", "exns", "disk", "con", "emu", "net"];
@@ -54,11 +55,14 @@ pub async fn run(mut p: Publisher, dir: PathBuf, interval: Duration) {
 }
 
 async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failure {
-    let mut client = match within(CONNECT_TIMEOUT, "connect", Client::connect_path(path, config)).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Failure::new(kind(&e), e),
-        Err(f) => return f,
-    };
+    let (name, address) = (p.name().clone(), path.display().to_string());
+    let tap = |s| record::tap(s, &name, record::Protocol::Meter161, &address);
+    let mut client =
+        match within(CONNECT_TIMEOUT, "connect", Client::connect_path_with(path, config, tap)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Failure::new(kind(&e), e),
+            Err(f) => return f,
+        };
     p.up();
     // A new connection is a new simulator run: its counters start afresh.
     let mut unwrap = Vec::new();

@@ -12,6 +12,7 @@ use tokio::io::AsyncRead;
 use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind, TargetState};
 use crate::fleet::target::{label, label_shared, Failure, Labels, Publisher};
+use crate::record;
 
 /// How often a followed file is checked for growth.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(250);
@@ -38,7 +39,10 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
     match source {
         Source::Connect(addr) => {
             match within(CONNECT_TIMEOUT, "connect", tokio::net::TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => collect(p, UpdateReader::new(stream, DecoderConfig::default())).await,
+                Ok(Ok(stream)) => {
+                    let stream = record::tap(stream, &p.name().clone(), record::Protocol::Smon, addr);
+                    collect(p, UpdateReader::new(stream, DecoderConfig::default())).await
+                }
                 Ok(Err(e)) => Failure::new(ErrorKind::Connect, format!("{addr}: {e}")),
                 Err(f) => f,
             }

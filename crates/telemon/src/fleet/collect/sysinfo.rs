@@ -10,6 +10,7 @@ use sysinfo_wire::{Client, ClientConfig, ClientError, Endpoint, Report, SysinfoC
 use super::{within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind, Value};
 use crate::fleet::target::{label, Failure, Publisher};
+use crate::record;
 
 /// The reports collected by default: every one that maps onto metrics.
 pub const DEFAULT_REPORTS: [SysinfoCommand; 7] = [
@@ -62,6 +63,25 @@ pub async fn run(mut p: Publisher, endpoint: Endpoint, reports: Vec<SysinfoComma
     }
 }
 
+/// A connection to the service, TCP or Unix.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// Connects to `endpoint`, the stream wrapped in a recording tap (see [`record::tap`]).
+async fn connect(endpoint: &Endpoint, config: &ClientConfig, name: &str) -> Result<Client, ClientError> {
+    let fail = |source| ClientError::Connect { endpoint: endpoint.to_string(), source };
+    let stream: Box<dyn Io> = match endpoint {
+        Endpoint::Tcp(addr) => {
+            let s = tokio::net::TcpStream::connect(addr.as_str()).await.map_err(fail)?;
+            let _ = s.set_nodelay(true);
+            Box::new(s)
+        }
+        Endpoint::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await.map_err(fail)?),
+    };
+    let stream = record::tap(stream, name, record::Protocol::Sysinfo, &endpoint.to_string());
+    Ok(Client::new(stream, config.clone()))
+}
+
 async fn session(
     p: &mut Publisher,
     endpoint: &Endpoint,
@@ -69,8 +89,7 @@ async fn session(
     reports: &[SysinfoCommand],
     every: Duration,
 ) -> Failure {
-    let mut client = match within(CONNECT_TIMEOUT, "connect", Client::connect(endpoint, config.clone())).await
-    {
+    let mut client = match within(CONNECT_TIMEOUT, "connect", connect(endpoint, config, p.name())).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return Failure::new(kind(&e), e),
         Err(f) => return f,
