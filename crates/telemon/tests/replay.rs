@@ -96,3 +96,28 @@ async fn replay_of_a_missing_or_foreign_file_fails_cleanly() {
     assert_eq!(code(&out), 1, "{}", stderr(&out));
     assert!(stderr(&out).contains("not a pcapng file"), "{}", stderr(&out));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sysinfo_request_is_recorded_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let shutdown = sim_common::Shutdown::new();
+    tokio::spawn(rvos_sim::run(listener, rvos_sim::Config::default(), shutdown.clone()));
+    let rec = dir.path().join("vm.pcapng");
+    let out = run(&["sysinfo", "--connect", &addr, "ps", "--record", path(&rec)], None).await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    shutdown.cancel();
+    let capture = Capture::from_file(&rec, Limits::default()).unwrap();
+    assert_eq!(capture.warning, None);
+    let conn = &capture.connections(None)[0];
+    assert_eq!(
+        (conn.target.protocol, conn.target.name.as_str()),
+        (Protocol::Sysinfo, format!("tcp:{addr}").as_str())
+    );
+    assert!(!conn.bytes(Direction::Outbound).is_empty());
+    // The report's text, as printed, is in what the service sent.
+    let inbound = String::from_utf8_lossy(&conn.inbound()).into_owned();
+    let first_line = stdout(&out).lines().next().unwrap().to_owned();
+    assert!(inbound.contains(first_line.trim()), "{first_line:?} not in the recording");
+}
