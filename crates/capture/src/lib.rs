@@ -65,7 +65,7 @@ pub use write::{
 #[cfg(feature = "tokio")]
 pub use recorder::{Destination, Recorder, RecorderConfig, RecorderStats, TargetRecorder};
 #[cfg(feature = "tokio")]
-pub use replay::{Connection, ReplayStream, Speed};
+pub use replay::{Connection, ReplayClock, ReplayStream, Speed};
 #[cfg(feature = "tokio")]
 pub use tap::Tap;
 

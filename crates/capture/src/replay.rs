@@ -7,6 +7,8 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -127,6 +129,19 @@ pub struct ReplayStream {
     sleep: Option<Pin<Box<Sleep>>>,
     hold_open: bool,
     written: u64,
+    last_read: Arc<AtomicU64>,
+}
+
+/// The recorded time of what a [`ReplayStream`] last handed out: a clock that follows the recording,
+/// for stamping what was decoded from it.
+#[derive(Debug, Clone, Default)]
+pub struct ReplayClock(Arc<AtomicU64>);
+
+impl ReplayClock {
+    /// The offset (from the connection's start) of the chunk read last.
+    pub fn last_read(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
 }
 
 impl ReplayStream {
@@ -138,13 +153,27 @@ impl ReplayStream {
             .filter(|c| c.1 == Direction::Inbound)
             .map(|(at, _, bytes)| (*at, bytes.clone()))
             .collect();
-        ReplayStream { chunks, pos: 0, speed, start: None, sleep: None, hold_open: false, written: 0 }
+        ReplayStream {
+            chunks,
+            pos: 0,
+            speed,
+            start: None,
+            sleep: None,
+            hold_open: false,
+            written: 0,
+            last_read: Arc::default(),
+        }
     }
 
     /// Keep the stream open (reads pending) after the last chunk, as a peer that went quiet.
     pub fn hold_open(mut self) -> Self {
         self.hold_open = true;
         self
+    }
+
+    /// A clock reading the recorded time of the chunk read last.
+    pub fn clock(&self) -> ReplayClock {
+        ReplayClock(Arc::clone(&self.last_read))
     }
 
     /// Bytes written to the stream so far.
@@ -185,6 +214,7 @@ impl AsyncRead for ReplayStream {
                 continue;
             }
             let n = rest.len().min(buf.remaining());
+            this.last_read.store(u64::try_from(at.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
             buf.put_slice(&rest[..n]);
             this.pos += n;
             if this.pos == bytes.len() {

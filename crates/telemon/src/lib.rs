@@ -6,6 +6,7 @@
 
 #![warn(missing_docs)]
 
+pub mod export;
 pub mod fleet;
 pub mod record;
 pub mod retry;

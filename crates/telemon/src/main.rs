@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
+mod export_cmd;
 mod fleet_record;
 mod hmon;
 mod meter161;
@@ -46,6 +47,8 @@ enum Command {
     Top(top_cmd::Args),
     /// Collect every target of a config as `serve` does, without serving, and record their connections.
     Record(serve_cmd::RecordArgs),
+    /// Turn a recording into the timestamped series `serve` would have exported (OpenMetrics or CSV).
+    Export(export_cmd::Args),
     /// Play a recording (`--record`) back through the decoders into a one-target view.
     Replay(replay_cmd::Args),
 }
@@ -84,6 +87,7 @@ async fn main() -> ExitCode {
         Command::Top(args) => top_cmd::run(args).await,
         Command::Replay(args) => replay_cmd::run(args).await,
         Command::Record(args) => serve_cmd::record(args).await,
+        Command::Export(args) => export_cmd::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -56,8 +56,9 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
     }
 }
 
-/// Reads updates until the stream fails; the target is up from its first decoded update.
-async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
+/// Reads updates until the stream fails; the target is up from its first decoded update (also used to
+/// replay a recording through this collector).
+pub async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
     // The current text of each (name, index), so that a new string replaces the old series.
     let mut texts: HashMap<(Arc<str>, String), Labels> = HashMap::new();
     loop {

@@ -89,11 +89,22 @@ async fn session(
     reports: &[SysinfoCommand],
     every: Duration,
 ) -> Failure {
-    let mut client = match within(CONNECT_TIMEOUT, "connect", connect(endpoint, config, p.name())).await {
+    let client = match within(CONNECT_TIMEOUT, "connect", connect(endpoint, config, p.name())).await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return Failure::new(kind(&e), e),
         Err(f) => return f,
     };
+    poll(p, client, reports, every).await
+}
+
+/// Asks for `reports` every `every` on a connected client until the connection fails (also used to
+/// replay a recording through this collector).
+pub async fn poll(
+    p: &mut Publisher,
+    mut client: Client,
+    reports: &[SysinfoCommand],
+    every: Duration,
+) -> Failure {
     // Up once the service answers (a peer that accepts and then says nothing is not up).
     let mut answered = false;
     let mut tick = tokio::time::interval(every);
