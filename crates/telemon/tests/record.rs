@@ -49,10 +49,21 @@ async fn sims() -> Sims {
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let rvos_addr = l.local_addr().unwrap();
     tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hmon_addr = l.local_addr().unwrap();
+    tokio::spawn(dyalog_sim::Sim::new(dyalog_sim::Config::default()).serve(l, shutdown.clone()));
+    let mono_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut agent =
+        mono_agent_sim::AgentConfig::from_options(&format!("address={mono_addr},counters=Mono JIT/Compiled methods,interval=100"))
+            .unwrap();
+    agent.backoff = mono_agent_sim::Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
+    tokio::spawn(mono_agent_sim::run(agent, shutdown.clone()));
     let config = format!(
         "[[meter161]]\nname = \"os161\"\ndir = \"{}\"\ninterval = \"10ms\"\n\
          [[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
-         [[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos_addr}\"\nevery = \"200ms\"\n",
+         [[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos_addr}\"\nevery = \"200ms\"\n\
+         [[hmon]]\nname = \"dyalog\"\nconnect = \"{hmon_addr}\"\npoll = \"500ms\"\n\
+         [[mono_listen]]\nname = \"mono\"\nlisten = \"{mono_addr}\"\n",
         sys161_dir.path().display()
     );
     Sims { _sys161_dir: sys161_dir, sys161, shutdown, config }
@@ -75,7 +86,7 @@ async fn record_rotates_survives_a_kill_and_replays_each_target() {
         "4000",
     ]);
     // Wait for three files and every target in them (a safety net, not a timing assertion).
-    let capture = within("three rotated files with every target", async {
+    let capture = within("three rotated files with a target of each protocol", async {
         loop {
             if files(&out).len() >= 3 {
                 let (capture, _) = Capture::from_dir(&out, Limits::default()).unwrap();

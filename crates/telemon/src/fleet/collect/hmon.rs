@@ -20,6 +20,7 @@ use crate::fleet::config::HmonTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
 use crate::fleet::target::{label, Failure, Publisher};
+use crate::record;
 
 /// The facts polled when a target does not list its own: the ones exported as metrics.
 pub const DEFAULT_FACTS: [FactKind; 4] =
@@ -97,8 +98,22 @@ pub async fn run_connect(mut p: Publisher, addr: String, plan: Plan) {
     }
 }
 
+/// Connects to `addr` (SERVE mode, no reconnecting: [`Retry`] does that), the stream wrapped in a recording
+/// tap (see [`record::tap`]), and does the handshake.
+async fn connect(
+    addr: &str,
+    config: hmon::ClientConfig,
+    name: &str,
+) -> Result<(Client, Events), ClientError> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
+    let _ = stream.set_nodelay(true);
+    Client::over(record::tap(stream, name, record::Protocol::Hmon, addr), config).await
+}
+
 async fn connect_session(p: &mut Publisher, addr: &str, plan: &Plan) -> Failure {
-    let connected = within(CONNECT_TIMEOUT * 2, "connect", Client::connect(addr, plan.client_config()));
+    let connected = within(CONNECT_TIMEOUT * 2, "connect", connect(addr, plan.client_config(), p.name()));
     let (client, mut events) = match connected.await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return fail(e),
