@@ -48,6 +48,7 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
             Protocol::Meter161 => fleet::Protocol::Meter161,
             Protocol::Smon => fleet::Protocol::Smon,
             Protocol::Sysinfo => fleet::Protocol::Sysinfo,
+            Protocol::Hmon => fleet::Protocol::Hmon,
             other => {
                 eprintln!(
                     "telemon: export: {}: the {other} collector cannot replay recordings yet; skipped",
@@ -66,23 +67,27 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
         // A change is stamped with the recorded time of the bytes that caused it.
         let clock = stream.clock();
         let time_ns = || connection.start_ns + clock.last_read().as_nanos() as u64;
-        let collector = drive(p, connection.target.protocol, stream);
-        let mut collector = std::pin::pin!(collector);
-        loop {
-            tokio::select! {
-                biased;
-                Ok(()) = changed.changed() => {
-                    changed.borrow_and_update();
-                    let text = render(&registry.snapshot(), Format::OpenMetrics);
-                    scrapes.push(Scrape { time_ns: time_ns(), text });
-                }
-                failure = &mut collector => {
-                    tracing::debug!(target = %name, ?failure, "replay ended");
-                    break;
+        {
+            let collector = drive(p, connection.target.protocol, stream);
+            let mut collector = std::pin::pin!(collector);
+            loop {
+                tokio::select! {
+                    biased;
+                    Ok(()) = changed.changed() => {
+                        changed.borrow_and_update();
+                        let text = render(&registry.snapshot(), Format::OpenMetrics);
+                        scrapes.push(Scrape { time_ns: time_ns(), text });
+                    }
+                    failure = &mut collector => {
+                        tracing::debug!(target = %name, ?failure, "replay ended");
+                        break;
+                    }
                 }
             }
         }
-        // A change published as the stream ended.
+        // What the collector held back for its next publication when the stream ended (a live target would
+        // publish it with its next change or as it goes down).
+        p.flush_if_dirty();
         if changed.has_changed().unwrap_or(false) {
             let text = render(&registry.snapshot(), Format::OpenMetrics);
             scrapes.push(Scrape { time_ns: time_ns(), text });
@@ -113,6 +118,9 @@ async fn drive(p: &mut Publisher, protocol: Protocol, stream: ReplayStream) -> f
             let every = Duration::from_millis(1);
             collect::sysinfo::poll(p, client, &collect::sysinfo::DEFAULT_REPORTS, every).await
         }
+        // The plan of a `[[hmon]]` block without options: the requests go nowhere, the recorded answers
+        // come in their recorded order.
+        Protocol::Hmon => collect::hmon::over(p, stream, &collect::hmon::Plan::default()).await,
         other => fail(&format!("no collector replays {other}")),
     }
 }

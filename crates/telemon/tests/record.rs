@@ -53,10 +53,12 @@ async fn sims() -> Sims {
     let hmon_addr = l.local_addr().unwrap();
     tokio::spawn(dyalog_sim::Sim::new(dyalog_sim::Config::default()).serve(l, shutdown.clone()));
     let mono_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let mut agent =
-        mono_agent_sim::AgentConfig::from_options(&format!("address={mono_addr},counters=Mono JIT/Compiled methods,interval=100"))
-            .unwrap();
-    agent.backoff = mono_agent_sim::Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
+    let mut agent = mono_agent_sim::AgentConfig::from_options(&format!(
+        "address={mono_addr},counters=Mono JIT/Compiled methods,interval=100"
+    ))
+    .unwrap();
+    agent.backoff =
+        mono_agent_sim::Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
     tokio::spawn(mono_agent_sim::run(agent, shutdown.clone()));
     let config = format!(
         "[[meter161]]\nname = \"os161\"\ndir = \"{}\"\ninterval = \"10ms\"\n\
@@ -172,4 +174,128 @@ async fn the_total_on_disk_is_bounded_by_deleting_the_oldest_files() {
     let total: u64 = files(&out).iter().map(|f| f.metadata().unwrap().len()).sum();
     // The bound is checked when a file starts: the current file may have grown to about one more file.
     assert!(total <= 12_000 + 3_000 + 70_000, "total {total}");
+}
+
+/// The first recording's connection of `target`, as the sims' `--replay` serves it.
+fn first_connection(dir: &Path, target: &str) -> telemon_capture::Connection {
+    let (capture, _) = Capture::from_dir(dir, Limits::default()).unwrap();
+    capture
+        .connections(Some(target))
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no connection of {target}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
+    use sim_common::replay::{Mode, Replay, Speed};
+    // 1. Record every protocol from the live sims.
+    let sims = sims().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, &sims.config).unwrap();
+    let first = dir.path().join("first");
+    let telemon =
+        Telemon::spawn(&["record", "--config", config.to_str().unwrap(), "--out", first.to_str().unwrap()]);
+    within("a second sysinfo round and a few hmon polls recorded", async {
+        loop {
+            if let Ok((capture, _)) = Capture::from_dir(&first, Limits::default()) {
+                let bytes =
+                    |name: &str| capture.connections(Some(name)).first().map_or(0, |c| c.inbound().len());
+                if bytes("vm") > 4000 && bytes("dyalog") > 2000 && bytes("os161") > 2000 && bytes("box") > 100
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    telemon.kill().await;
+    sims.shutdown.cancel();
+    sims.sys161.stop().await.unwrap();
+
+    // 2. Serve those recordings from the sims' replay (what `--replay FILE` runs), at ten times the pace.
+    let shutdown = Shutdown::new();
+    let replay = |protocol, mode| Replay::load(&first, protocol, None, mode, Speed::Times(10.0)).unwrap();
+    let sys161_dir = tempfile::tempdir().unwrap();
+    let (l, _) = sys161_sim::bind(sys161_dir.path()).unwrap();
+    let l = sim_common::NumberedUnixListener::new(l);
+    tokio::spawn(sim_common::replay::serve(l, replay(Protocol::Meter161, Mode::Stream), shutdown.clone()));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let smon_addr = l.local_addr().unwrap();
+    tokio::spawn(sim_common::replay::serve(l, replay(Protocol::Smon, Mode::Stream), shutdown.clone()));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let rvos_addr = l.local_addr().unwrap();
+    tokio::spawn(sim_common::replay::serve(
+        l,
+        replay(Protocol::Sysinfo, Mode::Conversation),
+        shutdown.clone(),
+    ));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hmon_addr = l.local_addr().unwrap();
+    tokio::spawn(sim_common::replay::serve(l, replay(Protocol::Hmon, Mode::Conversation), shutdown.clone()));
+
+    // 3. A fresh telemon with the same blocks records what the replaying sims serve.
+    let config2 = format!(
+        "[[meter161]]\nname = \"os161\"\ndir = \"{}\"\ninterval = \"10ms\"\n\
+         [[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
+         [[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos_addr}\"\nevery = \"200ms\"\n\
+         [[hmon]]\nname = \"dyalog\"\nconnect = \"{hmon_addr}\"\npoll = \"500ms\"\n",
+        sys161_dir.path().display()
+    );
+    let config2_file = dir.path().join("fleet2.toml");
+    std::fs::write(&config2_file, config2).unwrap();
+    let second = dir.path().join("second");
+    let telemon = Telemon::spawn(&[
+        "record",
+        "--config",
+        config2_file.to_str().unwrap(),
+        "--out",
+        second.to_str().unwrap(),
+    ]);
+    let targets = ["os161", "box", "vm", "dyalog"];
+    let expected: Vec<Vec<u8>> = targets.iter().map(|t| first_connection(&first, t).inbound()).collect();
+    within("the second recording to hold every byte the first did", async {
+        loop {
+            if let Ok((capture, _)) = Capture::from_dir(&second, Limits::default()) {
+                let done = targets.iter().zip(&expected).all(|(t, want)| {
+                    capture.connections(Some(t)).first().is_some_and(|c| c.inbound().len() >= want.len())
+                });
+                if done {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    telemon.kill().await;
+    shutdown.cancel();
+    for (t, want) in targets.iter().zip(&expected) {
+        let got = first_connection(&second, t).inbound();
+        assert_eq!(&got[..want.len()], &want[..], "{t}: the replaying sim served the recorded bytes");
+        // The requests telemon sent the second time are those of the first (the conversation matched).
+        let asked = first_connection(&second, t).bytes(telemon_capture::Direction::Outbound);
+        let recorded = first_connection(&first, t).bytes(telemon_capture::Direction::Outbound);
+        let n = asked.len().min(recorded.len());
+        assert_eq!(asked[..n], recorded[..n], "{t}");
+    }
+
+    // 4. Through the exporter's collectors, both connections end with the same series and values (telemon's
+    // own bookkeeping, such as connect counts, aside).
+    let last_values = |conn: telemon_capture::Connection| {
+        let scrapes = telemon::export::replay(vec![conn]).unwrap();
+        let text = &scrapes.last().expect("a publication").text;
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("telemon_"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    for t in targets {
+        let before = last_values(first_connection(&first, t));
+        let again = last_values(first_connection(&second, t));
+        assert!(before.len() > 1, "{t}: {before:?}");
+        assert_eq!(before, again, "{t}");
+    }
 }

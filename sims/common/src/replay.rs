@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-pub use telemon_capture::{Connection, Direction, Protocol, Speed};
 use telemon_capture::{Capture, Limits};
+pub use telemon_capture::{Connection, Direction, Protocol, Speed};
 
 /// The `--replay FILE`, `--speed` and `--target` options every sim shares (`#[command(flatten)]`).
 #[derive(Debug, Clone, clap::Args)]
@@ -81,7 +81,13 @@ pub struct Replay {
 impl Replay {
     /// Loads the connections of `protocol` (of the target named `target`, or of the only target of that
     /// protocol) from the recording at `path` (a file or a directory of rotated files).
-    pub fn load(path: &Path, protocol: Protocol, target: Option<&str>, mode: Mode, speed: Speed) -> io::Result<Arc<Replay>> {
+    pub fn load(
+        path: &Path,
+        protocol: Protocol,
+        target: Option<&str>,
+        mode: Mode,
+        speed: Speed,
+    ) -> io::Result<Arc<Replay>> {
         let capture = if path.is_dir() {
             let (capture, warnings) = Capture::from_dir(path, Limits::default())?;
             for (file, w) in warnings {
@@ -216,7 +222,9 @@ async fn expect<R: AsyncRead + Unpin>(
         }
         let read = reader.read(buf).await?;
         if read == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "the client left mid-conversation").into());
+            return Err(
+                io::Error::new(io::ErrorKind::UnexpectedEof, "the client left mid-conversation").into()
+            );
         }
         pending.extend_from_slice(&buf[..read]);
     }
@@ -230,6 +238,48 @@ fn preview(bytes: &[u8]) -> String {
         format!("\"{text}\"... ({} bytes)", bytes.len())
     } else {
         format!("\"{text}\"")
+    }
+}
+
+/// Serves `replay` to every client of `listener` (each gets the next recorded connection) until shutdown.
+pub async fn serve<L>(listener: L, replay: Arc<Replay>, shutdown: crate::Shutdown) -> io::Result<()>
+where
+    L: crate::Accept,
+    L::Stream: AsyncRead + AsyncWrite + Unpin,
+{
+    crate::accept_loop(listener, shutdown, move |stream, _peer| {
+        let replay = Arc::clone(&replay);
+        async move { replay.serve(stream).await }
+    })
+    .await
+}
+
+/// For peers that dial the client (a Mono agent, an interpreter in POLL mode): connects to `addr` (retrying
+/// while nothing listens), serves the next recorded connection, and dials again, until shutdown.
+pub async fn dial(addr: &str, replay: Arc<Replay>, shutdown: crate::Shutdown) -> io::Result<()> {
+    let pause = Duration::from_millis(200);
+    loop {
+        let connected = tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            c = tokio::net::TcpStream::connect(addr) => c,
+        };
+        match connected {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                tokio::select! {
+                    () = shutdown.cancelled() => return Ok(()),
+                    r = replay.serve(stream) => match r {
+                        Ok(()) => tracing::info!(%addr, "recorded connection played out"),
+                        Err(e) => tracing::warn!(%addr, error = %e, "replay ended"),
+                    },
+                }
+            }
+            Err(e) => tracing::debug!(%addr, error = %e, "cannot connect yet"),
+        }
+        tokio::select! {
+            () = shutdown.cancelled() => return Ok(()),
+            () = tokio::time::sleep(pause) => {}
+        }
     }
 }
 
@@ -275,7 +325,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stream_keeps_the_pacing_and_ignores_the_client() {
-        let c = conn(&[(0, Direction::Inbound, b"a"), (1000, Direction::Outbound, b"x"), (2000, Direction::Inbound, b"b")]);
+        let c = conn(&[
+            (0, Direction::Inbound, b"a"),
+            (1000, Direction::Outbound, b"x"),
+            (2000, Direction::Inbound, b"b"),
+        ]);
         let (mut client, server) = tokio::io::duplex(1024);
         let sim = tokio::spawn(async move { play(&c, Mode::Stream, Speed::Times(2.0), server).await });
         let started = tokio::time::Instant::now();
@@ -285,47 +339,5 @@ mod tests {
         assert_eq!(all, b"ab");
         assert_eq!(started.elapsed(), Duration::from_secs(1));
         sim.await.unwrap().unwrap();
-    }
-}
-
-/// Serves `replay` to every client of `listener` (each gets the next recorded connection) until shutdown.
-pub async fn serve<L>(listener: L, replay: Arc<Replay>, shutdown: crate::Shutdown) -> io::Result<()>
-where
-    L: crate::Accept,
-    L::Stream: AsyncRead + AsyncWrite + Unpin,
-{
-    crate::accept_loop(listener, shutdown, move |stream, _peer| {
-        let replay = Arc::clone(&replay);
-        async move { replay.serve(stream).await }
-    })
-    .await
-}
-
-/// For peers that dial the client (a Mono agent, an interpreter in POLL mode): connects to `addr` (retrying
-/// while nothing listens), serves the next recorded connection, and dials again, until shutdown.
-pub async fn dial(addr: &str, replay: Arc<Replay>, shutdown: crate::Shutdown) -> io::Result<()> {
-    let pause = Duration::from_millis(200);
-    loop {
-        let connected = tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            c = tokio::net::TcpStream::connect(addr) => c,
-        };
-        match connected {
-            Ok(stream) => {
-                let _ = stream.set_nodelay(true);
-                tokio::select! {
-                    () = shutdown.cancelled() => return Ok(()),
-                    r = replay.serve(stream) => match r {
-                        Ok(()) => tracing::info!(%addr, "recorded connection played out"),
-                        Err(e) => tracing::warn!(%addr, error = %e, "replay ended"),
-                    },
-                }
-            }
-            Err(e) => tracing::debug!(%addr, error = %e, "cannot connect yet"),
-        }
-        tokio::select! {
-            () = shutdown.cancelled() => return Ok(()),
-            () = tokio::time::sleep(pause) => {}
-        }
     }
 }

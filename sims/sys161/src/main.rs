@@ -65,7 +65,9 @@ async fn main() -> anyhow::Result<()> {
     }
     let (listener, path) =
         sys161_sim::bind(&args.dir).with_context(|| format!("cannot serve {}", args.dir.display()))?;
-    if let Some(replay) = args.replay.load(sim_common::replay::Protocol::Meter161, sim_common::replay::Mode::Stream)? {
+    if let Some(replay) =
+        args.replay.load(sim_common::replay::Protocol::Meter161, sim_common::replay::Mode::Stream)?
+    {
         tracing::info!(socket = %path.display(), "sys161-sim serving a recording");
         let listener = sim_common::NumberedUnixListener::new(listener);
         return Ok(sim_common::replay::serve(listener, replay, sim_common::shutdown_on_ctrl_c()).await?);

@@ -123,6 +123,22 @@ async fn connect_session(p: &mut Publisher, addr: &str, plan: &Plan) -> Failure 
     collect(p, &client, &mut events, plan).await
 }
 
+/// Runs the collector over an already connected `stream` (a replayed recording: `telemon export`) until the
+/// connection ends.
+pub async fn over<S>(p: &mut Publisher, stream: S, plan: &Plan) -> Failure
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, mut events) =
+        match within(CONNECT_TIMEOUT * 2, "handshake", Client::over(stream, plan.client_config())).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return fail(e),
+            Err(f) => return f,
+        };
+    p.up();
+    collect(p, &client, &mut events, plan).await
+}
+
 /// POLL mode: binds the block's `listen` address and returns the accept loop. Each interpreter is a
 /// target named `NAME/HOST` after its Host fact (or `NAME/PEER` when it has no name or the name is
 /// taken by a connected interpreter). A target stays listed as down for `linger` after its
