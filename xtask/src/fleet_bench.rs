@@ -44,7 +44,13 @@ struct Row {
 }
 
 /// Runs every (protocol, N) pair, prints the table and writes it to `target/fleet-bench.md`.
-pub fn fleet_bench(root: &Path, sizes: &[u32], protocols: &[String], seconds: u64, record: bool) -> Result<()> {
+pub fn fleet_bench(
+    root: &Path,
+    sizes: &[u32],
+    protocols: &[String],
+    seconds: u64,
+    record: bool,
+) -> Result<()> {
     let mut chosen = Vec::new();
     for p in protocols {
         let Some(known) = PROTOCOLS.iter().find(|k| *k == p) else {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::pin::Pin;
 
 use futures::{Stream, StreamExt};
-use telemon_capture::{Capture, Connection, Limits, Protocol, ReplayStream, Speed};
+use telemon_capture::{Capture, Connection, Direction, Limits, Protocol, ReplayStream, Speed};
 
 use crate::output::{CliError, CliResult, OutputArgs};
 
@@ -20,7 +20,7 @@ pub struct Args {
     /// Which target of the recording (needed when it holds several).
     #[arg(long, value_name = "NAME")]
     target: Option<String>,
-    /// Which view (default: the target's protocol): meter161, hmon, mono, smon, sysinfo.
+    /// Which view (default: the target's protocol): meter161, smon or sysinfo.
     #[arg(long)]
     view: Option<Protocol>,
     #[command(flatten)]
@@ -73,10 +73,43 @@ pub async fn run(args: Args) -> CliResult {
             }
             Ok(())
         }
+        Protocol::Sysinfo => {
+            let mut countdown = args.output.countdown();
+            for connection in &connections {
+                // The requests telemon sent, in order, say which report each recorded reply is.
+                let commands = sysinfo_commands(&connection.bytes(Direction::Outbound));
+                let stream = ReplayStream::new(connection, args.speed);
+                let mut client = sysinfo_wire::Client::new(stream, sysinfo_wire::ClientConfig::default());
+                for command in commands {
+                    let response = client.request(command).await.map_err(CliError::peer)?;
+                    crate::sysinfo::show(&response, args.output.json)?;
+                    if countdown.tick() {
+                        return Ok(());
+                    }
+                }
+            }
+            Ok(())
+        }
         other => {
             Err(CliError::Usage(format!("replay --view {other}: this view cannot replay recordings yet")))
         }
     }
+}
+
+/// The sysinfo commands in the bytes a client sent: each message on a channel other than the boot channel.
+fn sysinfo_commands(outbound: &[u8]) -> Vec<sysinfo_wire::SysinfoCommand> {
+    let mut buf = bytes::BytesMut::from(outbound);
+    let mut commands = Vec::new();
+    while let Ok(Some(frame)) = sysinfo_wire::decode_frame(&mut buf) {
+        if let sysinfo_wire::Frame::Message { channel, message } = frame {
+            if channel != sysinfo_wire::ChannelId::BOOT {
+                if let Ok(command) = sysinfo_wire::wire::from_bytes(message.data()) {
+                    commands.push(command);
+                }
+            }
+        }
+    }
+    commands
 }
 
 type Meter161Events = Pin<Box<dyn Stream<Item = Result<meter161::Event, meter161::ClientError>> + Send>>;

@@ -152,7 +152,8 @@ struct JsonReply<'a> {
     report: &'a Report,
 }
 
-fn show(response: &Response, json: bool) -> CliResult {
+/// Shows one reply: the text as the kernel formatted it, or one JSON line with `--json`.
+pub fn show(response: &Response, json: bool) -> CliResult {
     let reply = &response.reply;
     if reply.end == End::Closed {
         eprintln!("telemon: sysinfo: the service closed the channel before the end-of-reply sentinel");

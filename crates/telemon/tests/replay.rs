@@ -107,7 +107,6 @@ async fn a_sysinfo_request_is_recorded_both_ways() {
     let rec = dir.path().join("vm.pcapng");
     let out = run(&["sysinfo", "--connect", &addr, "ps", "--record", path(&rec)], None).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
-    shutdown.cancel();
     let capture = Capture::from_file(&rec, Limits::default()).unwrap();
     assert_eq!(capture.warning, None);
     let conn = &capture.connections(None)[0];
@@ -120,4 +119,16 @@ async fn a_sysinfo_request_is_recorded_both_ways() {
     let inbound = String::from_utf8_lossy(&conn.inbound()).into_owned();
     let first_line = stdout(&out).lines().next().unwrap().to_owned();
     assert!(inbound.contains(first_line.trim()), "{first_line:?} not in the recording");
+
+    // The replay decodes the recorded reply as the live request did.
+    let replayed = run(&["replay", path(&rec)], None).await;
+    assert_eq!(code(&replayed), 0, "{}", stderr(&replayed));
+    assert_eq!(stdout(&replayed), stdout(&out));
+    let rec2 = dir.path().join("vm-json.pcapng");
+    let live =
+        run(&["sysinfo", "--connect", &addr, "memstat", "--json", "--record", path(&rec2)], None).await;
+    assert_eq!(code(&live), 0, "{}", stderr(&live));
+    let replayed = run(&["replay", path(&rec2), "--json"], None).await;
+    assert_eq!(stdout(&replayed), stdout(&live), "{}", stderr(&replayed));
+    shutdown.cancel();
 }
