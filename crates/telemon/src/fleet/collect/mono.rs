@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mono_counters::{
-    ClientConfig, ClientError, CounterName, CounterTable, Inspector, Reading, Unit, ValueData, Variance,
+    ClientConfig, ClientError, CounterName, CounterTable, Reading, Unit, ValueData, Variance,
 };
 
 use tokio::task::JoinSet;
@@ -17,6 +17,7 @@ use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
 use crate::fleet::series::Num;
 use crate::fleet::target::{Failure, Publisher};
+use crate::record;
 
 fn kind(e: &ClientError) -> ErrorKind {
     match e {
@@ -29,6 +30,19 @@ fn kind(e: &ClientError) -> ErrorKind {
     }
 }
 
+/// Waits for the next agent and its Hello (as [`mono_counters::Inspector::accept`]), the stream wrapped in a recording
+/// tap (see [`record::tap`]) as the target `NAME/PEER`.
+async fn accept(
+    listener: &tokio::net::TcpListener,
+    config: &ClientConfig,
+    name: &str,
+) -> Result<(mono_counters::Session, std::net::SocketAddr), ClientError> {
+    let (stream, peer) = listener.accept().await?;
+    let _ = stream.set_nodelay(true);
+    let stream = record::tap(stream, &format!("{name}/{peer}"), record::Protocol::Mono, &peer.to_string());
+    Ok((mono_counters::Session::start(stream, config.clone()).await?, peer))
+}
+
 /// Binds the block's address and returns the accept loop: every agent that connects is collected
 /// in its own task and stays listed as down for `linger` after it leaves. Dropping the loop ends
 /// every session.
@@ -39,7 +53,7 @@ pub async fn listen(
     linger: Duration,
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     let config = ClientConfig::default().request_timeout(CONNECT_TIMEOUT);
-    let inspector = Inspector::bind(&block.listen, config).await?;
+    let listener = tokio::net::TcpListener::bind(&block.listen).await?;
     let labels = crate::fleet::labels(&block.labels);
     let add: Arc<[CounterName]> = block.add.iter().filter_map(|c| CounterName::parse(c)).collect();
     let name = block.name.get_ref().clone();
@@ -49,7 +63,7 @@ pub async fn listen(
         let mut sessions = JoinSet::new();
         loop {
             let accepted = tokio::select! {
-                a = inspector.accept() => a,
+                a = accept(&listener, &config, &name) => a,
                 Some(_) = sessions.join_next() => continue,
             };
             let (mut session, peer) = match accepted {
