@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -101,16 +102,25 @@ pub async fn run_connect(mut p: Publisher, addr: String, plan: Plan) {
 
 /// Connects to `addr` (SERVE mode, no reconnecting: [`Retry`] does that), the stream wrapped in a recording
 /// tap (see [`record::tap`]), and does the handshake.
-async fn connect(addr: &str, config: hmon::ClientConfig, name: &str) -> Result<Connection, ClientError> {
+async fn connect(
+    addr: &str,
+    config: hmon::ClientConfig,
+    name: &str,
+    received: Arc<AtomicU64>,
+) -> Result<Connection, ClientError> {
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
     let _ = stream.set_nodelay(true);
-    Connection::over(record::tap(stream, name, record::Protocol::Hmon, addr), config).await
+    Connection::over(record::tap(stream, name, record::Protocol::Hmon, addr, received), config).await
 }
 
 async fn connect_session(p: &mut Publisher, addr: &str, plan: &Plan) -> Failure {
-    let connected = within(CONNECT_TIMEOUT * 2, "connect", connect(addr, plan.client_config(), p.name()));
+    let connected = within(
+        CONNECT_TIMEOUT * 2,
+        "connect",
+        connect(addr, plan.client_config(), p.name(), p.received().clone()),
+    );
     let mut conn = match connected.await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return fail(e),

@@ -56,8 +56,8 @@ pub async fn run(mut p: Publisher, dir: PathBuf, interval: Duration) {
 }
 
 async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failure {
-    let (name, address) = (p.name().clone(), path.display().to_string());
-    let tap = |s| record::tap(s, &name, record::Protocol::Meter161, &address);
+    let (name, address, received) = (p.name().clone(), path.display().to_string(), p.received().clone());
+    let tap = |s| record::tap(s, &name, record::Protocol::Meter161, &address, received);
     let client = match within(CONNECT_TIMEOUT, "connect", Client::connect_path_with(path, config, tap)).await
     {
         Ok(Ok(c)) => c,

@@ -2,6 +2,7 @@
 //! become the `mono_runtime*` families by variance and unit.
 
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,11 +37,13 @@ async fn accept(
     listener: &tokio::net::TcpListener,
     config: &ClientConfig,
     name: &str,
-) -> Result<(mono_counters::Session, std::net::SocketAddr), ClientError> {
+) -> Result<(mono_counters::Session, std::net::SocketAddr, Arc<AtomicU64>), ClientError> {
     let (stream, peer) = listener.accept().await?;
     let _ = stream.set_nodelay(true);
-    let stream = record::tap(stream, &format!("{name}/{peer}"), record::Protocol::Mono, &peer.to_string());
-    Ok((mono_counters::Session::start(stream, config.clone()).await?, peer))
+    let received = Arc::new(AtomicU64::new(0));
+    let target = format!("{name}/{peer}");
+    let stream = record::tap(stream, &target, record::Protocol::Mono, &peer.to_string(), received.clone());
+    Ok((mono_counters::Session::start(stream, config.clone()).await?, peer, received))
 }
 
 /// Binds the block's address and returns the accept loop: every agent that connects is collected
@@ -66,7 +69,7 @@ pub async fn listen(
                 a = accept(&listener, &config, &name) => a,
                 Some(_) = sessions.join_next() => continue,
             };
-            let (mut session, peer) = match accepted {
+            let (mut session, peer, received) = match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(%addr, error = %e, "an agent failed to connect");
@@ -81,6 +84,7 @@ pub async fn listen(
                 labels.clone(),
                 series_limit,
             );
+            p.count_received_in(received);
             sessions.spawn(async move {
                 let claim = claims.claim(p.name());
                 p.up();

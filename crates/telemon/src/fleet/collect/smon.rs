@@ -40,7 +40,13 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
         Source::Connect(addr) => {
             match within(CONNECT_TIMEOUT, "connect", tokio::net::TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
-                    let stream = record::tap(stream, &p.name().clone(), record::Protocol::Smon, addr);
+                    let stream = record::tap(
+                        stream,
+                        &p.name().clone(),
+                        record::Protocol::Smon,
+                        addr,
+                        p.received().clone(),
+                    );
                     collect(p, UpdateReader::new(stream, DecoderConfig::default())).await
                 }
                 Ok(Err(e)) => Failure::new(ErrorKind::Connect, format!("{addr}: {e}")),
@@ -49,6 +55,7 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
         }
         Source::File(path) => match tokio::fs::File::open(path).await {
             Ok(file) => {
+                let file = record::Counted::new(file, p.received().clone());
                 collect(p, UpdateReader::new(file, DecoderConfig::default()).follow(FOLLOW_POLL)).await
             }
             Err(e) => Failure::new(ErrorKind::Connect, format!("{}: {e}", path.display())),

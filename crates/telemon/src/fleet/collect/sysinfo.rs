@@ -6,6 +6,8 @@
 
 use std::hash::BuildHasher;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sysinfo_wire::report::{Channels, Histogram, Kstat, Memstat, Ps, Watchdog};
@@ -174,7 +176,12 @@ trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
 
 /// Connects to `endpoint`, the stream wrapped in a recording tap (see [`record::tap`]).
-async fn connect(endpoint: &Endpoint, config: &ClientConfig, name: &str) -> Result<Client, ClientError> {
+async fn connect(
+    endpoint: &Endpoint,
+    config: &ClientConfig,
+    name: &str,
+    received: Arc<AtomicU64>,
+) -> Result<Client, ClientError> {
     let fail = |source| ClientError::Connect { endpoint: endpoint.to_string(), source };
     let stream: Box<dyn Io> = match endpoint {
         Endpoint::Tcp(addr) => {
@@ -184,16 +191,19 @@ async fn connect(endpoint: &Endpoint, config: &ClientConfig, name: &str) -> Resu
         }
         Endpoint::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await.map_err(fail)?),
     };
-    let stream = record::tap(stream, name, record::Protocol::Sysinfo, &endpoint.to_string());
+    let stream = record::tap(stream, name, record::Protocol::Sysinfo, &endpoint.to_string(), received);
     Ok(Client::new(stream, config.clone()))
 }
 
 async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, plan: &Plan) -> Failure {
-    let client = match within(CONNECT_TIMEOUT, "connect", connect(endpoint, config, p.name())).await {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Failure::new(kind(&e), e),
-        Err(f) => return f,
-    };
+    let client =
+        match within(CONNECT_TIMEOUT, "connect", connect(endpoint, config, p.name(), p.received().clone()))
+            .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Failure::new(kind(&e), e),
+            Err(f) => return f,
+        };
     poll(p, client, plan).await
 }
 
