@@ -66,6 +66,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 #[cfg(feature = "client")]
+mod batched;
+#[cfg(feature = "client")]
 mod client;
 mod codec;
 mod error;
