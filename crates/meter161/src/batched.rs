@@ -291,6 +291,37 @@ mod tests {
         assert_eq!(s.read(&mut buf).await.unwrap(), 0, "EOF while batching");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+        /// However the peer splits its writes and pauses between them, every byte arrives once, in order.
+        #[test]
+        fn every_byte_arrives_in_order(
+            chunks in proptest::collection::vec(
+                (proptest::collection::vec(proptest::prelude::any::<u8>(), 1..300), 0u64..3),
+                1..40,
+            ),
+        ) {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            let (sent, got) = runtime.block_on(async {
+                let (a, mut b) = UnixStream::pair().unwrap();
+                let mut s = BatchedStream::new(a, Some(Duration::from_millis(1)));
+                let sent: Vec<u8> = chunks.iter().flat_map(|(c, _)| c.clone()).collect();
+                let writer = tokio::spawn(async move {
+                    for (chunk, pause_ms) in chunks {
+                        b.write_all(&chunk).await.unwrap();
+                        tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                    }
+                });
+                let mut got = Vec::new();
+                tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got)).await.unwrap().unwrap();
+                writer.await.unwrap();
+                (sent, got)
+            });
+            proptest::prop_assert_eq!(got, sent);
+        }
+    }
+
     #[tokio::test]
     async fn without_a_window_reads_never_batch() {
         let (a, mut b) = UnixStream::pair().unwrap();
