@@ -138,7 +138,9 @@ impl AsyncRead for BatchedStream {
                 Io::Registered(stream) => {
                     let before = buf.filled().len();
                     ready!(Pin::new(stream).poll_read(cx, buf))?;
-                    if buf.filled().len() > before {
+                    // A read that filled the buffer is continued by the next one, not woken apart
+                    // from it: only reads that took all there was count as lines coming close.
+                    if buf.filled().len() > before && buf.remaining() > 0 {
                         if let Some(window) = this.window {
                             let now = Instant::now();
                             if this.last_read.is_some_and(|t| now.duration_since(t) < window) {
@@ -219,8 +221,6 @@ mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    const WINDOW: Duration = Duration::from_millis(5);
-
     #[tokio::test]
     async fn a_line_after_a_quiet_period_is_read_at_once() {
         let (a, mut b) = UnixStream::pair().unwrap();
@@ -234,6 +234,21 @@ mod tests {
         }
         // The second read came soon after the first: the stream batches now.
         assert!(s.is_batching());
+    }
+
+    #[tokio::test]
+    async fn a_line_read_in_pieces_is_not_lines_coming_close() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        let mut s = BatchedStream::new(a, Some(Duration::from_secs(3600)));
+        b.write_all(b"DATA 1 2 34\r\n").await.unwrap();
+        let mut piece = [0u8; 4];
+        for _ in 0..3 {
+            s.read_exact(&mut piece).await.unwrap();
+        }
+        assert!(!s.is_batching(), "three reads filled their buffers");
+        let mut rest = [0u8; 64];
+        assert_eq!(s.read(&mut rest).await.unwrap(), 1);
+        assert!(!s.is_batching(), "one read that drained the socket");
     }
 
     #[tokio::test]
@@ -275,12 +290,13 @@ mod tests {
     #[tokio::test]
     async fn writes_work_while_batching_and_eof_is_seen() {
         let (a, mut b) = UnixStream::pair().unwrap();
-        let mut s = BatchedStream::new(a, Some(WINDOW));
+        // Long enough for two reads to fall within it on a busy machine.
+        let mut s = BatchedStream::new(a, Some(Duration::from_millis(500)));
         let mut buf = [0u8; 64];
         b.write_all(b"x").await.unwrap();
-        s.read_exact(&mut buf[..1]).await.unwrap();
+        assert_eq!(s.read(&mut buf).await.unwrap(), 1);
         b.write_all(b"y").await.unwrap();
-        s.read_exact(&mut buf[..1]).await.unwrap();
+        assert_eq!(s.read(&mut buf).await.unwrap(), 1);
         assert!(s.is_batching());
         s.write_all(b"INTERVAL 10000\r\n").await.unwrap();
         s.flush().await.unwrap();
