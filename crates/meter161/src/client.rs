@@ -126,7 +126,12 @@ impl Client {
     ///
     /// Fails with [`ProtocolError::UnsupportedVersion`] for any `HELLO` other than 2.
     pub async fn connect_path(path: impl AsRef<Path>, config: &ClientConfig) -> Result<Client, ClientError> {
-        let path = path.as_ref();
+        // Boxed: the handshake's state is large, and a caller that keeps this future inline (a fleet
+        // target's task) would otherwise carry it for as long as the connection lives.
+        Box::pin(Self::handshake(path.as_ref(), config)).await
+    }
+
+    async fn handshake(path: &Path, config: &ClientConfig) -> Result<Client, ClientError> {
         let interval = config.interval.map(interval_ns).transpose()?;
         let stream = UnixStream::connect(path)
             .await
@@ -333,4 +338,16 @@ fn is_wrong_version(e: &ClientError) -> bool {
 pub fn no_simulator(e: &ClientError) -> bool {
     matches!(e, ClientError::Connect { source, .. }
         if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused))
+}
+
+#[cfg(test)]
+mod tests {
+    /// A fleet keeps one connecting future per target inline in the target's task, for as long as
+    /// the task lives: the handshake's state is boxed, so that it costs only while connecting.
+    #[test]
+    fn the_connect_future_is_small() {
+        let config = super::ClientConfig::default();
+        let connect = super::Client::connect_path("/nonexistent", &config);
+        assert!(std::mem::size_of_val(&connect) <= 128, "{} bytes", std::mem::size_of_val(&connect));
+    }
 }
