@@ -4,7 +4,8 @@
 //! process) at their defaults (values changing as they would), telemon (release build) watches every
 //! one of them with a one-second period, and once all are up and a warm-up has passed, the measured
 //! window records telemon's CPU time, the sims' CPU time, and a scrape of `/metrics` every second
-//! (and the down transitions of targets meanwhile, from `telemon_target_connects_total`). A few
+//! (and the down transitions of targets meanwhile, from `telemon_target_connects_total` and
+//! `telemon_target_up`). A few
 //! scrapes with `Accept-Encoding: gzip` follow the window, outside its CPU figure.
 //!
 //! Then telemon stops and **the floor** runs against the same sims: `fleet-floor` (sims/fleet-floor), a
@@ -18,6 +19,7 @@
 //! Everything runs under `target/fleet-bench/PROTOCOL-N/` (config, logs, sys161 socket folders),
 //! which is kept for a look after the run.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -189,7 +191,7 @@ fn table(rows: &[Row]) -> String {
         "\nbytes/series: telemon's RSS growth from the next smaller N of the same protocol (before any scrape), \
          divided by the added series (marked Δ); without a smaller N, RSS ÷ series. The floor is `fleet-floor` \
          against the same sims, alone, over a window of the same length. flaps: down transitions of targets \
-         during the window. gzip: scrapes with `Accept-Encoding: gzip` after the window (n/a: not served gzip).\n",
+         during the window (from each target's `telemon_target_connects_total` and `telemon_target_up`). gzip: scrapes with `Accept-Encoding: gzip` after the window (n/a: not served gzip).\n",
     );
     t
 }
@@ -382,12 +384,12 @@ impl Bench {
         let start = Instant::now();
         let mut latencies = Vec::new();
         let mut scrape = Vec::new();
-        let mut connects_first = None;
+        let mut first_states = None;
         for i in 1..=self.seconds {
             let t = Instant::now();
             scrape = http_get(&listen, "/metrics", false)?.body;
             latencies.push(t.elapsed().as_secs_f64() * 1e3);
-            connects_first.get_or_insert_with(|| connects(&scrape));
+            first_states.get_or_insert_with(|| target_states(&scrape));
             if let Some(wait) = (start + Duration::from_secs(i)).checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
@@ -397,8 +399,7 @@ impl Bench {
         let sims_ticks = sum_cpu_ticks(&sims)? - sims_before;
         let peak_rss_mib = proc_status_kib(pid, "VmHWM")? as f64 / 1024.0;
         let up = targets_up(&listen)?;
-        // Each reconnect in the window followed a down transition.
-        let flaps = connects(&scrape).saturating_sub(connects_first.unwrap_or_default());
+        let flaps = down_transitions(&first_states.unwrap_or_default(), &target_states(&scrape));
         let series = scrape.split(|&b| b == b'\n').filter(|l| !l.is_empty() && l[0] != b'#').count();
 
         // Scrapes as Prometheus sends them, outside the window.
@@ -493,13 +494,32 @@ fn wait_until(children: &mut Children, work: &Path, mut done: impl FnMut() -> bo
     Ok(false)
 }
 
-/// The sum of `telemon_target_connects_total` over the targets of a scrape.
-fn connects(scrape: &[u8]) -> u64 {
-    String::from_utf8_lossy(scrape)
-        .lines()
-        .filter(|l| l.starts_with("telemon_target_connects_total"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .map(|v| v as u64)
+/// Each target's `telemon_target_connects_total` and `telemon_target_up` in a scrape, keyed by the
+/// text of its labels.
+fn target_states(scrape: &[u8]) -> HashMap<String, (u64, bool)> {
+    let mut states: HashMap<String, (u64, bool)> = HashMap::new();
+    for line in String::from_utf8_lossy(scrape).lines() {
+        let Some((name, rest)) = line.split_once('{') else { continue };
+        let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
+        let Some(Ok(value)) = value.split_whitespace().next().map(str::parse::<f64>) else { continue };
+        match name {
+            "telemon_target_connects_total" => states.entry(labels.to_owned()).or_default().0 = value as u64,
+            "telemon_target_up" => states.entry(labels.to_owned()).or_default().1 = value == 1.0,
+            _ => {}
+        }
+    }
+    states
+}
+
+/// Down transitions between two scrapes: every connect in between followed one (except a first
+/// connect of a target down at the start), and a target down at the end went down once more.
+fn down_transitions(start: &HashMap<String, (u64, bool)>, end: &HashMap<String, (u64, bool)>) -> u64 {
+    end.iter()
+        .map(|(target, &(connects, up))| {
+            let (connects_before, up_before) = start.get(target).copied().unwrap_or((connects, up));
+            let downs = connects.saturating_sub(connects_before) + u64::from(!up);
+            downs.saturating_sub(u64::from(!up_before))
+        })
         .sum()
 }
 
@@ -649,4 +669,57 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn down_transitions_count_reconnects_and_targets_left_down() {
+        let start = b"# TYPE telemon_target_up gauge\n\
+            telemon_target_up{target=\"a\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"a\",protocol=\"x\"} 1\n\
+            telemon_target_up{target=\"b\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"b\",protocol=\"x\"} 1\n\
+            telemon_target_up{target=\"c\",protocol=\"x\"} 0\n\
+            telemon_target_connects_total{target=\"c\",protocol=\"x\"} 0\n\
+            telemon_target_up{target=\"d\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"d\",protocol=\"x\"} 1\n";
+        // a: went down and came back twice; b: went down and stayed down; c: came up (no down);
+        // d: steady.
+        let end = b"telemon_target_up{target=\"a\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"a\",protocol=\"x\"} 3\n\
+            telemon_target_up{target=\"b\",protocol=\"x\"} 0\n\
+            telemon_target_connects_total{target=\"b\",protocol=\"x\"} 1\n\
+            telemon_target_up{target=\"c\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"c\",protocol=\"x\"} 1\n\
+            telemon_target_up{target=\"d\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"d\",protocol=\"x\"} 1\n";
+        assert_eq!(down_transitions(&target_states(start), &target_states(end)), 3);
+        assert_eq!(down_transitions(&target_states(end), &target_states(end)), 0);
+    }
+
+    #[test]
+    fn bytes_per_series_uses_the_growth_over_a_smaller_n() {
+        let row = |n, state_rss_kib, series| Row {
+            protocol: "meter161",
+            n,
+            cpu_percent: 0.0,
+            floor_cpu_percent: None,
+            sims_cpu_percent: 0.0,
+            peak_rss_mib: 0.0,
+            state_rss_kib,
+            series,
+            p50_ms: 0.0,
+            p99_ms: 0.0,
+            scrape_bytes: 0,
+            gzip: None,
+            up: 0,
+            flaps: 0,
+        };
+        let rows = [row(100, 10_000, 1_000), row(1000, 19_000, 10_000)];
+        assert_eq!(bytes_per_series(&rows[0], &rows), "10240");
+        assert_eq!(bytes_per_series(&rows[1], &rows), "1024 Δ");
+    }
 }
