@@ -1,11 +1,25 @@
 //! `cargo xtask fleet-bench`: what `telemon serve` costs while it watches N targets of one protocol.
 //!
 //! For each protocol and each N, the sims serve N instances (`--instances`, at most [`MAX_PER_SIM`] per
-//! process), telemon (release build) watches every one of them with a one-second period, and once all
-//! are up and a warm-up has passed, the measured window records telemon's CPU time, and a scrape of
-//! `/metrics` every second. Everything runs under `target/fleet-bench/PROTOCOL-N/` (config, logs,
-//! sys161 socket folders), which is kept for a look after the run.
+//! process) at their defaults (values changing as they would), telemon (release build) watches every
+//! one of them with a one-second period, and once all are up and a warm-up has passed, the measured
+//! window records telemon's CPU time, the sims' CPU time, and a scrape of `/metrics` every second
+//! (and the down transitions of targets meanwhile, from `telemon_target_connects_total` and
+//! `telemon_target_up`). A few
+//! scrapes with `Accept-Encoding: gzip` follow the window, outside its CPU figure.
+//!
+//! Then telemon stops and **the floor** runs against the same sims: `fleet-floor` (sims/fleet-floor), a
+//! collector built from the protocol crates alone that polls like telemon and throws what it decodes
+//! away. Its CPU over a window of the same length is what the protocol work costs; telemon's CPU
+//! divided by it is what the fleet layer adds.
+//!
+//! Where `taskset` works and there are two cores or more, the sims run on core 1 and telemon (then
+//! the floor) on core 0, so that neither's CPU time includes waiting for the other.
+//!
+//! Everything runs under `target/fleet-bench/PROTOCOL-N/` (config, logs, sys161 socket folders),
+//! which is kept for a look after the run.
 
+use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -31,16 +45,34 @@ const WARM_UP: Duration = Duration::from_secs(5);
 /// telemon's open-file limit: a socket per target, and some.
 const NOFILE: u32 = 20_000;
 
+/// How many scrapes with `Accept-Encoding: gzip` follow the window (at most one per second of it).
+const GZIP_SCRAPES: u64 = 10;
+
+/// The core telemon and the floor run on, and the sims' core, when pinning works.
+const COLLECTOR_CORE: &str = "0";
+const SIM_CORE: &str = "1";
+
 /// One row of the table.
 struct Row {
     protocol: &'static str,
     n: u32,
     cpu_percent: f64,
+    /// `None` when the floor could not run.
+    floor_cpu_percent: Option<f64>,
+    sims_cpu_percent: f64,
     peak_rss_mib: f64,
+    /// telemon's RSS with every target up, before the first scrape: the state it holds.
+    state_rss_kib: u64,
+    /// Sample lines in a scrape.
+    series: usize,
     p50_ms: f64,
     p99_ms: f64,
     scrape_bytes: usize,
+    /// p99 and compressed size of the gzip scrapes; `None` when the answer was not gzip.
+    gzip: Option<(f64, usize)>,
     up: usize,
+    /// Down transitions of targets during the window.
+    flaps: u64,
 }
 
 /// Runs every (protocol, N) pair, prints the table and writes it to `target/fleet-bench.md`.
@@ -69,7 +101,9 @@ pub fn fleet_bench(
     eprintln!("[xtask] building the release binaries");
     let mut build = Command::new(super::cargo());
     build.args(["build", "--release", "--quiet"]);
-    for package in ["telemon", "sys161-sim", "dyalog-sim", "smon-sim", "rvos-sim", "mono-agent-sim"] {
+    for package in
+        ["telemon", "fleet-floor", "sys161-sim", "dyalog-sim", "smon-sim", "rvos-sim", "mono-agent-sim"]
+    {
         build.args(["-p", package]);
     }
     super::run(&mut build)?;
@@ -81,7 +115,11 @@ pub fn fleet_bench(
         seconds: seconds.max(1),
         clk_tck: clock_ticks(),
         record,
+        pinned: pinning_works(),
     };
+    if !bench.pinned {
+        eprintln!("[xtask] no taskset or a single core: telemon and the sims share the cores");
+    }
     let mut rows = Vec::new();
     let mut failed = Vec::new();
     for &protocol in &chosen {
@@ -124,17 +162,61 @@ fn clock_ticks() -> f64 {
 
 fn table(rows: &[Row]) -> String {
     let mut t = String::from(
-        "| protocol | N | telemon CPU (% of a core) | peak RSS (MiB) | scrape p50 (ms) | scrape p99 (ms) | scrape size (bytes) | up |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| protocol | N | telemon CPU (% of a core) | floor CPU (%) | telemon ÷ floor | sims CPU (%) | peak RSS (MiB) \
+         | series | bytes/series | scrape p50 (ms) | scrape p99 (ms) | scrape size (bytes) | gzip p99 (ms) \
+         | gzip size (bytes) | up | flaps |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
+        let (floor, ratio) = match r.floor_cpu_percent {
+            Some(f) if f > 0.0 => (format!("{f:.2}"), format!("{:.2}", r.cpu_percent / f)),
+            Some(f) => (format!("{f:.2}"), "n/a".to_owned()),
+            None => ("n/a".to_owned(), "n/a".to_owned()),
+        };
+        let (gzip_p99, gzip_size) = match r.gzip {
+            Some((p99, size)) => (format!("{p99:.2}"), size.to_string()),
+            None => ("n/a".to_owned(), "n/a".to_owned()),
+        };
         let _ = writeln!(
             t,
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} |",
-            r.protocol, r.n, r.cpu_percent, r.peak_rss_mib, r.p50_ms, r.p99_ms, r.scrape_bytes, r.up
+            "| {} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {} |",
+            r.protocol,
+            r.n,
+            r.cpu_percent,
+            r.sims_cpu_percent,
+            r.peak_rss_mib,
+            r.series,
+            bytes_per_series(r, rows),
+            r.p50_ms,
+            r.p99_ms,
+            r.scrape_bytes,
+            r.up,
+            r.flaps,
         );
     }
+    t.push_str(
+        "\nbytes/series: telemon's RSS growth from the next smaller N of the same protocol (before any scrape), \
+         divided by the added series (marked Δ); without a smaller N, RSS ÷ series. The floor is `fleet-floor` \
+         against the same sims, alone, over a window of the same length. flaps: down transitions of targets \
+         during the window (from each target's `telemon_target_connects_total` and `telemon_target_up`). gzip: scrapes with `Accept-Encoding: gzip` after the window (n/a: not served gzip).\n",
+    );
     t
+}
+
+/// `r`'s state per series: RSS growth over the next smaller N of its protocol, else RSS ÷ series.
+fn bytes_per_series(r: &Row, rows: &[Row]) -> String {
+    let smaller = rows
+        .iter()
+        .filter(|o| o.protocol == r.protocol && o.n < r.n && o.series < r.series)
+        .max_by_key(|o| o.n);
+    match smaller {
+        Some(o) => {
+            let grown = r.state_rss_kib as f64 - o.state_rss_kib as f64;
+            format!("{:.0} Δ", grown * 1024.0 / (r.series - o.series) as f64)
+        }
+        None if r.series > 0 => format!("{:.0}", r.state_rss_kib as f64 * 1024.0 / r.series as f64),
+        None => "n/a".to_owned(),
+    }
 }
 
 /// Children killed (and reaped) when dropped, so that no run leaves a process behind, even on an error.
@@ -153,6 +235,15 @@ impl Children {
         let pid = child.id();
         self.0.push((name.to_owned(), child));
         Ok(pid)
+    }
+
+    /// Stops (and reaps) the child called `name`.
+    fn stop(&mut self, name: &str) {
+        if let Some(i) = self.0.iter().position(|(n, _)| n == name) {
+            let (_, mut child) = self.0.remove(i);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// Fails if a child has ended (a sim that could not bind, telemon refusing its config...).
@@ -183,9 +274,22 @@ struct Bench {
     clk_tck: f64,
     /// `telemon serve --record WORK/recordings`.
     record: bool,
+    /// Whether the sims and the collector run on cores of their own.
+    pinned: bool,
 }
 
 impl Bench {
+    /// `bin`, on `core` when pinning works.
+    fn pinned(&self, bin: &Path, core: &str) -> Command {
+        if self.pinned {
+            let mut cmd = Command::new("taskset");
+            cmd.args(["-c", core]).arg(bin);
+            cmd
+        } else {
+            Command::new(bin)
+        }
+    }
+
     fn run(&self, protocol: &'static str, n: u32) -> Result<Row> {
         let work = self.work.join(format!("{protocol}-{n}"));
         if work.exists() {
@@ -198,27 +302,26 @@ impl Bench {
         let listen = format!("127.0.0.1:{}", free_port()?);
         let mut config = format!("[serve]\nlisten = \"{listen}\"\n");
         let mut children = Children::default();
+        let mut sims = Vec::new();
         let mut next_port = 10_000;
         let chunks = (0..n).step_by(MAX_PER_SIM as usize).map(|start| (start, (n - start).min(MAX_PER_SIM)));
         if protocol == "mono" {
-            // Agents dial telemon's listener: one block, each agent a target.
+            // Agents dial telemon's listener: one block, each agent a target. They sample once a
+            // second (the real agent's default is continuous sampling), with values that move.
             let inspector = format!("127.0.0.1:{}", free_port()?);
             let _ = write!(config, "\n[[mono_listen]]\nname = \"mono\"\nlisten = \"{inspector}\"\n");
             for (i, (_, count)) in chunks.enumerate() {
-                let mut sim = Command::new(self.release.join("mono-agent-sim"));
-                sim.args(["--address", &inspector, "--interval", "1000", "--fixed-values"])
+                let mut sim = self.pinned(&self.release.join("mono-agent-sim"), SIM_CORE);
+                sim.args(["--address", &inspector, "--interval", "1000"])
                     .args(["--instances", &count.to_string()])
                     .env("RUST_LOG", &log_level);
-                children.spawn(
-                    &format!("mono-agent-sim-{i}"),
-                    &mut sim,
-                    &work.join(format!("mono-agent-sim-{i}.log")),
-                )?;
+                let name = format!("mono-agent-sim-{i}");
+                sims.push(children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?);
             }
         } else {
             for (i, (start, count)) in chunks.enumerate() {
                 let name = format!("{}-{i}", sim_binary(protocol));
-                let mut sim = Command::new(self.release.join(sim_binary(protocol)));
+                let mut sim = self.pinned(&self.release.join(sim_binary(protocol)), SIM_CORE);
                 sim.args(["--instances", &count.to_string()]).env("RUST_LOG", &log_level);
                 if protocol == "meter161" {
                     let dir = work.join(format!("sys161-{i}"));
@@ -240,7 +343,7 @@ impl Bench {
                     match protocol {
                         "hmon" => sim.args(["--serve", &addr]),
                         "smon" => sim.args(["--listen", &addr, "--interval", "1s"]),
-                        _ => sim.args(["--listen", &addr, "--trace-prefill", "0", "--trace-capacity", "64"]),
+                        _ => sim.args(["--listen", &addr]),
                     };
                     let period = match protocol {
                         "hmon" => "poll = \"1s\"\n",
@@ -256,13 +359,13 @@ impl Bench {
                         );
                     }
                 }
-                children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?;
+                sims.push(children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?);
             }
         }
         let config_path = work.join("telemon.toml");
         std::fs::write(&config_path, config)?;
 
-        let mut telemon = with_nofile_limit(&self.release.join("telemon"));
+        let mut telemon = with_nofile_limit(self.pinned(&self.release.join("telemon"), COLLECTOR_CORE));
         telemon.arg("serve").arg("--config").arg(&config_path);
         if self.record {
             telemon.arg("--record").arg(work.join("recordings"));
@@ -270,19 +373,14 @@ impl Bench {
         let pid = children.spawn("telemon", &mut telemon, &work.join("telemon.log"))?;
 
         // Every target up, or the deadline.
-        let deadline = Instant::now() + UP_DEADLINE;
         let mut up = 0;
-        while Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(500));
-            children.check_alive(&work)?;
+        let all_up = wait_until(&mut children, &work, || {
             if let Ok(n_up) = targets_up(&listen) {
                 up = n_up;
             }
-            if up >= n as usize {
-                break;
-            }
-        }
-        if up < n as usize {
+            up >= n as usize
+        })?;
+        if !all_up {
             eprintln!(
                 "[xtask] only {up} of {n} targets up after {}s; measuring anyway",
                 UP_DEADLINE.as_secs()
@@ -290,25 +388,53 @@ impl Bench {
         }
         std::thread::sleep(WARM_UP);
         children.check_alive(&work)?;
+        let state_rss_kib = proc_status_kib(pid, "VmRSS")?;
 
         // The measured window: CPU time over it, a scrape each second.
         let ticks_before = cpu_ticks(pid)?;
+        let sims_before = sum_cpu_ticks(&sims)?;
         let start = Instant::now();
         let mut latencies = Vec::new();
-        let mut scrape_bytes = 0;
+        let mut scrape = Vec::new();
+        let mut first_states = None;
         for i in 1..=self.seconds {
             let t = Instant::now();
-            scrape_bytes = http_get(&listen, "/metrics")?.len();
+            scrape = http_get(&listen, "/metrics", false)?.body;
             latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            first_states.get_or_insert_with(|| target_states(&scrape));
             if let Some(wait) = (start + Duration::from_secs(i)).checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
         }
         let elapsed = start.elapsed().as_secs_f64();
         let ticks = cpu_ticks(pid)? - ticks_before;
-        let peak_rss_mib = vm_hwm_kib(pid)? as f64 / 1024.0;
+        let sims_ticks = sum_cpu_ticks(&sims)? - sims_before;
+        let peak_rss_mib = proc_status_kib(pid, "VmHWM")? as f64 / 1024.0;
         let up = targets_up(&listen)?;
+        let flaps = down_transitions(&first_states.unwrap_or_default(), &target_states(&scrape));
+        let series = scrape.split(|&b| b == b'\n').filter(|l| !l.is_empty() && l[0] != b'#').count();
+
+        // Scrapes as Prometheus sends them, outside the window.
+        let mut gzip_latencies = Vec::new();
+        let mut gzip_size = None;
+        for _ in 0..GZIP_SCRAPES.min(self.seconds) {
+            let t = Instant::now();
+            let answer = http_get(&listen, "/metrics", true)?;
+            gzip_latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            gzip_size = answer.gzip.then_some(answer.body.len());
+            std::thread::sleep(Duration::from_secs(1).saturating_sub(t.elapsed()));
+        }
+        gzip_latencies.sort_by(f64::total_cmp);
         children.check_alive(&work)?;
+        children.stop("telemon");
+
+        let floor_cpu_percent = match self.floor(protocol, n, &config_path, &work, &mut children) {
+            Ok(percent) => Some(percent),
+            Err(e) => {
+                eprintln!("[xtask] {protocol} x {n}: the floor failed: {e:#}");
+                None
+            }
+        };
         drop(children);
 
         latencies.sort_by(f64::total_cmp);
@@ -316,13 +442,109 @@ impl Bench {
             protocol,
             n,
             cpu_percent: ticks as f64 / self.clk_tck / elapsed * 100.0,
+            floor_cpu_percent,
+            sims_cpu_percent: sims_ticks as f64 / self.clk_tck / elapsed * 100.0,
             peak_rss_mib,
+            state_rss_kib,
+            series,
             p50_ms: percentile(&latencies, 50.0),
             p99_ms: percentile(&latencies, 99.0),
-            scrape_bytes,
+            scrape_bytes: scrape.len(),
+            gzip: gzip_size.map(|size| (percentile(&gzip_latencies, 99.0), size)),
             up,
+            flaps,
         })
     }
+
+    /// Runs `fleet-floor` over the same targets, once every one is up, and returns its CPU (% of a
+    /// core) over a window as long as telemon's.
+    fn floor(
+        &self,
+        protocol: &str,
+        n: u32,
+        config: &Path,
+        work: &Path,
+        children: &mut Children,
+    ) -> Result<f64> {
+        let mut floor = with_nofile_limit(self.pinned(&self.release.join("fleet-floor"), COLLECTOR_CORE));
+        floor.arg("--protocol").arg(protocol).arg("--config").arg(config);
+        let log = work.join("fleet-floor.log");
+        let pid = children.spawn("fleet-floor", &mut floor, &log)?;
+        // It prints `up K decoded M` every second.
+        let floor_up = || -> usize {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let last = text.lines().rev().find(|l| l.starts_with("up "));
+            last.and_then(|l| l.split_whitespace().nth(1)?.parse().ok()).unwrap_or(0)
+        };
+        if !wait_until(children, work, || floor_up() >= n as usize)? {
+            eprintln!("[xtask] the floor has only {} of {n} targets up; measuring anyway", floor_up());
+        }
+        std::thread::sleep(WARM_UP);
+        children.check_alive(work)?;
+        let before = cpu_ticks(pid)?;
+        let start = Instant::now();
+        std::thread::sleep(Duration::from_secs(self.seconds));
+        let ticks = cpu_ticks(pid)? - before;
+        let elapsed = start.elapsed().as_secs_f64();
+        children.check_alive(work)?;
+        children.stop("fleet-floor");
+        Ok(ticks as f64 / self.clk_tck / elapsed * 100.0)
+    }
+}
+
+/// Polls `done` every half second until it holds (`true`) or [`UP_DEADLINE`] passes (`false`),
+/// failing if a child ends meanwhile.
+fn wait_until(children: &mut Children, work: &Path, mut done: impl FnMut() -> bool) -> Result<bool> {
+    let deadline = Instant::now() + UP_DEADLINE;
+    while Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        children.check_alive(work)?;
+        if done() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Each target's `telemon_target_connects_total` and `telemon_target_up` in a scrape, keyed by the
+/// text of its labels.
+fn target_states(scrape: &[u8]) -> HashMap<String, (u64, bool)> {
+    let mut states: HashMap<String, (u64, bool)> = HashMap::new();
+    for line in String::from_utf8_lossy(scrape).lines() {
+        let Some((name, rest)) = line.split_once('{') else { continue };
+        let Some((labels, value)) = rest.rsplit_once("} ") else { continue };
+        let Some(Ok(value)) = value.split_whitespace().next().map(str::parse::<f64>) else { continue };
+        match name {
+            "telemon_target_connects_total" => states.entry(labels.to_owned()).or_default().0 = value as u64,
+            "telemon_target_up" => states.entry(labels.to_owned()).or_default().1 = value == 1.0,
+            _ => {}
+        }
+    }
+    states
+}
+
+/// Down transitions between two scrapes: every connect in between followed one (except a first
+/// connect of a target down at the start), and a target down at the end went down once more.
+fn down_transitions(start: &HashMap<String, (u64, bool)>, end: &HashMap<String, (u64, bool)>) -> u64 {
+    end.iter()
+        .map(|(target, &(connects, up))| {
+            let (connects_before, up_before) = start.get(target).copied().unwrap_or((connects, up));
+            let downs = connects.saturating_sub(connects_before) + u64::from(!up);
+            downs.saturating_sub(u64::from(!up_before))
+        })
+        .sum()
+}
+
+/// Whether `taskset` can pin to the two cores used here.
+fn pinning_works() -> bool {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    cores >= 2
+        && Command::new("taskset")
+            .args(["-c", SIM_CORE, "true"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
 }
 
 fn sim_binary(protocol: &str) -> &'static str {
@@ -335,19 +557,22 @@ fn sim_binary(protocol: &str) -> &'static str {
     }
 }
 
-/// `bin` with its open-file limit raised to [`NOFILE`]: by `prlimit` when there is one, else by the shell.
-fn with_nofile_limit(bin: &Path) -> Command {
+/// `cmd` with its open-file limit raised to [`NOFILE`]: by `prlimit` when there is one, else by the
+/// shell. Both exec the command, so the child's pid is the command's.
+fn with_nofile_limit(cmd: Command) -> Command {
     let has_prlimit =
         Command::new("prlimit").arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status();
-    if has_prlimit.is_ok_and(|s| s.success()) {
-        let mut cmd = Command::new("prlimit");
-        cmd.arg(format!("--nofile={NOFILE}:{NOFILE}")).arg(bin);
-        cmd
+    let mut wrapped = if has_prlimit.is_ok_and(|s| s.success()) {
+        let mut w = Command::new("prlimit");
+        w.arg(format!("--nofile={NOFILE}:{NOFILE}"));
+        w
     } else {
-        let mut cmd = Command::new("sh");
-        cmd.args(["-c", &format!("ulimit -n {NOFILE}; exec \"$@\""), "sh"]).arg(bin);
-        cmd
-    }
+        let mut w = Command::new("sh");
+        w.args(["-c", &format!("ulimit -n {NOFILE}; exec \"$@\""), "sh"]);
+        w
+    };
+    wrapped.arg(cmd.get_program()).args(cmd.get_args());
+    wrapped
 }
 
 /// A port on 127.0.0.1 that is free now.
@@ -374,7 +599,7 @@ fn free_ports(from: u16, n: u32) -> Result<u16> {
 
 /// How many targets `/targets` shows up (the JSON has no spaces: `"state":"up"`).
 fn targets_up(listen: &str) -> Result<usize> {
-    let body = String::from_utf8(http_get(listen, "/targets")?)?;
+    let body = String::from_utf8(http_get(listen, "/targets", false)?.body)?;
     // Only the `targets` list, not the `probes` one (the keys may come in either order).
     let targets = &body[body.find("\"targets\":").context("no targets in /targets")?..];
     let targets = match targets.find("\"probes\":") {
@@ -384,11 +609,18 @@ fn targets_up(listen: &str) -> Result<usize> {
     Ok(targets.matches("\"state\":\"up\"").count())
 }
 
-/// The body of `GET path`, by plain HTTP/1.1 with `Connection: close`.
-fn http_get(addr: &str, path: &str) -> Result<Vec<u8>> {
+/// An answer's body, and whether it is gzip.
+struct Answer {
+    body: Vec<u8>,
+    gzip: bool,
+}
+
+/// `GET path`, by plain HTTP/1.1 with `Connection: close` (and `Accept-Encoding: gzip` if `gzip`).
+fn http_get(addr: &str, path: &str, gzip: bool) -> Result<Answer> {
     let mut stream = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n")?;
+    let accept = if gzip { "Accept-Encoding: gzip\r\n" } else { "" };
+    write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n")?;
     let mut answer = Vec::new();
     stream.read_to_end(&mut answer).with_context(|| format!("reading GET {path}"))?;
     let end = answer.windows(4).position(|w| w == b"\r\n\r\n").context("no end of headers")?;
@@ -397,10 +629,9 @@ fn http_get(addr: &str, path: &str) -> Result<Vec<u8>> {
         bail!("GET {path}: {}", head.lines().next().unwrap_or_default());
     }
     let body = answer.split_off(end + 4);
-    if head.contains("transfer-encoding: chunked") {
-        return dechunk(&body);
-    }
-    Ok(body)
+    let gzip = head.lines().any(|l| l.starts_with("content-encoding:") && l.contains("gzip"));
+    let body = if head.contains("transfer-encoding: chunked") { dechunk(&body)? } else { body };
+    Ok(Answer { body, gzip })
 }
 
 /// A chunked body's content.
@@ -428,11 +659,19 @@ fn cpu_ticks(pid: u32) -> Result<u64> {
     Ok(field(14)? + field(15)?)
 }
 
-/// Peak resident set size of `pid` (VmHWM), in KiB.
-fn vm_hwm_kib(pid: u32) -> Result<u64> {
+/// The sum of [`cpu_ticks`] over `pids`.
+fn sum_cpu_ticks(pids: &[u32]) -> Result<u64> {
+    pids.iter().map(|&pid| cpu_ticks(pid)).sum()
+}
+
+/// A KiB figure of `pid`'s `/proc/PID/status`: `VmHWM` (peak resident set size), `VmRSS`...
+fn proc_status_kib(pid: u32, field: &str) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:")).context("no VmHWM")?;
-    Ok(line.split_whitespace().nth(1).context("bad VmHWM")?.parse()?)
+    let line = status
+        .lines()
+        .find(|l| l.strip_prefix(field).is_some_and(|rest| rest.starts_with(':')))
+        .with_context(|| format!("no {field}"))?;
+    Ok(line.split_whitespace().nth(1).with_context(|| format!("bad {field}"))?.parse()?)
 }
 
 /// The nearest-rank percentile of sorted `values`.
@@ -442,4 +681,57 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     }
     let rank = (p / 100.0 * sorted.len() as f64).ceil() as usize;
     sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn down_transitions_count_reconnects_and_targets_left_down() {
+        let start = b"# TYPE telemon_target_up gauge\n\
+            telemon_target_up{target=\"a\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"a\",protocol=\"x\"} 1\n\
+            telemon_target_up{target=\"b\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"b\",protocol=\"x\"} 1\n\
+            telemon_target_up{target=\"c\",protocol=\"x\"} 0\n\
+            telemon_target_connects_total{target=\"c\",protocol=\"x\"} 0\n\
+            telemon_target_up{target=\"d\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"d\",protocol=\"x\"} 1\n";
+        // a: went down and came back twice; b: went down and stayed down; c: came up (no down);
+        // d: steady.
+        let end = b"telemon_target_up{target=\"a\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"a\",protocol=\"x\"} 3\n\
+            telemon_target_up{target=\"b\",protocol=\"x\"} 0\n\
+            telemon_target_connects_total{target=\"b\",protocol=\"x\"} 1\n\
+            telemon_target_up{target=\"c\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"c\",protocol=\"x\"} 1\n\
+            telemon_target_up{target=\"d\",protocol=\"x\"} 1\n\
+            telemon_target_connects_total{target=\"d\",protocol=\"x\"} 1\n";
+        assert_eq!(down_transitions(&target_states(start), &target_states(end)), 3);
+        assert_eq!(down_transitions(&target_states(end), &target_states(end)), 0);
+    }
+
+    #[test]
+    fn bytes_per_series_uses_the_growth_over_a_smaller_n() {
+        let row = |n, state_rss_kib, series| Row {
+            protocol: "meter161",
+            n,
+            cpu_percent: 0.0,
+            floor_cpu_percent: None,
+            sims_cpu_percent: 0.0,
+            peak_rss_mib: 0.0,
+            state_rss_kib,
+            series,
+            p50_ms: 0.0,
+            p99_ms: 0.0,
+            scrape_bytes: 0,
+            gzip: None,
+            up: 0,
+            flaps: 0,
+        };
+        let rows = [row(100, 10_000, 1_000), row(1000, 19_000, 10_000)];
+        assert_eq!(bytes_per_series(&rows[0], &rows), "10240");
+        assert_eq!(bytes_per_series(&rows[1], &rows), "1024 Δ");
+    }
 }

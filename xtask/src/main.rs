@@ -17,8 +17,10 @@
 //!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
 //!   every up/down caused against those seen (see `sims/fleet-soak`).
 //! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record]` measures `telemon serve` (release) watching
-//!   N sim targets of each protocol (N = 10, 100, 1000 unless given) and prints one table: CPU, peak RSS, scrape
-//!   latency and size, targets up (also written to `target/fleet-bench.md`).
+//!   N sim targets of each protocol (N = 10, 100, 1000 unless given; 60 s windows) and prints one table:
+//!   telemon's CPU beside the floor's (`sims/fleet-floor`, the same polling with the protocol crates alone)
+//!   and the sims', peak RSS, bytes per series, scrape latency and size (plain and gzip), targets up and
+//!   flapping (also written to `target/fleet-bench.md`); `--record` runs it with `telemon serve --record`.
 //! * `cargo xtask ci` runs `.ci/run`.
 
 mod bench_table;
@@ -105,8 +107,9 @@ enum Task {
         /// Only this protocol (repeatable; meter161, hmon, smon, sysinfo, mono; default all).
         #[arg(long = "protocol", value_name = "P")]
         protocols: Vec<String>,
-        /// Seconds measured per run, after every target is up and a 5 s warm-up.
-        #[arg(long, default_value_t = 20)]
+        /// Seconds measured per run (telemon's window, then the floor's), after every target is up and
+        /// a 5 s warm-up.
+        #[arg(long, default_value_t = 60)]
         seconds: u64,
         /// Run `telemon serve --record DIR` (every connection recorded), to measure what recording costs.
         #[arg(long)]

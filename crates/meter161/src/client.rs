@@ -13,10 +13,14 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixStream;
 use tokio_util::codec::Framed;
 
+use crate::batched::BatchedStream;
 use crate::codec::ClientCodec;
 use crate::error::{ClientError, ProtocolError};
 use crate::message::{interval_ns, socket_path, ClientMessage, DEFAULT_MAX_FIELDS, DEFAULT_MAX_LINE};
 use crate::session::{Header, Sample, Session, Update};
+
+/// The initial size of the read and write buffers.
+const IO_BUFFER: usize = 512;
 
 /// How a client connects.
 #[derive(Debug, Clone)]
@@ -37,6 +41,13 @@ pub struct ClientConfig {
     pub retry_delay: Duration,
     /// For [`watch`]: the pause after any other failure (stat161: 5 s).
     pub error_retry_delay: Duration,
+    /// Batch reads while lines come this close together (`None`, the default: read each line as soon
+    /// as it arrives). sys161 writes every line on its own, so a client that keeps up with a 10 us
+    /// interval pays a wake-up and a read per line; with a window, a read that follows the previous
+    /// one within it takes the socket out of the reactor, and the socket is then read once per
+    /// window until a window goes by without a byte. The first line after a quiet period is read at
+    /// once, so a 1 s interval is never delayed; a busy stream is read at most one window late.
+    pub read_batching: Option<Duration>,
 }
 
 impl Default for ClientConfig {
@@ -49,6 +60,7 @@ impl Default for ClientConfig {
             reconnect: true,
             retry_delay: Duration::from_secs(1),
             error_retry_delay: Duration::from_secs(5),
+            read_batching: None,
         }
     }
 }
@@ -69,6 +81,13 @@ impl ClientConfig {
     /// How long to wait for the greeting after connecting.
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Batches reads while lines come closer together than `window` (see
+    /// [`ClientConfig::read_batching`]); 5 ms suits a one-target viewer at small intervals.
+    pub fn read_batching(mut self, window: Duration) -> Self {
+        self.read_batching = Some(window);
         self
     }
 
@@ -97,7 +116,7 @@ pub type Config = ClientConfig;
 /// `S` is the connection: the meter socket by default, or any stream given to [`Client::over`] (a recording
 /// tap, a replayed recording, an in-memory pipe in tests).
 #[derive(Debug)]
-pub struct Client<S = UnixStream> {
+pub struct Client<S = BatchedStream> {
     framed: Framed<S, ClientCodec>,
     session: Session,
     header: Arc<Header>,
@@ -115,7 +134,9 @@ impl Client {
     ///
     /// Fails with [`ProtocolError::UnsupportedVersion`] for any `HELLO` other than 2.
     pub async fn connect_path(path: impl AsRef<Path>, config: &ClientConfig) -> Result<Client, ClientError> {
-        Client::connect_path_with(path, config, |stream| stream).await
+        // Boxed: the handshake's state is large, and a caller that keeps this future inline (a fleet
+        // target's task) would otherwise carry it for as long as the connection lives.
+        Box::pin(Client::connect_path_with(path, config, |stream| stream)).await
     }
 }
 
@@ -124,20 +145,23 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     pub async fn connect_path_with(
         path: impl AsRef<Path>,
         config: &ClientConfig,
-        wrap: impl FnOnce(UnixStream) -> S,
+        wrap: impl FnOnce(BatchedStream) -> S,
     ) -> Result<Client<S>, ClientError> {
         let path = path.as_ref();
         interval_ns_of(config)?;
         let stream = UnixStream::connect(path)
             .await
             .map_err(|source| ClientError::Connect { path: path.to_path_buf(), source })?;
-        Client::over(wrap(stream), config).await
+        Client::over(wrap(BatchedStream::new(stream, config.read_batching)), config).await
     }
 
     /// Runs the client over an already connected `stream`: asks for `config.interval` and reads the handshake.
     pub async fn over(stream: S, config: &ClientConfig) -> Result<Client<S>, ClientError> {
         let interval = interval_ns_of(config)?;
-        let mut framed = Framed::new(stream, ClientCodec::new(config.max_line, config.max_fields));
+        // Small buffers that grow when a line needs it: a DATA line is under 256 bytes, and a fleet
+        // holds one client per simulator (tokio-util's default is 8 KiB each way).
+        let mut framed =
+            Framed::with_capacity(stream, ClientCodec::new(config.max_line, config.max_fields), IO_BUFFER);
         if let Some(ns) = interval {
             framed.send(ClientMessage::Interval(ns)).await?;
         }
@@ -288,42 +312,18 @@ pub fn watch_with<S, W>(
 ) -> impl Stream<Item = Result<Event, ClientError>> + Send + 'static
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    W: Fn(UnixStream) -> S + Send + Sync + 'static,
+    W: Fn(BatchedStream) -> S + Send + Sync + 'static,
 {
-    let path = socket_path(dir);
-    let wrap = Arc::new(wrap);
+    // Shared, not cloned per item: at a 10 us interval the watch yields 100,000 items a second.
+    let target = Arc::new((socket_path(dir), config, wrap));
     futures::stream::unfold(WatchState::Connecting { delay: Duration::ZERO }, move |state| {
-        let path = path.clone();
-        let config = config.clone();
-        let wrap = Arc::clone(&wrap);
+        let target = Arc::clone(&target);
         async move {
+            let (path, config, wrap) = &*target;
             match state {
                 WatchState::Finished => None,
-                WatchState::Connecting { delay } => {
-                    tokio::time::sleep(delay).await;
-                    loop {
-                        match Client::connect_path_with(&path, &config, |s| wrap(s)).await {
-                            Ok(client) => {
-                                let header = Arc::clone(client.header());
-                                return Some((
-                                    Ok(Event::Connected(header)),
-                                    WatchState::Connected(Box::new(client)),
-                                ));
-                            }
-                            Err(e) if !config.reconnect || is_wrong_version(&e) => {
-                                return Some((Err(e), WatchState::Finished));
-                            }
-                            Err(e) if no_simulator(&e) => {
-                                tracing::debug!(error = %e, "waiting for the meter socket");
-                                tokio::time::sleep(config.retry_delay).await;
-                            }
-                            Err(e) => {
-                                let next = WatchState::Connecting { delay: config.error_retry_delay };
-                                return Some((Err(e), next));
-                            }
-                        }
-                    }
-                }
+                // Boxed, so that the future made for every item stays small: the unfold moves it.
+                WatchState::Connecting { delay } => Some(Box::pin(connect(path, config, wrap, delay)).await),
                 WatchState::Connected(mut client) => match client.next().await {
                     Some(Ok(sample)) => Some((Ok(Event::Sample(sample)), WatchState::Connected(client))),
                     Some(Err(e)) if is_wrong_version(&e) => Some((Err(e), WatchState::Finished)),
@@ -338,6 +338,35 @@ where
     })
 }
 
+/// The watch's connecting state: waits `delay`, then connects (waiting for the simulator if
+/// `config.reconnect`); returns the item to yield and the next state.
+async fn connect<S, W>(
+    path: &Path,
+    config: &ClientConfig,
+    wrap: &W,
+    delay: Duration,
+) -> (Result<Event, ClientError>, WatchState<S>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+    W: Fn(BatchedStream) -> S,
+{
+    tokio::time::sleep(delay).await;
+    loop {
+        match Client::connect_path_with(path, config, wrap).await {
+            Ok(client) => {
+                let header = Arc::clone(client.header());
+                return (Ok(Event::Connected(header)), WatchState::Connected(Box::new(client)));
+            }
+            Err(e) if !config.reconnect || is_wrong_version(&e) => return (Err(e), WatchState::Finished),
+            Err(e) if no_simulator(&e) => {
+                tracing::debug!(error = %e, "waiting for the meter socket");
+                tokio::time::sleep(config.retry_delay).await;
+            }
+            Err(e) => return (Err(e), WatchState::Connecting { delay: config.error_retry_delay }),
+        }
+    }
+}
+
 fn is_wrong_version(e: &ClientError) -> bool {
     matches!(e, ClientError::Protocol(ProtocolError::UnsupportedVersion { .. }))
 }
@@ -346,4 +375,16 @@ fn is_wrong_version(e: &ClientError) -> bool {
 pub fn no_simulator(e: &ClientError) -> bool {
     matches!(e, ClientError::Connect { source, .. }
         if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused))
+}
+
+#[cfg(test)]
+mod tests {
+    /// A fleet keeps one connecting future per target inline in the target's task, for as long as
+    /// the task lives: the handshake's state is boxed, so that it costs only while connecting.
+    #[test]
+    fn the_connect_future_is_small() {
+        let config = super::ClientConfig::default();
+        let connect = super::Client::connect_path("/nonexistent", &config);
+        assert!(std::mem::size_of_val(&connect) <= 128, "{} bytes", std::mem::size_of_val(&connect));
+    }
 }

@@ -66,6 +66,8 @@
 #![warn(missing_docs, unreachable_pub)]
 
 #[cfg(feature = "client")]
+mod batched;
+#[cfg(feature = "client")]
 mod client;
 mod codec;
 mod error;
@@ -74,6 +76,8 @@ mod session;
 #[cfg(feature = "codec")]
 mod tokio_codec;
 
+#[cfg(feature = "client")]
+pub use batched::BatchedStream;
 #[cfg(feature = "client")]
 #[allow(deprecated)]
 pub use client::{no_simulator, watch, watch_with, Client, ClientConfig, Config, Event};

@@ -27,10 +27,16 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
     /// With --replay: `1x` keeps the recorded pacing, `10x` is ten times faster, `max` does not wait.
-    #[arg(long = "replay-speed", value_name = "SPEED", default_value = "1x", requires = "replay")]
+    #[arg(
+        id = "replay_speed",
+        long = "replay-speed",
+        value_name = "SPEED",
+        default_value = "1x",
+        requires = "replay"
+    )]
     pub speed: Speed,
     /// With --replay: the target of the recording to serve (needed when it holds several of this protocol).
-    #[arg(long = "replay-target", value_name = "NAME", requires = "replay")]
+    #[arg(id = "replay_target", long = "replay-target", value_name = "NAME", requires = "replay")]
     pub target: Option<String>,
 }
 

@@ -319,6 +319,26 @@ async fn two_clients_at_different_intervals() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_batching_client_gets_every_row_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    // Room for a window's rows: this sim drops a client that leaves too many unread.
+    let sim = Sim::start(dir.path(), Config { queue_capacity: 4096, ..Config::default() });
+    within(async {
+        let config = meter161::ClientConfig {
+            interval: Some(Duration::from_micros(10)),
+            read_batching: Some(Duration::from_millis(5)),
+            ..client_config()
+        };
+        let mut client = Client::connect(dir.path(), &config).await.unwrap();
+        let gaps = gaps(&mut client, 3_000).await;
+        assert_eq!(gaps[0], 200_000_000, "the leftover default tick");
+        assert!(gaps[1..].iter().all(|&g| g == 10_000), "a row lost or out of order");
+    })
+    .await;
+    sim.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stalled_client_does_not_block_a_live_one() {
     let dir = tempfile::tempdir().unwrap();
     let sim = Sim::start(dir.path(), Config { queue_capacity: 8, ..Config::default() });
