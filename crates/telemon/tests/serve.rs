@@ -3,7 +3,6 @@
 //! and dropping simulators; a garbage-spewing and a hanging target beside healthy ones; and
 //! sys161's 32-bit counters unwrapped across a wrap.
 
-use std::path::Path;
 use std::time::Duration;
 
 use sim_common::Shutdown;
@@ -194,6 +193,11 @@ every = "300ms"
     })
     .await;
     assert!(value(&m2, "sys161_kernel_instructions_total{").unwrap() > 0.0);
+    // Every target counts the bytes read from it.
+    for p in ["meter161", "hmon", "mono", "smon", "sysinfo"] {
+        let prefix = format!("telemon_target_received_bytes_total{{protocol=\"{p}\"");
+        assert!(value(&m2, &prefix).is_some_and(|b| b > 0.0), "{p}: no bytes received: {m2}");
+    }
 
     // OpenMetrics on request.
     let (status, om) = get(addr, "/metrics", Some("application/openmetrics-text;version=1.0.0")).await;
@@ -285,19 +289,32 @@ async fn check_config_names_file_line_and_key_and_exits_2() {
     assert!(support::stderr(&out).contains("/nonexistent/telemon.toml:0: -: cannot read"));
     let out = support::run(&["serve"], None).await;
     assert_eq!(support::code(&out), 2, "no targets is a usage error");
+
+    // A label name that would break every scrape (issue 18, part 3).
+    let labels = dir.path().join("labels.toml");
+    let text = "[[smon]]\nname = \"box\"\nconnect = \"127.0.0.1:7399\"\n\
+                labels = { course = \"x\", \"my-label\" = \"x\", target = \"evil\", le = \"1\" }\n";
+    std::fs::write(&labels, text).unwrap();
+    let out = support::run(&["serve", "--check-config", labels.to_str().unwrap()], None).await;
+    assert_eq!(support::code(&out), 2);
+    let err = support::stderr(&out);
+    assert!(err.contains("labels.toml:4: labels.le: "), "{err}");
 }
 
-fn up_line(target: &str) -> String {
-    format!("telemon_target_up{{protocol=\"meter161\",target=\"{target}\"}} 1")
+/// Whether `target` (as written in the exposition) of a `dir_glob` is up, whatever its `dir` label.
+fn is_up(metrics: &str, target: &str) -> bool {
+    let head = format!("telemon_target_up{{protocol=\"meter161\",target=\"{target}\",dir=\"");
+    metrics.lines().any(|l| l.starts_with(&head) && l.ends_with("} 1"))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dir_glob_picks_up_new_simulators_and_drops_vanished_ones() {
+    use std::os::unix::ffi::OsStrExt;
     let home = tempfile::tempdir().unwrap();
-    let dir = |user: &str| home.path().join(user).join("os161/root");
-    std::fs::create_dir_all(dir("ann")).unwrap();
-    std::fs::create_dir_all(dir("bob")).unwrap();
-    let ann = sys161_sim::Running::spawn(&dir("ann"), sys161_sim::Config::default()).unwrap();
+    let dir = |user: &[u8]| home.path().join(std::ffi::OsStr::from_bytes(user)).join("os161/root");
+    std::fs::create_dir_all(dir(b"ann")).unwrap();
+    std::fs::create_dir_all(dir(b"bob")).unwrap();
+    let ann = sys161_sim::Running::spawn(&dir(b"ann"), sys161_sim::Config::default()).unwrap();
     let toml = format!(
         "[[meter161]]\nname = \"class\"\ndir_glob = \"{}/*/os161/root\"\ninterval = \"100ms\"\n",
         home.path().display()
@@ -305,18 +322,33 @@ async fn a_dir_glob_picks_up_new_simulators_and_drops_vanished_ones() {
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
     let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
-    let name = |d: &Path| format!("class/{}", d.display());
 
-    scrape_until(addr, "ann picked up", |m| m.contains(&up_line(&name(&dir("ann"))))).await;
-    let bob = sys161_sim::Running::spawn(&dir("bob"), sys161_sim::Config::default()).unwrap();
-    scrape_until(addr, "bob picked up", |m| m.contains(&up_line(&name(&dir("bob"))))).await;
+    // Named by what the wildcard matched; the whole directory is the `dir` label.
+    scrape_until(addr, "ann picked up", |m| is_up(m, "class/ann")).await;
+    let (_, targets) = get(addr, "/targets", None).await;
+    assert!(targets.contains(&format!("\"dir\":\"{}\"", dir(b"ann").display())), "{targets}");
+    let bob = sys161_sim::Running::spawn(&dir(b"bob"), sys161_sim::Config::default()).unwrap();
+    scrape_until(addr, "bob picked up", |m| is_up(m, "class/bob")).await;
+
+    // Two directories that `Path::display` shows alike get two targets, escaped losslessly.
+    let (x1, x2) = (dir(b"x\xff"), dir(b"x\xfe"));
+    assert_eq!(x1.display().to_string(), x2.display().to_string());
+    std::fs::create_dir_all(&x1).unwrap();
+    std::fs::create_dir_all(&x2).unwrap();
+    let s1 = sys161_sim::Running::spawn(&x1, sys161_sim::Config::default()).unwrap();
+    let s2 = sys161_sim::Running::spawn(&x2, sys161_sim::Config::default()).unwrap();
+    // The exposition escapes the backslash once more.
+    let (n1, n2) = ("class/x\\\\xff", "class/x\\\\xfe");
+    scrape_until(addr, "both non-UTF-8 directories", |m| is_up(m, n1) && is_up(m, n2)).await;
+    s1.stop().await.unwrap();
+    s2.stop().await.unwrap();
 
     // Bob's directory vanishes: his target goes, with its series.
     bob.stop().await.unwrap();
     std::fs::remove_dir_all(home.path().join("bob")).unwrap();
-    let m = scrape_until(addr, "bob dropped", |m| !m.contains(&format!("target=\"{}\"", name(&dir("bob")))))
-        .await;
-    assert!(m.contains(&up_line(&name(&dir("ann")))));
+    let m = scrape_until(addr, "bob dropped", |m| !m.contains("target=\"class/bob\"")).await;
+    assert!(is_up(&m, "class/ann"));
+    assert!(!m.contains("class//"), "no double slash");
     ann.stop().await.unwrap();
     server.shutdown().await;
 }
@@ -471,4 +503,85 @@ async fn sys161_32_bit_counters_are_unwrapped_into_monotonic_ones() {
     assert!(m.contains("telemon_target_connects_total{protocol=\"meter161\",target=\"m\"} 1"));
     sim.stop().await.unwrap();
     server.shutdown().await;
+}
+
+/// A raw HTTP/1.1 GET with extra headers: (lower-cased head, de-chunked body bytes).
+async fn get_raw(addr: std::net::SocketAddr, path: &str, headers: &str) -> (String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).await.expect("telemon listens");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a header block");
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let mut body = &raw[split + 4..];
+    if !head.contains("transfer-encoding: chunked") {
+        return (head, body.to_vec());
+    }
+    let mut out = Vec::new();
+    loop {
+        let eol = body.windows(2).position(|w| w == b"\r\n").expect("a chunk size");
+        let len = usize::from_str_radix(std::str::from_utf8(&body[..eol]).unwrap().trim(), 16).unwrap();
+        if len == 0 {
+            return (head, out);
+        }
+        out.extend_from_slice(&body[eol + 2..eol + 2 + len]);
+        body = &body[eol + 2 + len + 2..];
+    }
+}
+
+fn gunzip(bytes: &[u8]) -> String {
+    use std::io::Read;
+    let mut out = String::new();
+    flate2::read::GzDecoder::new(bytes).read_to_string(&mut out).expect("a valid gzip stream");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_gzipped_when_the_scraper_asks_in_both_formats() {
+    let shutdown = Shutdown::new();
+    let (l, smon_addr) = listener().await;
+    let smon_config = SmonConfig { interval: MIN_INTERVAL, ..SmonConfig::default() };
+    tokio::spawn(smon_sim::serve(l, Cpus(0), smon_config, shutdown.clone()));
+    let toml = format!("[[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n");
+    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let addr = server.local_addr();
+    scrape_until(addr, "smon values", |m| m.contains("smon_value{")).await;
+
+    let (head, plain) = get_raw(addr, "/metrics", "").await;
+    assert!(!head.contains("content-encoding"), "no gzip unless asked:\n{head}");
+    assert!(String::from_utf8(plain).unwrap().contains("smon_value{target=\"box\""));
+
+    // Prometheus's own header.
+    let (head, body) = get_raw(addr, "/metrics", "Accept-Encoding: gzip\r\n").await;
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    let text = gunzip(&body);
+    assert!(
+        text.contains("# TYPE smon_value gauge\n") && text.contains("smon_value{target=\"box\""),
+        "{text}"
+    );
+    assert!(!text.contains("# EOF"));
+
+    // OpenMetrics, gzipped: the same page rules, ending with # EOF.
+    let om =
+        "Accept: application/openmetrics-text;version=1.0.0\r\nAccept-Encoding: br;q=1.0, gzip;q=0.5\r\n";
+    let (head, body) = get_raw(addr, "/metrics", om).await;
+    assert!(
+        head.contains("content-encoding: gzip") && head.contains("application/openmetrics-text"),
+        "{head}"
+    );
+    assert!(gunzip(&body).ends_with("# EOF\n"));
+
+    // gzip refused with q=0.
+    let (head, _) = get_raw(addr, "/metrics", "Accept-Encoding: gzip;q=0, identity\r\n").await;
+    assert!(!head.contains("content-encoding"), "{head}");
+
+    // A probe answer is gzipped the same way.
+    let probe = format!("/probe?target={smon_addr}&protocol=smon");
+    let (head, body) = get_raw(addr, &probe, "Accept-Encoding: gzip\r\n").await;
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    assert!(gunzip(&body).contains("telemon_target_up{"));
+    server.shutdown().await;
+    shutdown.cancel();
 }

@@ -256,6 +256,87 @@ pub struct FleetConfig {
     pub sysinfo: Vec<SysinfoTarget>,
 }
 
+/// Label names that telemon sets itself (every label named in `docs/metrics.md`, plus `le` and
+/// `quantile`): a configured or peer-supplied label may not take one of them, or a line would carry
+/// the name twice and Prometheus would reject the whole scrape.
+pub const RESERVED_LABELS: &[&str] = &[
+    "bitwidth",
+    "category",
+    "channel",
+    "counter",
+    "counters",
+    "dir",
+    "event",
+    "field",
+    "index",
+    "kind",
+    "le",
+    "listener",
+    "name",
+    "pid",
+    "protocol",
+    "quantile",
+    "reason",
+    "runtime",
+    "session_uuid",
+    "side",
+    "state",
+    "tag",
+    "target",
+    "task",
+    "unicode",
+    "value",
+    "version",
+    "window",
+    "wsid",
+];
+
+/// Checks a label name from the config or from a peer: it must match `[a-zA-Z_][a-zA-Z0-9_]*`, must
+/// not begin with `__` (reserved by Prometheus) and must not be one of [`RESERVED_LABELS`]. The
+/// error says why, for a person.
+pub fn check_label_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_');
+    if !first_ok || !chars.all(|c| c.is_ascii_alphanumeric() || c == '_') {
+        return Err(format!("label name {name:?} must match [a-zA-Z_][a-zA-Z0-9_]*"));
+    }
+    if name.starts_with("__") {
+        return Err(format!("label name {name:?} must not begin with \"__\" (reserved by Prometheus)"));
+    }
+    if RESERVED_LABELS.contains(&name) {
+        return Err(format!("label name {name:?} is set by telemon itself; choose another"));
+    }
+    Ok(())
+}
+
+/// The line of `key` inside the block that starts at or before `from` (its `name`): the first
+/// `key =` or `"key" =` at or after the block's `[[...]]` header. 0 when not found.
+fn key_line(text: &str, from: usize, key: &str) -> usize {
+    let from = from.min(text.len());
+    let block = text[..from].rfind("[[").unwrap_or(0);
+    let rest = &text[block..];
+    let mut patterns = vec![format!("\"{key}\""), format!("'{key}'")];
+    if !key.is_empty() {
+        patterns.push(key.to_owned());
+    }
+    let mut at = 0;
+    while at < rest.len() {
+        let hits = patterns.iter().filter_map(|pat| rest[at..].find(pat).map(|i| (at + i, pat.len())));
+        let Some((i, len)) = hits.min() else { break };
+        let before = rest[..i].chars().next_back();
+        let after = rest[i + len..].trim_start_matches([' ', '\t']);
+        let bare_start = before.is_none_or(|c| !(c.is_ascii_alphanumeric() || c == '_' || c == '-'));
+        if bare_start && (after.starts_with('=') || after.starts_with('.')) {
+            return line_of(text, block + i);
+        }
+        at = i + len.max(1);
+        while !rest.is_char_boundary(at) {
+            at += 1;
+        }
+    }
+    0
+}
+
 fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
@@ -347,6 +428,31 @@ impl FleetConfig {
             }
             if seen.insert(n.get_ref(), ()).is_some() {
                 return Err(err(n, "name", format!("target name {:?} is used twice", n.get_ref())));
+            }
+        }
+        let blocks_labels = self
+            .meter161
+            .iter()
+            .map(|t| (&t.name, &t.labels))
+            .chain(self.hmon.iter().map(|t| (&t.name, &t.labels)))
+            .chain(self.hmon_listen.iter().map(|t| (&t.name, &t.labels)))
+            .chain(self.mono_listen.iter().map(|t| (&t.name, &t.labels)))
+            .chain(self.smon.iter().map(|t| (&t.name, &t.labels)))
+            .chain(self.sysinfo.iter().map(|t| (&t.name, &t.labels)));
+        for (name, labels) in blocks_labels {
+            for key in labels.keys() {
+                if let Err(message) = check_label_name(key) {
+                    let line = match key_line(text, name.span().start, key) {
+                        0 => line_of(text, name.span().start),
+                        l => l,
+                    };
+                    return Err(ConfigError {
+                        file: file.into(),
+                        line,
+                        key: format!("labels.{key}"),
+                        message,
+                    });
+                }
             }
         }
         for t in &self.meter161 {
@@ -522,6 +628,51 @@ reports = ["ps"]
         let c = FleetConfig::parse("README.md", body).unwrap();
         assert_eq!(c.meter161.len() + c.hmon.len() + c.hmon_listen.len(), 4);
         assert_eq!((c.mono_listen.len(), c.smon.len(), c.sysinfo.len()), (1, 2, 2));
+    }
+
+    #[test]
+    fn bad_label_names_are_rejected_at_their_line() {
+        let head = "[[smon]]\nname = \"box\"\nfile = \"/x\"\n";
+        let cases = [
+            ("labels = { \"my-label\" = \"x\" }\n", 4, "my-label", "[a-zA-Z_]"),
+            ("labels = { ok = \"1\", target = \"evil\" }\n", 4, "target", "set by telemon"),
+            ("labels = { le = \"1\" }\n", 4, "le", "set by telemon"),
+            ("labels = { quantile = \"1\" }\n", 4, "quantile", "set by telemon"),
+            ("labels = { __meta = \"1\" }\n", 4, "__meta", "__"),
+            ("labels = { \"1x\" = \"1\" }\n", 4, "1x", "[a-zA-Z_]"),
+            ("labels = { \"\" = \"1\" }\n", 4, "", "[a-zA-Z_]"),
+            ("[smon.labels]\nok = \"1\"\n\"a.b\" = \"x\"\n", 6, "a.b", "[a-zA-Z_]"),
+        ];
+        for (tail, line, key, why) in cases {
+            let text = format!("{head}{tail}");
+            let e = FleetConfig::parse("f.toml", &text).unwrap_err();
+            assert_eq!((e.line, e.key.clone()), (line, format!("labels.{key}")), "{e}");
+            assert!(e.message.contains(why), "{e}");
+            assert!(e.to_string().starts_with(&format!("f.toml:{line}: labels.{key}: ")), "{e}");
+        }
+        let ok =
+            format!("{head}labels = {{ course = \"cs161 \\\"x\\\" é\", _x = \"\", Env2 = \"a\\nb\" }}\n");
+        FleetConfig::parse("f.toml", &ok).unwrap();
+    }
+
+    #[test]
+    fn every_label_metrics_md_names_is_reserved() {
+        let doc = include_str!("../../../../docs/metrics.md");
+        let mut named = std::collections::BTreeSet::new();
+        for block in doc.split('{').skip(1) {
+            let Some(inner) = block.split('}').next() else { continue };
+            for part in inner.split(',') {
+                let name = part.split('=').next().unwrap_or("").trim();
+                if !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_') {
+                    named.insert(name.to_owned());
+                }
+            }
+        }
+        assert!(named.contains("target") && named.contains("category"), "{named:?}");
+        for name in named {
+            assert!(RESERVED_LABELS.contains(&name.as_str()), "{name} is in metrics.md but not reserved");
+            assert!(check_label_name(&name).is_err());
+        }
     }
 
     #[test]

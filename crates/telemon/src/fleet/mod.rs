@@ -7,6 +7,7 @@
 //! * [`store`]: a target's series, bounded, with counter rates and 32-bit unwrapping;
 //! * [`registry`]: the shared table of per-target snapshots, with a generation bumped on every change;
 //! * [`model`]: the snapshot types every view codes against;
+//! * [`series`]: a target's published series (a shared schema and a flat array of values);
 //! * [`render`]: the Prometheus text 0.0.4 and OpenMetrics exposition of a snapshot.
 //!
 //! [`Fleet::start`] starts every target of a config.
@@ -16,12 +17,13 @@ pub mod config;
 pub mod model;
 pub mod registry;
 pub mod render;
+pub mod series;
 pub mod store;
 pub mod target;
 
 pub use model::{
-    ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, MetricKind, Protocol, Series, TargetSnapshot,
-    TargetState, Value,
+    ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, MetricKind, Num, Protocol, Series, SeriesRef,
+    SeriesSet, TargetSnapshot, TargetState, Value, ValueRef,
 };
 pub use registry::Registry;
 pub use target::{Failure, Publisher};

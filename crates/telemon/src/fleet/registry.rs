@@ -56,6 +56,25 @@ impl Registry {
         self.bump();
     }
 
+    /// Inserts `target` only if its name is free, or taken by an entry that `replace` allows to be
+    /// replaced (e.g. a dial-in target that is down); the check and the insert are one step, so two
+    /// tasks can never end up sharing one name. Returns whether it was inserted.
+    pub fn insert_unique(
+        &self,
+        target: TargetSnapshot,
+        replace: impl FnOnce(&TargetSnapshot) -> bool,
+    ) -> bool {
+        {
+            let mut targets = self.lock();
+            if targets.get(&target.name).is_some_and(|old| !replace(old)) {
+                return false;
+            }
+            targets.insert(target.name.clone(), target);
+        }
+        self.bump();
+        true
+    }
+
     /// Applies `f` to the target named `name`, if present; returns whether it was.
     pub fn update(&self, name: &str, f: impl FnOnce(&mut TargetSnapshot)) -> bool {
         let found = match self.lock().get_mut(name) {
@@ -119,5 +138,20 @@ mod tests {
         assert!(reg.remove("zeta").is_none());
         assert_eq!(*rx.borrow_and_update(), 4);
         assert_eq!(reg.snapshot().targets.len(), 1);
+    }
+
+    #[test]
+    fn insert_unique_refuses_a_taken_name_unless_replace_allows_it() {
+        let reg = Registry::new();
+        let mut first = TargetSnapshot::new("x", Protocol::Meter161, vec![("dir".into(), "/a".into())]);
+        first.state = TargetState::Up;
+        assert!(reg.insert_unique(first, |_| false));
+        let second = TargetSnapshot::new("x", Protocol::Meter161, vec![("dir".into(), "/b".into())]);
+        assert!(!reg.insert_unique(second.clone(), |_| false));
+        assert!(!reg.insert_unique(second.clone(), |old| old.state == TargetState::Down));
+        assert_eq!(&*reg.snapshot().get("x").unwrap().labels[0].1, "/a", "the first entry is kept");
+        reg.update("x", |t| t.state = TargetState::Down);
+        assert!(reg.insert_unique(second, |old| old.state == TargetState::Down));
+        assert_eq!(&*reg.snapshot().get("x").unwrap().labels[0].1, "/b");
     }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,7 +21,8 @@ use super::{flush_due, within, AbortOnDrop, Claims, Retry, CONNECT_TIMEOUT};
 use crate::fleet::config::HmonTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
-use crate::fleet::target::{label, Failure, Publisher};
+use crate::fleet::target::{Failure, Publisher};
+use crate::record;
 
 /// The facts polled when a target does not list its own: the ones exported as metrics.
 pub const DEFAULT_FACTS: [FactKind; 4] =
@@ -98,8 +100,27 @@ pub async fn run_connect(mut p: Publisher, addr: String, plan: Plan) {
     }
 }
 
+/// Connects to `addr` (SERVE mode, no reconnecting: [`Retry`] does that), the stream wrapped in a recording
+/// tap (see [`record::tap`]), and does the handshake.
+async fn connect(
+    addr: &str,
+    config: hmon::ClientConfig,
+    name: &str,
+    received: Arc<AtomicU64>,
+) -> Result<Connection, ClientError> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
+    let _ = stream.set_nodelay(true);
+    Connection::over(record::tap(stream, name, record::Protocol::Hmon, addr, received), config).await
+}
+
 async fn connect_session(p: &mut Publisher, addr: &str, plan: &Plan) -> Failure {
-    let connected = within(CONNECT_TIMEOUT * 2, "connect", Connection::connect(addr, plan.client_config()));
+    let connected = within(
+        CONNECT_TIMEOUT * 2,
+        "connect",
+        connect(addr, plan.client_config(), p.name(), p.received().clone()),
+    );
     let mut conn = match connected.await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return fail(e),
@@ -245,6 +266,22 @@ fn last_known_state(p: &mut Publisher, state: &hmon::LastKnownState) {
     }
 }
 
+/// Runs the collector over an already connected `stream` (a replayed recording: `telemon export`) until the
+/// connection ends.
+pub async fn over<S>(p: &mut Publisher, stream: S, plan: &Plan) -> Failure
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, mut events) =
+        match within(CONNECT_TIMEOUT * 2, "handshake", Client::over(stream, plan.client_config())).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return fail(e),
+            Err(f) => return f,
+        };
+    p.up();
+    collect(p, &client, &mut events, plan).await
+}
+
 /// POLL mode: binds the block's `listen` address and returns the accept loop. Each interpreter is a
 /// target named `NAME/HOST` after its Host fact (or `NAME/PEER` when it has no name or the name is
 /// taken by a connected interpreter). A target stays listed as down for `linger` after its
@@ -380,11 +417,11 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
                 Ok(state) => {
                     let ts = state.activity.as_ref().and_then(|a| a.ts).or(state.ts);
                     if let Some(ts) = ts {
-                        p.set(
+                        p.put(
                             "dyalog_last_known_state_timestamp_seconds",
                             "Unix time of the interpreter's current activity, from GetLastKnownState.",
                             MetricKind::Gauge,
-                            vec![],
+                            &[],
                             ts.unix_millis() as f64 / 1000.0,
                         );
                     }
@@ -400,12 +437,12 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
 }
 
 fn set_event_count(p: &mut Publisher, event: &str, n: u64) {
-    p.set(
+    p.put(
         "dyalog_events_total",
         "Notifications received from the interpreter, by event.",
         MetricKind::Counter,
-        vec![label("event", event)],
-        n as f64,
+        &[("event", event)],
+        n,
     );
 }
 
@@ -475,7 +512,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             ];
             for (fam, help, ms) in secs {
                 if let Some(ms) = ms {
-                    p.set(fam, help, MetricKind::Counter, vec![], ms as f64 / 1000.0);
+                    p.put(fam, help, MetricKind::Counter, &[], ms as f64 / 1000.0);
                 }
             }
         }
@@ -499,7 +536,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             ];
             for (fam, help, v) in gauges {
                 if let Some(v) = v {
-                    p.set(fam, help, MetricKind::Gauge, vec![], v as f64);
+                    p.put(fam, help, MetricKind::Gauge, &[], v);
                 }
             }
             let counters = [
@@ -512,7 +549,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             ];
             for (fam, help, v) in counters {
                 if let Some(v) = v {
-                    p.set(fam, help, MetricKind::Counter, vec![], v as f64);
+                    p.put(fam, help, MetricKind::Counter, &[], v);
                 }
             }
             for (state, v) in
@@ -520,13 +557,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             {
                 if let Some(v) = v {
                     let help = "Workspace pockets, by state.";
-                    p.set(
-                        "dyalog_workspace_pockets",
-                        help,
-                        MetricKind::Gauge,
-                        vec![label("state", state)],
-                        v as f64,
-                    );
+                    p.put("dyalog_workspace_pockets", help, MetricKind::Gauge, &[("state", state)], v);
                 }
             }
             if let Some(wsid) = w.wsid {
@@ -537,7 +568,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             for (state, v) in [("total", t.total), ("suspended", t.suspended)] {
                 if let Some(v) = v {
                     let help = "APL threads, all and suspended.";
-                    p.set("dyalog_threads", help, MetricKind::Gauge, vec![label("state", state)], v as f64);
+                    p.put("dyalog_threads", help, MetricKind::Gauge, &[("state", state)], v);
                 }
             }
         }
@@ -546,15 +577,21 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
     if new_info != *info {
         *info = new_info;
         p.retain_family("dyalog_interpreter_info", |_| false);
-        let labels = vec![
-            label("version", &info.version),
-            label("bitwidth", &info.bitwidth),
-            label("unicode", &info.unicode),
-            label("runtime", &info.runtime),
-            label("session_uuid", &info.session_uuid),
-            label("wsid", &info.wsid),
+        let labels = [
+            ("version", info.version.as_str()),
+            ("bitwidth", &info.bitwidth),
+            ("unicode", &info.unicode),
+            ("runtime", &info.runtime),
+            ("session_uuid", &info.session_uuid),
+            ("wsid", &info.wsid),
         ];
-        p.set("dyalog_interpreter_info", "The interpreter and its workspace.", MetricKind::Info, labels, 1.0);
+        p.put(
+            "dyalog_interpreter_info",
+            "The interpreter and its workspace.",
+            MetricKind::Info,
+            &labels,
+            1u64,
+        );
     }
 }
 
@@ -581,10 +618,9 @@ mod serve_mode_tests {
     }
 
     fn has(t: &TargetSnapshot, family: &str, label: Option<(&str, &str)>) -> bool {
-        t.series.iter().any(|s| {
-            &*s.family == family
-                && label.is_none_or(|(k, v)| s.labels.iter().any(|(n, l)| &**n == k && &**l == v))
-        })
+        t.series
+            .iter()
+            .any(|s| s.family() == family && label.is_none_or(|(k, v)| s.labels().get(k) == Some(v)))
     }
 
     #[tokio::test]
@@ -614,9 +650,9 @@ mod serve_mode_tests {
         });
         let t = target_when(&registry, |t| {
             t.series.iter().any(|s| {
-                &*s.family == "dyalog_events_total"
-                    && s.labels.iter().any(|(_, v)| &**v == "WorkspaceResize")
-                    && s.value.as_number() == Some(1.0)
+                s.family() == "dyalog_events_total"
+                    && s.label("event") == "WorkspaceResize"
+                    && s.number() == Some(1.0)
             })
         })
         .await;

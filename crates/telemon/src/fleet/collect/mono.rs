@@ -2,11 +2,12 @@
 //! become the `mono_runtime*` families by variance and unit.
 
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
 use mono_counters::{
-    ClientConfig, ClientError, CounterName, CounterTable, Inspector, Reading, Unit, ValueData, Variance,
+    ClientConfig, ClientError, CounterName, CounterTable, Reading, Unit, ValueData, Variance,
 };
 
 use tokio::task::JoinSet;
@@ -15,7 +16,9 @@ use super::{flush_due, within, Claims, CONNECT_TIMEOUT};
 use crate::fleet::config::MonoTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
-use crate::fleet::target::{label, Failure, Publisher};
+use crate::fleet::series::Num;
+use crate::fleet::target::{Failure, Publisher};
+use crate::record;
 
 fn kind(e: &ClientError) -> ErrorKind {
     match e {
@@ -28,6 +31,21 @@ fn kind(e: &ClientError) -> ErrorKind {
     }
 }
 
+/// Waits for the next agent and its Hello (as [`mono_counters::Inspector::accept`]), the stream wrapped in a recording
+/// tap (see [`record::tap`]) as the target `NAME/PEER`.
+async fn accept(
+    listener: &tokio::net::TcpListener,
+    config: &ClientConfig,
+    name: &str,
+) -> Result<(mono_counters::Session, std::net::SocketAddr, Arc<AtomicU64>), ClientError> {
+    let (stream, peer) = listener.accept().await?;
+    let _ = stream.set_nodelay(true);
+    let received = Arc::new(AtomicU64::new(0));
+    let target = format!("{name}/{peer}");
+    let stream = record::tap(stream, &target, record::Protocol::Mono, &peer.to_string(), received.clone());
+    Ok((mono_counters::Session::start(stream, config.clone()).await?, peer, received))
+}
+
 /// Binds the block's address and returns the accept loop: every agent that connects is collected
 /// in its own task and stays listed as down for `linger` after it leaves. Dropping the loop ends
 /// every session.
@@ -38,7 +56,7 @@ pub async fn listen(
     linger: Duration,
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     let config = ClientConfig::default().request_timeout(CONNECT_TIMEOUT);
-    let inspector = Inspector::bind(&block.listen, config).await?;
+    let listener = tokio::net::TcpListener::bind(&block.listen).await?;
     let labels = crate::fleet::labels(&block.labels);
     let add: Arc<[CounterName]> = block.add.iter().filter_map(|c| CounterName::parse(c)).collect();
     let name = block.name.get_ref().clone();
@@ -48,10 +66,10 @@ pub async fn listen(
         let mut sessions = JoinSet::new();
         loop {
             let accepted = tokio::select! {
-                a = inspector.accept() => a,
+                a = accept(&listener, &config, &name) => a,
                 Some(_) = sessions.join_next() => continue,
             };
-            let (mut session, peer) = match accepted {
+            let (mut session, peer, received) = match accepted {
                 Ok(a) => a,
                 Err(e) => {
                     tracing::warn!(%addr, error = %e, "an agent failed to connect");
@@ -66,6 +84,7 @@ pub async fn listen(
                 labels.clone(),
                 series_limit,
             );
+            p.count_received_in(received);
             sessions.spawn(async move {
                 let claim = claims.claim(p.name());
                 p.up();
@@ -136,13 +155,13 @@ const FAMILIES: [&str; 8] = [
 ];
 
 fn set_info(p: &mut Publisher, version: i16, counters: usize) {
-    let labels = vec![label("version", &format!("0.{version}")), label("counters", &counters.to_string())];
-    p.set(
+    let (version, counters) = (format!("0.{version}"), counters.to_string());
+    p.put(
         "mono_agent_info",
         "The connected Mono agent: protocol version and counters sampled.",
         MetricKind::Info,
-        labels,
-        1.0,
+        &[("version", &version), ("counters", &counters)],
+        1u64,
     );
 }
 
@@ -152,18 +171,37 @@ fn reading(p: &mut Publisher, r: &Reading) {
     let full = h.full_name();
     let (category, counter) = full.split_once('/').unwrap_or(("", &full));
     let monotonic = h.variance == Variance::Monotonic;
-    let v = v.as_f64();
+    // Integer counters stay exact; scaled ones (ticks, percentages) become floats.
+    let exact = exact_num(v);
+    let f = v.as_f64();
     let (fam, help, value) = match (h.unit, monotonic) {
-        (Unit::Bytes, true) => ("mono_runtime_bytes_total", "Monotonic Mono counters in bytes.", v),
-        (Unit::Bytes, false) => ("mono_runtime_bytes", "Mono counters in bytes.", v),
-        (Unit::Time, true) => {
-            ("mono_runtime_seconds_total", "Monotonic Mono time counters (from 100 ns ticks).", v / 1e7)
+        (Unit::Bytes, true) => ("mono_runtime_bytes_total", "Monotonic Mono counters in bytes.", exact),
+        (Unit::Bytes, false) => ("mono_runtime_bytes", "Mono counters in bytes.", exact),
+        (Unit::Time, true) => (
+            "mono_runtime_seconds_total",
+            "Monotonic Mono time counters (from 100 ns ticks).",
+            Num::Float(f / 1e7),
+        ),
+        (Unit::Time, false) => {
+            ("mono_runtime_seconds", "Mono time counters (from 100 ns ticks).", Num::Float(f / 1e7))
         }
-        (Unit::Time, false) => ("mono_runtime_seconds", "Mono time counters (from 100 ns ticks).", v / 1e7),
-        (Unit::Percentage, _) => ("mono_runtime_ratio", "Mono percentage counters, as a ratio.", v / 100.0),
-        (_, true) => ("mono_runtime_total", "Monotonic Mono counters.", v),
-        (_, false) => ("mono_runtime", "Mono counters (constant or variable).", v),
+        (Unit::Percentage, _) => {
+            ("mono_runtime_ratio", "Mono percentage counters, as a ratio.", Num::Float(f / 100.0))
+        }
+        (_, true) => ("mono_runtime_total", "Monotonic Mono counters.", exact),
+        (_, false) => ("mono_runtime", "Mono counters (constant or variable).", exact),
     };
     let kind = if fam.ends_with("_total") { MetricKind::Counter } else { MetricKind::Gauge };
-    p.set(fam, help, kind, vec![label("category", category), label("counter", counter)], value);
+    p.put(fam, help, kind, &[("category", category), ("counter", counter)], value);
+}
+
+/// A Mono counter value as an exact number where it is an integer.
+fn exact_num(v: &mono_counters::CounterValue) -> Num {
+    match *v {
+        mono_counters::CounterValue::Int(i) | mono_counters::CounterValue::Word32(i) => {
+            Num::Int(i64::from(i))
+        }
+        mono_counters::CounterValue::Long(i) | mono_counters::CounterValue::Word64(i) => Num::Int(i),
+        _ => Num::Float(v.as_f64()),
+    }
 }

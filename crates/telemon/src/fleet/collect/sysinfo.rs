@@ -6,6 +6,8 @@
 
 use std::hash::BuildHasher;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sysinfo_wire::report::{Channels, Histogram, Kstat, Memstat, Ps, Watchdog};
@@ -14,8 +16,9 @@ use tokio::time::Instant;
 
 use super::{within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::config::SysinfoTarget;
-use crate::fleet::model::{ErrorKind, MetricKind, Value};
-use crate::fleet::target::{label, Failure, Publisher};
+use crate::fleet::model::{ErrorKind, MetricKind};
+use crate::fleet::target::{Failure, Publisher};
+use crate::record;
 
 /// The reports collected by default: every one that maps onto metrics.
 pub const DEFAULT_REPORTS: [SysinfoCommand; 7] = [
@@ -168,13 +171,45 @@ impl Schedule {
     }
 }
 
-async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, plan: &Plan) -> Failure {
-    let mut client = match within(CONNECT_TIMEOUT, "connect", Client::connect(endpoint, config.clone())).await
-    {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Failure::new(kind(&e), e),
-        Err(f) => return f,
+/// A connection to the service, TCP or Unix.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// Connects to `endpoint`, the stream wrapped in a recording tap (see [`record::tap`]).
+async fn connect(
+    endpoint: &Endpoint,
+    config: &ClientConfig,
+    name: &str,
+    received: Arc<AtomicU64>,
+) -> Result<Client, ClientError> {
+    let fail = |source| ClientError::Connect { endpoint: endpoint.to_string(), source };
+    let stream: Box<dyn Io> = match endpoint {
+        Endpoint::Tcp(addr) => {
+            let s = tokio::net::TcpStream::connect(addr.as_str()).await.map_err(fail)?;
+            let _ = s.set_nodelay(true);
+            Box::new(s)
+        }
+        Endpoint::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await.map_err(fail)?),
     };
+    let stream = record::tap(stream, name, record::Protocol::Sysinfo, &endpoint.to_string(), received);
+    Ok(Client::new(stream, config.clone()))
+}
+
+async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, plan: &Plan) -> Failure {
+    let client =
+        match within(CONNECT_TIMEOUT, "connect", connect(endpoint, config, p.name(), p.received().clone()))
+            .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Failure::new(kind(&e), e),
+            Err(f) => return f,
+        };
+    poll(p, client, plan).await
+}
+
+/// Asks for the reports of `plan` on a connected client until the connection fails (also used to
+/// replay a recording through this collector).
+pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure {
     // Up once the service answers (a peer that accepts and then says nothing is not up).
     let mut answered = false;
     let mut schedule = Schedule::new(plan, Instant::now());
@@ -247,35 +282,32 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
     // Processes come and go: what the report no longer lists is swept after it.
     let round = p.begin_round();
     for row in &ps.processes {
-        let pid = row.pid.to_string();
-        let who = || vec![label("pid", &pid), label("name", row.name.as_str())];
+        let mut pid_text = itoa::Buffer::new();
+        let pid = pid_text.format(row.pid);
+        let name = row.name.as_str();
         for (window, share) in [("1s", row.cpu_1s), ("1m", row.cpu_1m)] {
-            let mut l = who();
-            l.push(label("window", window));
-            p.set(
+            p.put(
                 "rvos_process_cpu_ratio",
                 "CPU share of one CPU (kernel EWMA).",
                 MetricKind::Gauge,
-                l,
+                &[("pid", pid), ("name", name), ("window", window)],
                 share.fraction(),
             );
         }
         let mem = (row.mem_kib * 1024) as f64;
-        p.set(
+        p.put(
             "rvos_process_memory_bytes",
             "Physical memory owned by the process.",
             MetricKind::Gauge,
-            who(),
+            &[("pid", pid), ("name", name)],
             mem,
         );
-        let mut l = who();
-        l.push(label("state", row.state.padded().trim_end()));
-        p.set(
+        p.put(
             "rvos_process_state",
             "The process's scheduler state (1 for the current one).",
             MetricKind::Gauge,
-            l,
-            1.0,
+            &[("pid", pid), ("name", name), ("state", row.state.padded().trim_end())],
+            1u64,
         );
     }
     for fam in ["rvos_process_cpu_ratio", "rvos_process_memory_bytes", "rvos_process_state"] {
@@ -286,12 +318,11 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
 fn record_memstat(p: &mut Publisher, m: &Memstat) {
     if let Some(h) = &m.heap {
         for (state, kib) in [("total", h.total_kib), ("used", h.used_kib), ("free", h.free_kib)] {
-            let l = vec![label("state", state)];
-            p.set(
+            p.put(
                 "rvos_kernel_heap_bytes",
                 "Kernel heap bytes, by state.",
                 MetricKind::Gauge,
-                l,
+                &[("state", state)],
                 (kib * 1024) as f64,
             );
         }
@@ -299,13 +330,13 @@ fn record_memstat(p: &mut Publisher, m: &Memstat) {
     let round = p.begin_round();
     for t in &m.tags {
         for (kind, kib) in [("current", t.current_kib), ("peak", t.peak_kib)] {
-            let l = vec![label("tag", &t.tag), label("kind", kind)];
+            let l = [("tag", t.tag.as_str()), ("kind", kind)];
             let help = "Kernel heap bytes per allocation tag, current and peak.";
-            p.set("rvos_kernel_heap_tag_bytes", help, MetricKind::Gauge, l, (kib * 1024) as f64);
+            p.put("rvos_kernel_heap_tag_bytes", help, MetricKind::Gauge, &l, (kib * 1024) as f64);
         }
         let help = "Live kernel heap allocations per tag.";
-        let l = vec![label("tag", &t.tag)];
-        p.set("rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, l, t.live_allocations as f64);
+        let l = [("tag", t.tag.as_str())];
+        p.put("rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, &l, t.live_allocations);
     }
     p.sweep_family("rvos_kernel_heap_tag_bytes", round);
     p.sweep_family("rvos_kernel_heap_tag_live_allocations", round);
@@ -314,7 +345,7 @@ fn record_memstat(p: &mut Publisher, m: &Memstat) {
 fn record_kstat(p: &mut Publisher, k: &Kstat) {
     for c in &k.counters {
         let help = "The kernel's counters (monotonic).";
-        p.set("rvos_kstat_total", help, MetricKind::Counter, vec![label("counter", &c.name)], c.value as f64);
+        p.put("rvos_kstat_total", help, MetricKind::Counter, &[("counter", &c.name)], c.value);
     }
 }
 
@@ -323,14 +354,15 @@ fn record_channels(p: &mut Publisher, c: &Channels) {
     // Closed channels are swept after the report (counters keep their rates across reports).
     let round = p.begin_round();
     for row in c.channels.iter().filter(|r| !r.closed) {
-        let ch = row.channel.to_string();
+        let mut ch_text = itoa::Buffer::new();
+        let ch = ch_text.format(row.channel);
         for (side, msgs, bytes, queue) in
             [("a", row.msgs_a, row.bytes_a, row.queue_a), ("b", row.msgs_b, row.bytes_b, row.queue_b)]
         {
-            let l = || vec![label("channel", &ch), label("side", side)];
-            p.set(families[0], "Messages sent on a channel end.", MetricKind::Counter, l(), msgs as f64);
-            p.set(families[1], "Bytes sent on a channel end.", MetricKind::Counter, l(), bytes as f64);
-            p.set(families[2], "Messages queued at a channel end.", MetricKind::Gauge, l(), queue as f64);
+            let l = [("channel", ch), ("side", side)];
+            p.put(families[0], "Messages sent on a channel end.", MetricKind::Counter, &l, msgs);
+            p.put(families[1], "Bytes sent on a channel end.", MetricKind::Counter, &l, bytes);
+            p.put(families[2], "Messages queued at a channel end.", MetricKind::Gauge, &l, queue);
         }
     }
     for fam in families {
@@ -357,8 +389,8 @@ fn bucket_indexes(h: &Histogram) -> Option<usize> {
 }
 
 fn record_histogram(p: &mut Publisher, family: &'static str, help: &'static str, h: &Histogram) {
-    let n = sysinfo_wire::report::HIST_BUCKETS;
-    let mut counts = vec![0u64; n];
+    const N: usize = sysinfo_wire::report::HIST_BUCKETS;
+    let mut counts = [0u64; N];
     if let Some(first) = bucket_indexes(h) {
         for (k, b) in h.buckets.iter().enumerate() {
             if let Some(c) = counts.get_mut(first + k) {
@@ -374,42 +406,34 @@ fn record_histogram(p: &mut Publisher, family: &'static str, help: &'static str,
     }
     let mut cumulative = 0u64;
     let mut sum = 0.0;
-    let buckets = counts
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| {
-            cumulative = cumulative.saturating_add(c);
-            sum += c as f64 * 1.5 * (1u64 << i) as f64 * TICK_SECONDS;
-            ((1u64 << (i + 1)) as f64 * TICK_SECONDS, cumulative)
-        })
-        .collect();
-    p.set_value(
-        family,
-        help,
-        MetricKind::Histogram,
-        vec![],
-        Value::Histogram { buckets, sum, count: cumulative },
-    );
+    let mut bounds = [0.0; N];
+    for (i, c) in counts.iter_mut().enumerate() {
+        cumulative = cumulative.saturating_add(*c);
+        sum += *c as f64 * 1.5 * (1u64 << i) as f64 * TICK_SECONDS;
+        bounds[i] = (1u64 << (i + 1)) as f64 * TICK_SECONDS;
+        *c = cumulative;
+    }
+    p.put_histogram(family, help, &[], &bounds, &counts, sum, cumulative);
 }
 
 fn record_watchdog(p: &mut Publisher, w: &Watchdog) {
-    let enabled = if w.enabled { 1.0 } else { 0.0 };
-    p.set(
+    p.put(
         "rvos_watchdog_enabled",
         "1 when the kernel watchdog is enabled.",
         MetricKind::Gauge,
-        vec![],
-        enabled,
+        &[],
+        u64::from(w.enabled),
     );
     let round = p.begin_round();
     let help = "Seconds since the task's last watchdog heartbeat.";
     for t in &w.kernel_tasks {
-        let l = vec![label("task", &t.name)];
-        p.set("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, l, t.ago_ms as f64 / 1000.0);
+        let l = [("task", t.name.as_str())];
+        p.put("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, &l, t.ago_ms as f64 / 1000.0);
     }
     for c in &w.critical_processes {
-        let l = vec![label("task", &format!("{}[{}]", c.name, c.pid))];
-        p.set("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, l, c.ago_ms as f64 / 1000.0);
+        let task = format!("{}[{}]", c.name, c.pid);
+        let l = [("task", task.as_str())];
+        p.put("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, &l, c.ago_ms as f64 / 1000.0);
     }
     p.sweep_family("rvos_watchdog_heartbeat_age_seconds", round);
 }
@@ -546,7 +570,7 @@ mod tests {
         let t = setup.target_when(|_| true).await;
         assert!(t.is_up(), "{t:?}");
         assert_eq!((t.connects, t.errors.total()), (1, 0), "no down transition, no error: {t:?}");
-        assert!(t.series.iter().any(|s| &*s.family == "rvos_kstat_total"), "{t:?}");
+        assert!(t.series.iter().any(|s| s.family() == "rvos_kstat_total"), "{t:?}");
     }
 
     #[tokio::test]
