@@ -602,6 +602,9 @@ where
     }
 }
 
+/// An interpreter that completed its handshake, and where it came from.
+type Accepted = (Framed<TcpStream, ClientCodec>, std::net::SocketAddr);
+
 /// Accepts interpreters that connect in POLL mode (`POLL:address:port`), one [`Client`] per interpreter.
 ///
 /// Handshakes run concurrently, so an interpreter that connects and says nothing does not hold up the
@@ -610,8 +613,7 @@ where
 pub struct Listener {
     listener: TcpListener,
     config: ClientConfig,
-    handshakes:
-        tokio::task::JoinSet<Result<(Framed<TcpStream, ClientCodec>, std::net::SocketAddr), ClientError>>,
+    handshakes: tokio::task::JoinSet<Result<Accepted, ClientError>>,
 }
 
 impl Listener {
@@ -647,9 +649,7 @@ impl Listener {
         Ok((Connection::from_framed(framed, Arc::new(self.config.clone())), peer))
     }
 
-    async fn accept_framed(
-        &mut self,
-    ) -> Result<(Framed<TcpStream, ClientCodec>, std::net::SocketAddr), ClientError> {
+    async fn accept_framed(&mut self) -> Result<Accepted, ClientError> {
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => {

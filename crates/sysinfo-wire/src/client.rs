@@ -154,6 +154,8 @@ pub struct Client {
     open: HashSet<ChannelId>,
     queued: HashMap<ChannelId, VecDeque<Message>>,
     peer_closed: HashSet<ChannelId>,
+    /// Channels whose replies have ended and whose `CLOSE` goes out with the next write.
+    owed_closes: Vec<ChannelId>,
 }
 
 impl std::fmt::Debug for Client {
@@ -175,6 +177,7 @@ impl Client {
             open: HashSet::from([ChannelId::BOOT]),
             queued: HashMap::new(),
             peer_closed: HashSet::new(),
+            owed_closes: Vec::new(),
         }
     }
 
@@ -208,6 +211,7 @@ impl Client {
         if !self.open.contains(&channel) {
             return Err(ClientError::NotOpen(channel));
         }
+        self.feed_owed_closes().await?;
         self.framed.send(Frame::Message { channel, message }).await?;
         Ok(())
     }
@@ -247,6 +251,7 @@ impl Client {
     /// Drops this client's end of `channel` (the peer sees it closed). Unknown channels are ignored.
     pub async fn close(&mut self, channel: ChannelId) -> Result<(), ClientError> {
         if self.forget(channel) {
+            self.feed_owed_closes().await?;
             self.framed.send(Frame::Close { channel }).await?;
         }
         Ok(())
@@ -324,7 +329,8 @@ impl Client {
     /// the replies are then told apart by their channel (the real service answers its queued
     /// connections one after the other; a sim may interleave them). At most [`MAX_PIPELINE`] channels
     /// are open at once: longer batches go in rounds. Each channel is closed once its reply has ended,
-    /// as with [`Client::request_raw`].
+    /// as with [`Client::request_raw`]; those `CLOSE`s go out with the client's next write (the next
+    /// batch's `ConnectService`s, or any other request or close), saving a write per batch.
     ///
     /// The outer `Err` is a failure of the connection (transport, the request timeout, which covers the
     /// whole batch, or init closing the boot channel): the connection is then in an unknown state. An
@@ -360,6 +366,7 @@ impl Client {
     ) -> Result<Vec<Result<Reply, ClientError>>, ClientError> {
         let ask = Message::encode(&BootRequest::ConnectService { name: SYSINFO_SERVICE.to_owned() })
             .map_err(ClientError::Encode)?;
+        self.feed_owed_closes().await?;
         for _ in requests {
             self.framed.feed(Frame::Message { channel: ChannelId::BOOT, message: ask.clone() }).await?;
         }
@@ -413,9 +420,17 @@ impl Client {
                 self.forget(channel);
             }
         }
-        self.close_all(&ended).await?;
         opened.retain(|c| !ended.contains(c));
+        self.owed_closes.extend(ended);
         Ok(slots.into_iter().map(|s| s.map(|(_, r)| r.finish())).collect())
+    }
+
+    /// Queues the `CLOSE`s owed for ended replies in front of the next write (not flushed).
+    async fn feed_owed_closes(&mut self) -> Result<(), ClientError> {
+        for channel in std::mem::take(&mut self.owed_closes) {
+            self.framed.feed(Frame::Close { channel }).await?;
+        }
+        Ok(())
     }
 
     /// Stops tracking `channel` without telling the peer yet (see [`Client::close_all`]).
@@ -427,6 +442,7 @@ impl Client {
 
     /// Closes `channels` in one write (each one not open any more is still told to the peer, once).
     async fn close_all(&mut self, channels: &[ChannelId]) -> Result<(), ClientError> {
+        self.feed_owed_closes().await?;
         for &channel in channels {
             self.forget(channel);
             self.framed.feed(Frame::Close { channel }).await?;
@@ -573,7 +589,7 @@ mod tests {
             send(&mut peer, ChannelId(7), b"y\n").await;
             send(&mut peer, ChannelId(9), b"").await;
             peer.send(Frame::Close { channel: ChannelId(7) }).await.unwrap();
-            // The client closes both channels once their replies have ended.
+            // The client closes both channels once their replies have ended, with its next write.
             let mut closed = Vec::new();
             for _ in 0..2 {
                 match peer.next().await {
@@ -583,14 +599,18 @@ mod tests {
             }
             closed.sort_by_key(|c| c.0);
             assert_eq!(closed, [ChannelId(7), ChannelId(9)]);
+            assert_eq!(message_on(&mut peer).await.0, ChannelId::BOOT, "then the next batch");
         });
         let replies = client.request_many_raw(&[&[0x04], &[0x08]]).await.unwrap();
+        assert_eq!(client.owed_closes.len(), 2, "not written yet");
         let first = replies[0].as_ref().unwrap();
         assert_eq!((first.text.len(), first.end, first.chunks), (MAX_MSG_SIZE + 2, End::Closed, 2));
         let second = replies[1].as_ref().unwrap();
         assert_eq!((second.text.as_str(), second.end), ("Watchdog: disabled\n", End::Sentinel));
-        server.await.unwrap();
         assert!(client.open.len() == 1 && client.queued.is_empty(), "only the boot channel is left");
+        // The next batch writes the closes first; the peer then goes away.
+        assert!(client.request_many_raw(&[&[0x00]]).await.is_err());
+        server.await.unwrap();
     }
 
     #[tokio::test]
@@ -608,9 +628,9 @@ mod tests {
             peer.send(Frame::Close { channel: ChannelId(3) }).await.unwrap();
             send(&mut peer, ChannelId(4), b"ok\n").await;
             send(&mut peer, ChannelId(4), b"").await;
-            // The next batch: init goes away.
+            // The next batch, after the two closes: init goes away.
             for _ in 0..2 {
-                peer.next().await;
+                assert!(matches!(peer.next().await, Some(Ok(Frame::Close { .. }))));
             }
             message_on(&mut peer).await;
             peer.send(Frame::Close { channel: ChannelId::BOOT }).await.unwrap();
