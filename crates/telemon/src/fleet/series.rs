@@ -474,7 +474,7 @@ impl SeriesSet {
     /// The series of `family`.
     pub fn family(&self, name: &str) -> impl Iterator<Item = SeriesRef<'_>> + '_ {
         let i = self.schema.families.binary_search_by(|f| (*f.name).cmp(name)).ok();
-        i.into_iter().flat_map(move |i| self.families().nth(i).into_iter().flat_map(|f| f.series()))
+        i.and_then(|i| self.family_at(i)).into_iter().flat_map(|f| f.series())
     }
 
     /// Owned copies of every series.

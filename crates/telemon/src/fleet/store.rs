@@ -83,6 +83,7 @@ pub struct SeriesStore {
     /// The schema of the last publish; `None` when the set of series changed since.
     schema: Option<Arc<Schema>>,
     hists_published: Option<Arc<[Hist]>>,
+    no_labels: Arc<LabelSet>,
 }
 
 fn key_hash<'a>(
@@ -136,6 +137,7 @@ impl SeriesStore {
             hasher: DefaultHashBuilder::default(),
             schema: None,
             hists_published: None,
+            no_labels: Arc::new(LabelSet::new(Box::new([]))),
         }
     }
 
@@ -371,7 +373,8 @@ impl SeriesStore {
         if s.hist.take().is_some() {
             self.hists_published = None;
         }
-        s.labels = Arc::new(LabelSet::new(Box::new([])));
+        // Drop the label set's reference (the slot keeps a shared empty one until it is reused).
+        s.labels = Arc::clone(&self.no_labels);
         let fam = s.family;
         if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
             entry.remove();
