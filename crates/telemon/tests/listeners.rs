@@ -41,7 +41,9 @@ fn working_set(snap: &FleetSnapshot) -> Option<f64> {
 async fn the_mono_collector_keeps_exact_values_through_a_burst() {
     use tokio::io::AsyncWriteExt;
     let addr = free_addr();
-    let config = FleetConfig::parse("t.toml", &format!("[[mono_listen]]\nname = \"m\"\nlisten = \"{addr}\"\n")).unwrap();
+    let config =
+        FleetConfig::parse("t.toml", &format!("[[mono_listen]]\nname = \"m\"\nlisten = \"{addr}\"\n"))
+            .unwrap();
     let fleet = Fleet::start(&config).await.unwrap();
     let mut agent = tokio::net::TcpStream::connect(&addr).await.unwrap();
     for write in support::mono_burst() {

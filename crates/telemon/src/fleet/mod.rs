@@ -14,6 +14,7 @@
 pub mod collect;
 pub mod config;
 pub mod model;
+pub mod own;
 pub mod registry;
 pub mod render;
 pub mod store;

@@ -54,6 +54,7 @@ pub fn render(snapshot: &FleetSnapshot, format: Format) -> String {
         "telemon_build_info".into(),
         Family { help: "telemon build information.", kind: MetricKind::Info, lines: build },
     );
+    render_own(&mut families);
     for t in &snapshot.targets {
         render_target(&mut families, t);
     }
@@ -76,6 +77,30 @@ pub fn render(snapshot: &FleetSnapshot, format: Format) -> String {
         out.push_str("# EOF\n");
     }
     out
+}
+
+/// telemon's own counters ([`super::own`]): refused connections.
+fn render_own(families: &mut BTreeMap<String, Family>) {
+    let refusals = super::own::listener_refusals();
+    if !refusals.is_empty() {
+        let name = "telemon_listener_refused_total";
+        let help = "Connections a dial-in listener closed without making them a target, by reason.";
+        let lines = family(families, name, help, MetricKind::Counter);
+        for (listener, reason, n) in refusals {
+            write_sample(
+                lines,
+                name,
+                &[("listener", &listener), ("reason", reason.as_str())],
+                &[],
+                "",
+                n as f64,
+            );
+        }
+    }
+    let name = "telemon_http_refused_connections_total";
+    let help = "HTTP connections refused at once because [serve] max_connections were open.";
+    let lines = family(families, name, help, MetricKind::Counter);
+    write_sample(lines, name, &[], &[], "", super::own::http_refusals() as f64);
 }
 
 fn family<'a>(

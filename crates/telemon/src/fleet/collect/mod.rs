@@ -5,15 +5,14 @@
 //! that ended it; [`Retry::after`] marks the target down, backs off (exponentially, with jitter) and
 //! starts the next session.
 
+pub mod dialin;
 pub mod hmon;
 pub mod meter161;
 pub mod mono;
 pub mod smon;
 pub mod sysinfo;
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::model::ErrorKind;
@@ -22,6 +21,8 @@ use crate::retry::Backoff;
 
 /// How long a connection (and its handshake) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The pause after a listener failed to accept (e.g. out of descriptors), so that it does not spin.
+pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// The first pause after a failed session.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// The longest pause between two sessions.
@@ -66,44 +67,6 @@ pub async fn flush_due(due: Option<tokio::time::Instant>) {
     match due {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Who owns a dial-in target's name: an agent or interpreter that comes back under the same name
-/// takes the entry over, and the old session's linger then leaves it alone.
-#[derive(Debug, Clone, Default)]
-pub struct Claims {
-    inner: Arc<Mutex<ClaimTable>>,
-}
-
-/// The last claim handed out, and the current claim of each name.
-type ClaimTable = (u64, HashMap<Arc<str>, u64>);
-
-impl Claims {
-    /// Claims `name` for a new session; returns the claim.
-    pub fn claim(&self, name: &Arc<str>) -> u64 {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.0 += 1;
-        let id = g.0;
-        g.1.insert(name.clone(), id);
-        id
-    }
-
-    /// Keeps the (down) target listed for `linger`, then removes it unless a newer session claimed
-    /// its name meanwhile.
-    pub async fn linger_then_remove(
-        &self,
-        registry: &super::Registry,
-        name: &Arc<str>,
-        claim: u64,
-        linger: Duration,
-    ) {
-        tokio::time::sleep(linger).await;
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if g.1.get(name) == Some(&claim) {
-            g.1.remove(name);
-            registry.remove(name);
-        }
     }
 }
 

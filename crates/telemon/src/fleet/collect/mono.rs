@@ -6,12 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mono_counters::{
-    ClientConfig, ClientError, CounterName, CounterTable, Inspector, Reading, Unit, ValueData, Variance,
+    ClientConfig, ClientError, CounterName, CounterTable, Reading, Session, Unit, ValueData, Variance,
 };
 
+use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use super::{flush_due, within, Claims, CONNECT_TIMEOUT};
+use super::dialin::{Admitted, DialIn, EXPIRE_EVERY};
+use super::{flush_due, within, ACCEPT_ERROR_PAUSE, CONNECT_TIMEOUT};
 use crate::fleet::config::MonoTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
@@ -28,51 +30,66 @@ fn kind(e: &ClientError) -> ErrorKind {
     }
 }
 
-/// Binds the block's address and returns the accept loop: every agent that connects is collected
-/// in its own task and stays listed as down for `linger` after it leaves. Dropping the loop ends
-/// every session.
+/// Binds the block's address and returns the accept loop: every agent that connects (and passes
+/// the block's `allow`, `hello_timeout` and `max_targets`, see [`DialIn`]) is collected in its own
+/// task and stays listed as down for `linger` after it leaves. Dropping the loop ends every session.
 pub async fn listen(
     registry: Registry,
     block: &MonoTarget,
     series_limit: usize,
     linger: Duration,
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
-    let config = ClientConfig::default().request_timeout(CONNECT_TIMEOUT);
-    let inspector = Inspector::bind(&block.listen, config).await?;
+    let limits = block.listener_limits();
+    let config = ClientConfig { hello_timeout: limits.hello_timeout, ..ClientConfig::default() }
+        .request_timeout(CONNECT_TIMEOUT);
+    let listener = TcpListener::bind(&block.listen).await?;
     let labels = crate::fleet::labels(&block.labels);
     let add: Arc<[CounterName]> = block.add.iter().filter_map(|c| CounterName::parse(c)).collect();
     let name = block.name.get_ref().clone();
     let addr = block.listen.clone();
-    let claims = Claims::default();
+    let dial = DialIn::new(&name, limits, registry, linger);
     Ok(async move {
         let mut sessions = JoinSet::new();
+        let mut expire = tokio::time::interval(EXPIRE_EVERY);
         loop {
             let accepted = tokio::select! {
-                a = inspector.accept() => a,
+                a = listener.accept() => a,
                 Some(_) = sessions.join_next() => continue,
-            };
-            let (mut session, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(%addr, error = %e, "an agent failed to connect");
+                _ = expire.tick() => {
+                    dial.expire();
                     continue;
                 }
             };
-            let (registry, add, claims) = (registry.clone(), add.clone(), claims.clone());
-            let mut p = Publisher::new(
-                &registry,
-                format!("{name}/{peer}"),
-                Protocol::Mono,
-                labels.clone(),
-                series_limit,
-            );
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, most likely: let sessions end before accepting again.
+                    tracing::warn!(%addr, error = %e, "cannot accept an agent");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            };
+            let Ok(pending) = dial.screen(peer) else { continue };
+            let _ = stream.set_nodelay(true);
+            let (dial, add, config, labels) = (dial.clone(), add.clone(), config.clone(), labels.clone());
+            let target = format!("{name}/{peer}");
             sessions.spawn(async move {
-                let claim = claims.claim(p.name());
+                let mut session = match Session::start(stream, config).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "no Hello");
+                        return pending.failed();
+                    }
+                };
+                let Ok(Admitted { publisher: mut p, claim }) =
+                    dial.admit(pending, &[target], Protocol::Mono, labels, series_limit)
+                else {
+                    return;
+                };
                 p.up();
                 let failure = collect(&mut p, &mut session, &add).await;
                 p.down(&failure);
-                drop(session);
-                claims.linger_then_remove(&registry, p.name(), claim, linger).await;
+                dial.ended(p.name(), claim);
             });
         }
     })
