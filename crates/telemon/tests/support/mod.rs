@@ -78,6 +78,11 @@ impl Telemon {
         Telemon { child, stdout, stderr }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
     /// The next line on stdout.
     pub async fn stdout_line(&mut self) -> String {
         within("a line on stdout", self.stdout.next_line()).await.unwrap().expect("stdout closed")
