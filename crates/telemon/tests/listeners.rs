@@ -1,5 +1,6 @@
-//! The dial-in listeners (`[[mono_listen]]`, `[[hmon_listen]]`) under stress: bursts, names,
-//! floods (issue 18). Loopback only, bounded in count and time.
+//! telemon's listeners under stress (issue 18): the dial-in ones (`[[mono_listen]]`,
+//! `[[hmon_listen]]`: bursts, names, floods) and the HTTP one (idle connections). Loopback only,
+//! bounded in count and time.
 
 use std::time::Duration;
 
@@ -310,4 +311,117 @@ async fn a_flood_of_dial_in_connections_stays_bounded() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(refused > 0.0, "refusals are counted:\n{page}");
+}
+
+/// Starts a fake interpreter in SERVE mode on `addr`.
+async fn interpreter_on(addr: &str) -> sim_common::Shutdown {
+    let shutdown = sim_common::Shutdown::new();
+    let listener = support::within("the port to be free again", async {
+        loop {
+            match tokio::net::TcpListener::bind(addr).await {
+                Ok(l) => return l,
+                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await, // polling, with a deadline
+            }
+        }
+    })
+    .await;
+    tokio::spawn(dyalog_sim::run(listener, dyalog_sim::Config::default(), shutdown.clone()));
+    shutdown
+}
+
+/// Issue 18, part 2: idle HTTP connections up to the cap and past it, while the one target's
+/// interpreter restarts, with telemon's open-file limit at 256. HTTP may hold at most
+/// (256 - 64) / 4 = 48 connections; the rest are refused at once and counted, idle ones are
+/// closed after `idle_timeout`, scrapes still answer and the target comes back up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_http_connections_cannot_take_the_targets_descriptors() {
+    const IDLE: usize = 300;
+    let bin = std::env::var("EDGES_FLOOD_BIN").unwrap_or_else(|_| support::TELEMON.to_owned());
+    let (http, dyalog) = (free_addr(), free_addr());
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("t.toml");
+    let idle_timeout =
+        if std::env::var_os("EDGES_FLOOD_LEGACY").is_some() { "" } else { "idle_timeout = \"2s\"\n" };
+    std::fs::write(
+        &config,
+        format!("[serve]\nlisten = \"{http}\"\n{idle_timeout}[[hmon]]\nname = \"apl\"\nconnect = \"{dyalog}\"\npoll = \"200ms\"\n"),
+    )
+    .unwrap();
+    let mut first = interpreter_on(&dyalog).await;
+    let mut child = tokio::process::Command::new("sh")
+        .args(["-c", "ulimit -n 256 && exec \"$0\" serve --config \"$1\"", &bin, config.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let up = "telemon_target_up{protocol=\"hmon\",target=\"apl\"} 1";
+    let scrape_until = |what: &'static str, ok: Box<dyn Fn(&str) -> bool + Send>| {
+        let http = http.clone();
+        support::within(what, async move {
+            loop {
+                if let Some(m) = http_get(&http, "/metrics").await {
+                    if ok(&m) {
+                        return m;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await; // polling for the event, with a deadline
+            }
+        })
+    };
+    scrape_until("the target up", Box::new(move |m| m.contains(up))).await;
+
+    // Idle connections, up to the cap and far past it; none sends a request.
+    let mut idle = Vec::new();
+    for _ in 0..IDLE {
+        if let Ok(s) = tokio::net::TcpStream::connect(&http).await {
+            idle.push(s);
+        }
+    }
+    // The interpreter restarts meanwhile.
+    first.cancel();
+    scrape_until("the target down", Box::new(move |m| !m.contains(up))).await;
+    first = interpreter_on(&dyalog).await;
+    let m = scrape_until(
+        "the target up again",
+        Box::new(move |m| {
+            m.contains(up) && m.contains("telemon_target_connects_total{protocol=\"hmon\",target=\"apl\"} 2")
+        }),
+    )
+    .await;
+    let refused = m
+        .lines()
+        .find_map(|l| l.strip_prefix("telemon_http_refused_connections_total "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or(0.0);
+    eprintln!("idle: {} idle connections held; {refused} refused", idle.len());
+    assert!(refused > 0.0, "connections past the cap are refused and counted");
+    // Every idle connection is closed by telemon: refused at once, or after idle_timeout.
+    support::within("the idle connections to be closed", async {
+        use tokio::io::AsyncReadExt;
+        for s in &mut idle {
+            let mut buf = [0u8; 64];
+            while s.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+        }
+    })
+    .await;
+    first.cancel();
+    let _ = child.kill().await;
+}
+
+#[test]
+fn the_http_cap_is_bounded_by_a_share_of_the_open_file_limit() {
+    use telemon::serve::HttpLimits;
+    let config =
+        FleetConfig::parse("t.toml", "[serve]\nmax_connections = 300\nidle_timeout = \"3s\"\n").unwrap();
+    let at = |files| HttpLimits::new(&config.serve, files).max_connections;
+    assert_eq!(at(20_000), 300, "the configured cap when descriptors are plenty");
+    assert_eq!(at(1024), 240, "(1024 - 64) / 4");
+    assert_eq!(at(256), 48);
+    assert_eq!(at(10), 1, "never zero");
+    assert_eq!(HttpLimits::new(&config.serve, 1024).idle_timeout, Duration::from_secs(3));
+    let defaults = FleetConfig::parse("t.toml", "").unwrap();
+    assert_eq!(HttpLimits::new(&defaults.serve, 20_000).max_connections, 256);
+    let e = FleetConfig::parse("t.toml", "[serve]\nmax_connections = 0\n").unwrap_err();
+    assert_eq!((e.line, e.key.as_str()), (2, "serve.max_connections"), "{e}");
 }

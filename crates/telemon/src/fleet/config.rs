@@ -50,6 +50,26 @@ pub struct ServeSection {
     /// Per-target cap on series.
     #[serde(default = "default_series_limit")]
     pub series_limit: usize,
+    /// The most HTTP connections open at once; more are refused at once (and counted). The cap
+    /// in force is also bounded by a share of the open-file limit, see `telemon::serve`.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// How long an HTTP connection may take to send a request's headers, and may stay idle
+    /// between requests (keep-alive).
+    #[serde(default = "default_idle_timeout", deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+}
+
+/// The default `[serve] max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// The default `[serve] idle_timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn default_max_connections() -> usize {
+    DEFAULT_MAX_CONNECTIONS
+}
+fn default_idle_timeout() -> Duration {
+    DEFAULT_IDLE_TIMEOUT
 }
 
 fn default_listen() -> String {
@@ -61,7 +81,12 @@ fn default_series_limit() -> usize {
 
 impl Default for ServeSection {
     fn default() -> Self {
-        ServeSection { listen: default_listen(), series_limit: default_series_limit() }
+        ServeSection {
+            listen: default_listen(),
+            series_limit: default_series_limit(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
     }
 }
 
@@ -583,6 +608,18 @@ impl FleetConfig {
             if t.every.is_zero() {
                 return Err(err(&t.name, "every", "must be above zero".into()));
             }
+        }
+        let serve_key_err = |key: &str, message: &str| ConfigError {
+            file: file.into(),
+            line: text.lines().position(|l| l.trim_start().starts_with(key)).map_or(0, |i| i + 1),
+            key: format!("serve.{key}"),
+            message: message.into(),
+        };
+        if self.serve.max_connections == 0 {
+            return Err(serve_key_err("max_connections", "must be above zero"));
+        }
+        if self.serve.idle_timeout.is_zero() {
+            return Err(serve_key_err("idle_timeout", "must be above zero"));
         }
         if self.serve.listen.parse::<SocketAddr>().is_err() && !self.serve.listen.contains(':') {
             return Err(ConfigError {
