@@ -440,3 +440,37 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
         p.set("dyalog_interpreter_info", "The interpreter and its workspace.", MetricKind::Info, labels, 1.0);
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FACTS: &str = r##"["Facts",{"Facts":[
+        {"ID":1,"Name":"Host","Value":{"Machine":{"Name":"box","User":"apl","PID":1,"Desc":"","AccessLevel":2},"Interpreter":{"Version":"19.0.1","BitWidth":64,"IsUnicode":true,"IsRuntime":false,"SessionUUID":"u"}}},
+        {"ID":3,"Name":"Workspace","Value":{"WSID":"CLEAR WS","Available":1,"Used":2,"Compactions":3,"GarbageCollections":4,"GarbagePockets":5,"FreePockets":6,"UsedPockets":7,"Sediment":8,"Allocation":9,"AllocationHWM":10,"TrapReserveWanted":11,"TrapReserveActual":12}},
+        {"ID":2,"Name":"AccountInformation","Value":{"UserIdentification":1001,"ComputeTime":10,"ConnectTime":20,"KeyingTime":0}},
+        {"ID":6,"Name":"ThreadCount","Value":{"Total":3,"Suspended":1}}]}]"##;
+
+    proptest! {
+        /// The polled facts with their numbers replaced by arbitrary ones (as an interpreter could
+        /// send) map to finite values without a panic.
+        #[test]
+        fn any_numbers_in_the_facts_map_to_finite_values(
+            numbers in proptest::collection::vec(super::super::testing::any_number(), 1..30),
+        ) {
+            use super::super::testing::{check_rendered, publisher, with_numbers};
+            let json = with_numbers(FACTS, &numbers);
+            let Ok(response) = hmon::decode_message::<Response>(json.as_bytes()) else { return Ok(()) };
+            let (reg, mut p) = publisher(Protocol::Hmon);
+            let (mut info, mut counts) = (Info::default(), HashMap::new());
+            message(&mut p, response, &mut info, &mut counts);
+            prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
+        }
+    }
+
+    #[test]
+    fn the_facts_template_decodes() {
+        assert!(hmon::decode_message::<Response>(FACTS.as_bytes()).is_ok());
+    }
+}

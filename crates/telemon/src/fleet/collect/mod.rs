@@ -79,3 +79,70 @@ impl Drop for AbortOnDrop {
         self.0.abort();
     }
 }
+
+/// What the collectors' property tests share: a publisher on its own registry, and a check of
+/// every value in the rendered exposition.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::fleet::render::{render, Format};
+    use crate::fleet::{Protocol, Publisher, Registry};
+
+    /// A publisher of one target `t` on a fresh registry.
+    pub fn publisher(protocol: Protocol) -> (Registry, Publisher) {
+        let reg = Registry::new();
+        let p = Publisher::new(&reg, "t", protocol, vec![], 10_000);
+        (reg, p)
+    }
+
+    /// Publishes `p`, renders the registry and checks that every sample value is a number, finite
+    /// unless its family is one of `non_finite_ok` (families whose NaN or ±Inf is documented).
+    pub fn check_rendered(reg: &Registry, p: &mut Publisher, non_finite_ok: &[&str]) -> Result<(), String> {
+        p.flush();
+        for format in [Format::Text004, Format::OpenMetrics] {
+            let text = render(&reg.snapshot(), format);
+            for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+                let value = line.rsplit(' ').next().unwrap_or("");
+                let finite = match value {
+                    "NaN" | "+Inf" | "-Inf" => false,
+                    v => v.parse::<f64>().map_err(|e| format!("{line:?}: {e}"))?.is_finite(),
+                };
+                let family = line.split(['{', ' ']).next().unwrap_or("");
+                if !finite && !non_finite_ok.iter().any(|f| family.starts_with(f)) {
+                    return Err(format!("{line:?} is not finite"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `text` with its runs of digits replaced, in turn, by `numbers` (cycling).
+    pub fn with_numbers(text: &str, numbers: &[String]) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut k = 0;
+        let mut in_digits = false;
+        for c in text.chars() {
+            if c.is_ascii_digit() {
+                if !in_digits && !numbers.is_empty() {
+                    out.push_str(&numbers[k % numbers.len()]);
+                    k += 1;
+                }
+                in_digits = true;
+            } else {
+                in_digits = false;
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// A number as a peer might print it: small, any `u64`, or any `i64`.
+    pub fn any_number() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u64..1000).prop_map(|v| v.to_string()),
+            any::<u64>().prop_map(|v| v.to_string()),
+            any::<i64>().prop_map(|v| v.to_string()),
+            Just(u64::MAX.to_string()),
+        ]
+    }
+}

@@ -184,3 +184,47 @@ fn reading(p: &mut Publisher, r: &Reading) {
     let kind = if fam.ends_with("_total") { MetricKind::Counter } else { MetricKind::Gauge };
     p.set(fam, help, kind, vec![label("category", category), label("counter", counter)], value);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mono_counters::{Category, CounterType, CounterValue, Header};
+    use proptest::prelude::*;
+
+    fn counter_value() -> impl Strategy<Value = CounterValue> {
+        prop_oneof![
+            any::<i32>().prop_map(CounterValue::Int),
+            any::<i64>().prop_map(CounterValue::Long),
+            any::<i64>().prop_map(CounterValue::Word64),
+            any::<f64>().prop_map(CounterValue::Double),
+            Just(CounterValue::Double(f64::NAN)),
+            Just(CounterValue::Double(f64::INFINITY)),
+        ]
+    }
+
+    proptest! {
+        /// Any value of any unit and variance maps to a series; only a DOUBLE the agent sent as
+        /// NaN or ±Inf renders as such (documented in metrics.md).
+        #[test]
+        fn any_reading_maps_to_a_number(
+            value in counter_value(),
+            unit in 0u8..5,
+            variance in 0u8..4,
+            name in "[ -~]{0,40}",
+        ) {
+            let (reg, mut p) = super::super::testing::publisher(Protocol::Mono);
+            let header = Header {
+                category: Category::Custom,
+                name,
+                kind: CounterType::Double,
+                unit: Unit::from_raw(i32::from(unit)),
+                variance: Variance::from_raw(i32::from(variance)),
+                index: 0,
+            };
+            let finite = !matches!(value, CounterValue::Double(v) if !v.is_finite());
+            reading(&mut p, &Reading { header, value: Some(ValueData::Typed(value)) });
+            let allowed: &[&str] = if finite { &[] } else { &["mono_runtime"] };
+            prop_assert_eq!(super::super::testing::check_rendered(&reg, &mut p, allowed), Ok(()));
+        }
+    }
+}
