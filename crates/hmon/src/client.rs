@@ -1,6 +1,9 @@
-//! The async client: SERVE mode ([`Client::connect`]) and POLL mode ([`Listener`]).
+//! The async client: SERVE mode ([`Client::connect`], [`Connection::connect`]) and POLL mode ([`Listener`]).
 //!
-//! A background task owns the connection. Requests that have a reply (`GetFacts`, `GetLastKnownState`,
+//! Two ways to hold a connection: a [`Connection`] is driven by its owner (no task of its own: the owner
+//! sends requests and awaits [`Connection::next`] in its own loop, so a monitor costs one task per
+//! interpreter); a [`Client`] is a cheap-to-clone handle on a background task that drives a `Connection`,
+//! reconnects, and answers each request's future. With a `Client`, requests that have a reply (`GetFacts`, `GetLastKnownState`,
 //! `Subscribe`, `ConnectRide`) carry a fresh UID and wait for the response echoing it, with a timeout.
 //! Everything else the interpreter sends (polled `Facts`, `Notification`s, `UserMessage`s, error
 //! responses that match no waiting request, unknown messages) arrives on the [`Events`] stream.
@@ -20,7 +23,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 
 use crate::codec::{ClientCodec, Handshake, Payload};
-use crate::error::{ClientError, FrameError, HandshakeError, PayloadError};
+use crate::error::{ClientError, HandshakeError, PayloadError};
 use crate::frame::DEFAULT_MAX_FRAME_LEN;
 use crate::ids::IdOrName;
 use crate::message::{
@@ -198,18 +201,17 @@ impl Client {
     ) -> (Client, Events)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-        Framed<S, ClientCodec>: Into<Conn>,
     {
         let (commands, command_rx) = mpsc::channel(64);
         let (event_tx, event_rx) = mpsc::channel(config.event_capacity.max(1));
         let config = Arc::new(config);
-        let task = Connection {
-            conn: framed.into(),
+        let task = Background {
+            conn: Connection::from_framed(framed, config.clone()),
             addr,
             config: config.clone(),
             commands: command_rx,
             events: EventSender { tx: event_tx, dropped: 0 },
-            pending: Requests::default(),
+            waiting: std::collections::HashMap::new(),
             standing: Standing::default(),
         };
         tokio::spawn(task.run());
@@ -309,13 +311,7 @@ impl Client {
         F: Into<IdOrName>,
     {
         let uid = self.fresh_uid();
-        let request = Request::PollFacts(PollFacts {
-            uid: Some(uid.clone()),
-            facts: Some(facts.into_iter().map(Into::into).collect()),
-            interval: interval.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
-            ..Default::default()
-        });
-        self.send(request).await?;
+        self.send(poll_facts_request(uid.clone(), facts, interval)).await?;
         Ok(uid)
     }
 
@@ -333,6 +329,181 @@ impl Client {
     pub fn config(&self) -> &ClientConfig {
         &self.config
     }
+}
+
+/// What [`Connection::next`] yields.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Incoming {
+    /// The response echoing the UID of a request made with [`Connection::request`] (an error response
+    /// such as `MalformedCommand` included: see [`Response::is_error`]).
+    Reply {
+        /// The request's UID.
+        uid: String,
+        /// The response.
+        response: Response,
+    },
+    /// No response to the request with this UID came within the request timeout; a late one arrives
+    /// as an [`Event::Message`].
+    Timeout {
+        /// The request's UID.
+        uid: String,
+    },
+    /// Anything else: polled `Facts`, `Notification`s, `UserMessage`s, uncorrelated error responses,
+    /// unknown messages ([`Event::Message`]), or a payload that did not decode ([`Event::InvalidPayload`]).
+    Event(Event),
+}
+
+/// One interpreter connection, driven by its owner: no background task and no channels.
+///
+/// Requests are written when they are made; responses, timeouts and everything else the interpreter
+/// sends come out of [`Connection::next`], which the owner awaits in its own loop (it is cancel safe, so
+/// it can sit in a `select!` beside the owner's timers). There is no reconnecting: when `next` fails
+/// the connection is over.
+pub struct Connection {
+    conn: Conn,
+    config: Arc<ClientConfig>,
+    /// Requests waiting for the response that echoes their UID, until their deadline.
+    pending: Requests<()>,
+    /// Requests whose deadline passed, not yet reported by `next`.
+    expired: std::collections::VecDeque<String>,
+    next_uid: u64,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection").field("pending", &self.pending.len()).finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// Connects to an interpreter in SERVE mode and completes the handshake (`config.reconnect` is
+    /// not used: a `Connection` never reconnects).
+    pub async fn connect(addr: &str, config: ClientConfig) -> Result<Connection, ClientError> {
+        let framed = open(addr, &config).await?;
+        Ok(Connection::from_framed(framed, Arc::new(config)))
+    }
+
+    /// Runs over a stream that is already connected, doing the handshake first.
+    pub async fn over<S>(stream: S, config: ClientConfig) -> Result<Connection, ClientError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
+        handshake(&mut framed, &config).await?;
+        Ok(Connection::from_framed(framed, Arc::new(config)))
+    }
+
+    fn from_framed<S>(framed: Framed<S, ClientCodec>, config: Arc<ClientConfig>) -> Connection
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        Connection {
+            conn: framed.into(),
+            config,
+            pending: Requests::default(),
+            expired: std::collections::VecDeque::new(),
+            next_uid: 1,
+        }
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    fn fresh_uid(&mut self) -> String {
+        let uid = format!("{}{}", self.config.uid_prefix, self.next_uid);
+        self.next_uid += 1;
+        uid
+    }
+
+    /// Sends a request that waits for nothing (`PollFacts`, `StopFacts`, `BumpFacts`, ...): what it
+    /// causes arrives from [`Connection::next`] as events.
+    pub async fn send(&mut self, request: Request) -> Result<(), ClientError> {
+        self.conn.0.send(Payload::Message(request)).await?;
+        Ok(())
+    }
+
+    /// Sends `request` with a fresh UID (replacing any) and returns the UID; its response (or its
+    /// timeout) comes from [`Connection::next`] as [`Incoming::Reply`] (or [`Incoming::Timeout`]).
+    pub async fn request(&mut self, mut request: Request) -> Result<String, ClientError> {
+        let uid = self.fresh_uid();
+        set_uid(&mut request, uid.clone());
+        self.send_tracked(request, uid.clone()).await?;
+        Ok(uid)
+    }
+
+    /// Sends `request`, which carries `uid`, and waits for the response echoing it.
+    async fn send_tracked(&mut self, request: Request, uid: String) -> Result<(), ClientError> {
+        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
+        self.pending.insert(uid, deadline.into_std(), ());
+        self.send(request).await
+    }
+
+    /// `PollFacts` for `facts` every `interval` (the interpreter's default when `None`); returns the
+    /// poll's UID, which every polled `Facts` event carries.
+    pub async fn poll_facts<I, F>(
+        &mut self,
+        facts: I,
+        interval: Option<Duration>,
+    ) -> Result<String, ClientError>
+    where
+        I: IntoIterator<Item = F>,
+        F: Into<IdOrName>,
+    {
+        let uid = self.fresh_uid();
+        self.send(poll_facts_request(uid.clone(), facts, interval)).await?;
+        Ok(uid)
+    }
+
+    /// The next response, timeout or event. An `Err` ends the connection: the peer closed it
+    /// ([`ClientError::Closed`]) or broke the framing.
+    ///
+    /// Cancel safe: dropping the future loses nothing.
+    pub async fn next(&mut self) -> Result<Incoming, ClientError> {
+        loop {
+            if let Some(uid) = self.expired.pop_front() {
+                return Ok(Incoming::Timeout { uid });
+            }
+            let deadline = self.pending.next_deadline().map(tokio::time::Instant::from_std);
+            tokio::select! {
+                () = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)), if deadline.is_some() => {
+                    let now = tokio::time::Instant::now().into_std();
+                    self.expired.extend(self.pending.expire(now).into_iter().map(|(uid, ())| uid));
+                }
+                item = self.conn.0.next() => match item {
+                    None => {
+                        return Err(ClientError::Closed { reason: Some("closed by the interpreter".into()) })
+                    }
+                    Some(Err(e)) => return Err(e.into()),
+                    Some(Ok(Err(e))) => return Ok(Incoming::Event(Event::InvalidPayload(e))),
+                    Some(Ok(Ok(Payload::Handshake(h)))) => tracing::debug!(%h, "late handshake frame ignored"),
+                    Some(Ok(Ok(Payload::Message(response)))) => {
+                        // `InvalidSyntax` never carries a UID, so it can never complete a request (notes, rule 22).
+                        let uid = response.uid().filter(|uid| self.pending.complete(uid).is_some());
+                        return Ok(match uid.map(str::to_owned) {
+                            Some(uid) => Incoming::Reply { uid, response },
+                            None => Incoming::Event(Event::Message(response)),
+                        });
+                    }
+                },
+            }
+        }
+    }
+}
+
+fn poll_facts_request<I, F>(uid: String, facts: I, interval: Option<Duration>) -> Request
+where
+    I: IntoIterator<Item = F>,
+    F: Into<IdOrName>,
+{
+    Request::PollFacts(PollFacts {
+        uid: Some(uid),
+        facts: Some(facts.into_iter().map(Into::into).collect()),
+        interval: interval.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        ..Default::default()
+    })
 }
 
 fn unexpected(expected: &'static str, got: Response) -> ClientError {
@@ -439,7 +610,8 @@ where
 pub struct Listener {
     listener: TcpListener,
     config: ClientConfig,
-    handshakes: tokio::task::JoinSet<Result<(Client, Events, std::net::SocketAddr), ClientError>>,
+    handshakes:
+        tokio::task::JoinSet<Result<(Framed<TcpStream, ClientCodec>, std::net::SocketAddr), ClientError>>,
 }
 
 impl Listener {
@@ -463,6 +635,21 @@ impl Listener {
     /// interpreter speaks first and the monitor sends requests). An error concerns one connection; the
     /// listener can go on accepting.
     pub async fn accept(&mut self) -> Result<(Client, Events, std::net::SocketAddr), ClientError> {
+        let (framed, peer) = self.accept_framed().await?;
+        let (client, events) = Client::spawn(framed, None, self.config.clone());
+        Ok((client, events, peer))
+    }
+
+    /// As [`Listener::accept`], but the interpreter comes as a [`Connection`] that its owner drives
+    /// (no task of its own).
+    pub async fn accept_connection(&mut self) -> Result<(Connection, std::net::SocketAddr), ClientError> {
+        let (framed, peer) = self.accept_framed().await?;
+        Ok((Connection::from_framed(framed, Arc::new(self.config.clone())), peer))
+    }
+
+    async fn accept_framed(
+        &mut self,
+    ) -> Result<(Framed<TcpStream, ClientCodec>, std::net::SocketAddr), ClientError> {
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => {
@@ -473,8 +660,7 @@ impl Listener {
                     self.handshakes.spawn(async move {
                         let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
                         handshake(&mut framed, &config).await?;
-                        let (client, events) = Client::spawn(framed, None, config);
-                        Ok((client, events, peer))
+                        Ok((framed, peer))
                     });
                 }
                 Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
@@ -508,14 +694,16 @@ impl EventSender {
     }
 }
 
-struct Connection {
-    conn: Conn,
+/// The task behind a [`Client`]: drives its [`Connection`], answers each request's future, and
+/// reconnects.
+struct Background {
+    conn: Connection,
     addr: Option<String>,
     config: Arc<ClientConfig>,
     commands: mpsc::Receiver<Command>,
     events: EventSender,
-    /// Requests waiting for the response that echoes their UID, until their deadline.
-    pending: Requests<ReplyTx>,
+    /// The callers waiting for a response, by UID (their deadlines are kept by the connection).
+    waiting: std::collections::HashMap<String, ReplyTx>,
     standing: Standing,
 }
 
@@ -525,7 +713,15 @@ enum Step {
     Done,
 }
 
-impl Connection {
+/// Why a connection ended, in one line.
+fn lost(e: ClientError) -> Step {
+    match e {
+        ClientError::Closed { reason: Some(reason) } => Step::Lost(reason),
+        e => Step::Lost(e.to_string()),
+    }
+}
+
+impl Background {
     async fn run(mut self) {
         loop {
             let reason = loop {
@@ -536,7 +732,7 @@ impl Connection {
                 }
             };
             tracing::info!(%reason, "hmon connection lost");
-            for (_, tx) in self.pending.drain() {
+            for (_, tx) in self.waiting.drain() {
                 let _ = tx.send(Err(ClientError::Closed { reason: Some(reason.clone()) }));
             }
             self.events.send(Event::Disconnected { reason });
@@ -547,60 +743,49 @@ impl Connection {
     }
 
     async fn step(&mut self) -> Step {
-        let deadline = self.pending.next_deadline().map(tokio::time::Instant::from_std);
         tokio::select! {
-            _ = tokio::time::sleep_until(deadline.unwrap_or_else(tokio::time::Instant::now)), if deadline.is_some() => {
-                let after = self.config.request_timeout;
-                for (_, tx) in self.pending.expire(tokio::time::Instant::now().into_std()) {
-                    let _ = tx.send(Err(ClientError::Timeout { what: "reply", after }));
-                }
-                Step::Continue
-            }
             command = self.commands.recv() => match command {
                 None => Step::Done,
                 Some(Command::Send { request, reply }) => {
-                    self.pending.retain(|tx| !tx.is_closed());
+                    self.waiting.retain(|_, tx| !tx.is_closed());
                     self.standing.remember(&request);
-                    if let Some((uid, tx)) = reply {
-                        let deadline = tokio::time::Instant::now() + self.config.request_timeout;
-                        self.pending.insert(uid, deadline.into_std(), tx);
-                    }
-                    match self.conn.0.send(Payload::Message(request)).await {
-                        Ok(()) => Step::Continue,
-                        Err(e) => Step::Lost(e.to_string()),
-                    }
+                    let sent = match reply {
+                        Some((uid, tx)) => {
+                            self.waiting.insert(uid.clone(), tx);
+                            self.conn.send_tracked(request, uid).await
+                        }
+                        None => self.conn.send(request).await,
+                    };
+                    sent.map_or_else(lost, |()| Step::Continue)
                 }
             },
-            item = self.conn.0.next() => match item {
-                None => Step::Lost("closed by the interpreter".into()),
-                Some(Err(FrameError::Io(e))) => Step::Lost(e.to_string()),
-                Some(Err(e)) => Step::Lost(e.to_string()),
-                Some(Ok(Err(e))) => {
-                    self.events.send(Event::InvalidPayload(e));
+            incoming = self.conn.next() => match incoming {
+                Err(e) => lost(e),
+                Ok(Incoming::Event(event)) => {
+                    self.events.send(event);
                     Step::Continue
                 }
-                Some(Ok(Ok(Payload::Handshake(h)))) => {
-                    tracing::debug!(%h, "late handshake frame ignored");
+                Ok(Incoming::Reply { uid, response }) => {
+                    match self.waiting.remove(&uid) {
+                        Some(tx) => {
+                            if let Err(Ok(response)) = tx.send(Ok(response)) {
+                                // The caller gave up; the late reply is still worth showing.
+                                self.events.send(Event::Message(response));
+                            }
+                        }
+                        None => self.events.send(Event::Message(response)),
+                    }
                     Step::Continue
                 }
-                Some(Ok(Ok(Payload::Message(response)))) => {
-                    self.route(response);
+                Ok(Incoming::Timeout { uid }) => {
+                    if let Some(tx) = self.waiting.remove(&uid) {
+                        let after = self.config.request_timeout;
+                        let _ = tx.send(Err(ClientError::Timeout { what: "reply", after }));
+                    }
                     Step::Continue
                 }
             },
         }
-    }
-
-    fn route(&mut self, response: Response) {
-        // `InvalidSyntax` never carries a UID, so it can never complete a request (notes, rule 22).
-        if let Some(tx) = response.uid().and_then(|uid| self.pending.complete(uid)) {
-            if let Err(Ok(response)) = tx.send(Ok(response)) {
-                // The caller gave up (timeout); the late reply is still worth showing.
-                self.events.send(Event::Message(response));
-            }
-            return;
-        }
-        self.events.send(Event::Message(response));
     }
 
     /// Reconnects with backoff; `false` when reconnecting is off, gave up, or the client is gone.
@@ -631,13 +816,13 @@ impl Connection {
             }
             match open(&addr, &self.config).await {
                 Ok(framed) => {
-                    self.conn = framed.into();
+                    self.conn = Connection::from_framed(framed, self.config.clone());
                     for request in self.standing.replay().cloned().collect::<Vec<_>>() {
-                        if self.conn.0.feed(Payload::Message(request)).await.is_err() {
+                        if self.conn.conn.0.feed(Payload::Message(request)).await.is_err() {
                             break;
                         }
                     }
-                    let _ = self.conn.0.flush().await;
+                    let _ = self.conn.conn.0.flush().await;
                     self.events.send(Event::Reconnected);
                     return true;
                 }
@@ -760,5 +945,48 @@ mod tests {
         );
         drop(client);
         assert!(events.next().await.is_none(), "dropping the last handle closes the connection");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_driven_by_its_owner_correlates_times_out_and_passes_the_rest_on() {
+        let (ours, mut peer) = pipe();
+        peer_handshake(&mut peer, 2).await;
+        let config = ClientConfig { request_timeout: Duration::from_secs(2), ..ClientConfig::default() };
+        let mut conn = Connection::over(ours, config).await.unwrap();
+        for _ in 0..2 {
+            assert!(matches!(peer.next().await, Some(Ok(Ok(Payload::Handshake(_))))));
+        }
+        let first = conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await.unwrap();
+        let second = conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await.unwrap();
+        assert_ne!(first, second);
+        let poll = conn.poll_facts([crate::FactKind::Host], None).await.unwrap();
+        let mut asked = Vec::new();
+        for _ in 0..3 {
+            let Some(Ok(Ok(Payload::Message(request)))) = peer.next().await else { panic!() };
+            asked.push(request.uid().map(str::to_owned));
+        }
+        assert_eq!(asked, [Some(first.clone()), Some(second.clone()), Some(poll.clone())]);
+        // An uncorrelated message, then the reply to the first request; the second one never comes.
+        let m = UserMessage { message: Some("hi".into()), ..Default::default() };
+        peer.send(Payload::Message(Response::UserMessage(m))).await.unwrap();
+        let reply = crate::message::LastKnownState { uid: Some(first.clone()), ..Default::default() };
+        peer.send(Payload::Message(Response::LastKnownState(reply))).await.unwrap();
+        assert!(matches!(conn.next().await, Ok(Incoming::Event(Event::Message(Response::UserMessage(_))))));
+        match conn.next().await {
+            Ok(Incoming::Reply { uid, response: Response::LastKnownState(_) }) => assert_eq!(uid, first),
+            other => panic!("{other:?}"),
+        }
+        let before = tokio::time::Instant::now();
+        assert_eq!(conn.next().await.unwrap(), Incoming::Timeout { uid: second.clone() });
+        assert_eq!(before.elapsed(), Duration::from_secs(2));
+        // A late reply is an event; polled facts are events.
+        let late = crate::message::LastKnownState { uid: Some(second), ..Default::default() };
+        peer.send(Payload::Message(Response::LastKnownState(late))).await.unwrap();
+        assert!(matches!(
+            conn.next().await,
+            Ok(Incoming::Event(Event::Message(Response::LastKnownState(_))))
+        ));
+        drop(peer);
+        assert!(matches!(conn.next().await, Err(ClientError::Closed { .. })));
     }
 }

@@ -75,7 +75,7 @@ mod tokio_codec;
 mod wire;
 
 #[cfg(feature = "client")]
-pub use client::{handshake, Client, ClientConfig, Event, Events, Listener, Reconnect};
+pub use client::{handshake, Client, ClientConfig, Connection, Event, Events, Incoming, Listener, Reconnect};
 pub use codec::{
     decode_message, decode_payload, encode_payload, frame_bytes, ClientCodec, Codec, Handshake, Payload,
     ServerCodec, MAX_SUPPORTED_PROTOCOLS, PROTOCOL_VERSION, SUPPORTED_PROTOCOLS, USING_PROTOCOL,

@@ -24,6 +24,11 @@ pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many messages may wait on a channel nobody is reading (the rvOS queue depth, `MAX_QUEUE_DEPTH`).
 pub const MAX_QUEUE_DEPTH: usize = 64;
 
+/// The most channels [`Client::request_many`] holds open at once: half of rvOS's
+/// `MAX_CHANNELS_PER_PROCESS` (32), so that a pipelined batch never makes init answer `"no channels"`
+/// to a client that holds a few channels of its own. Longer batches go in rounds of this many.
+pub const MAX_PIPELINE: usize = 16;
+
 /// Where the host transport listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
@@ -226,17 +231,7 @@ impl Client {
                 None => return Err(ClientError::ConnectionClosed),
                 Some(Err(e)) => return Err(e.into()),
                 Some(Ok(Frame::Message { channel: c, message })) if c == channel => return Ok(Some(message)),
-                Some(Ok(Frame::Message { channel: c, message })) => {
-                    if self.open.contains(&c) {
-                        let q = self.queued.entry(c).or_default();
-                        if q.len() >= MAX_QUEUE_DEPTH {
-                            return Err(ClientError::QueueOverflow { channel: c, max: MAX_QUEUE_DEPTH });
-                        }
-                        q.push_back(message);
-                    } else {
-                        tracing::debug!(channel = %c, "dropping a message for a channel we closed");
-                    }
-                }
+                Some(Ok(Frame::Message { channel: c, message })) => self.enqueue(c, message)?,
                 Some(Ok(Frame::Close { channel: c })) => {
                     if self.open.contains(&c) {
                         self.peer_closed.insert(c);
@@ -251,9 +246,7 @@ impl Client {
 
     /// Drops this client's end of `channel` (the peer sees it closed). Unknown channels are ignored.
     pub async fn close(&mut self, channel: ChannelId) -> Result<(), ClientError> {
-        if self.open.remove(&channel) {
-            self.queued.remove(&channel);
-            self.peer_closed.remove(&channel);
+        if self.forget(channel) {
             self.framed.send(Frame::Close { channel }).await?;
         }
         Ok(())
@@ -264,17 +257,7 @@ impl Client {
         let request = BootRequest::ConnectService { name: service.to_owned() };
         self.send(ChannelId::BOOT, Message::encode(&request).map_err(ClientError::Encode)?).await?;
         let reply = self.recv(ChannelId::BOOT).await?.ok_or(ClientError::BootClosed)?;
-        match reply.decode::<BootResponse>().map_err(ClientError::BootReply)? {
-            BootResponse::Ok => {
-                let channel = *reply.caps().first().ok_or(ClientError::BootWithoutCap)?;
-                self.open.insert(channel);
-                Ok(channel)
-            }
-            BootResponse::Error { message } => {
-                Err(ClientError::Boot { service: service.to_owned(), message })
-            }
-            other => Err(ClientError::UnexpectedBootReply(other)),
-        }
+        self.boot_reply(&reply, service)
     }
 
     /// Sends `command` on a new sysinfo channel and returns the reassembled, parsed reply.
@@ -306,6 +289,219 @@ impl Client {
         result
     }
 
+    /// Sends every command of `commands` on its own new channel, pipelined, and returns the parsed replies
+    /// in the order of `commands`.
+    ///
+    /// See [`Client::request_many_raw`] for how the requests travel and what the two levels of `Result`
+    /// mean.
+    pub async fn request_many(
+        &mut self,
+        commands: &[SysinfoCommand],
+    ) -> Result<Vec<Result<Response, ClientError>>, ClientError> {
+        let data = commands
+            .iter()
+            .map(|c| wire::to_bytes(c).map_err(ClientError::Encode))
+            .collect::<Result<Vec<_>, _>>()?;
+        let requests: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let replies = self.request_many_raw(&requests).await?;
+        Ok(commands
+            .iter()
+            .zip(replies)
+            .map(|(&command, reply)| {
+                reply.map(|reply| {
+                    let report = Report::parse(command, &reply.text);
+                    Response { command, reply, report }
+                })
+            })
+            .collect())
+    }
+
+    /// Sends each of `requests` (raw request bytes) on its own new sysinfo channel, pipelined, and
+    /// reassembles the replies; they come back in the order of `requests`.
+    ///
+    /// Instead of one round trip for the channel and one for the reply per request, a batch costs two:
+    /// every `ConnectService` is written at once, then, once init has answered them all, every command;
+    /// the replies are then told apart by their channel (the real service answers its queued
+    /// connections one after the other; a sim may interleave them). At most [`MAX_PIPELINE`] channels
+    /// are open at once: longer batches go in rounds. Each channel is closed once its reply has ended,
+    /// as with [`Client::request_raw`].
+    ///
+    /// The outer `Err` is a failure of the connection (transport, the request timeout, which covers the
+    /// whole batch, or init closing the boot channel): the connection is then in an unknown state. An
+    /// inner `Err` concerns one request only (init refused the channel, the service closed it without a
+    /// reply, the reply was too large).
+    pub async fn request_many_raw(
+        &mut self,
+        requests: &[&[u8]],
+    ) -> Result<Vec<Result<Reply, ClientError>>, ClientError> {
+        let after = self.config.request_timeout;
+        let mut opened = Vec::new();
+        let result = tokio::time::timeout(after, async {
+            let mut replies = Vec::with_capacity(requests.len());
+            for round in requests.chunks(MAX_PIPELINE) {
+                replies.extend(self.pipeline(round, &mut opened).await?);
+            }
+            Ok(replies)
+        })
+        .await
+        .unwrap_or(Err(ClientError::Timeout { after }));
+        if !opened.is_empty() {
+            // Best effort, as in `request_raw`: one write for all the closes still owed.
+            let _ = tokio::time::timeout(after, self.close_all(&opened)).await;
+        }
+        result
+    }
+
+    /// One round of [`Client::request_many_raw`]; the channels it opened and has not closed are in `opened`.
+    async fn pipeline(
+        &mut self,
+        requests: &[&[u8]],
+        opened: &mut Vec<ChannelId>,
+    ) -> Result<Vec<Result<Reply, ClientError>>, ClientError> {
+        let ask = Message::encode(&BootRequest::ConnectService { name: SYSINFO_SERVICE.to_owned() })
+            .map_err(ClientError::Encode)?;
+        for _ in requests {
+            self.framed.feed(Frame::Message { channel: ChannelId::BOOT, message: ask.clone() }).await?;
+        }
+        SinkExt::<Frame>::flush(&mut self.framed).await?;
+        // Init answers in order, one reply per ConnectService.
+        let mut slots: Vec<Result<(ChannelId, Reassembler), ClientError>> =
+            Vec::with_capacity(requests.len());
+        for _ in requests {
+            let reply = self.recv(ChannelId::BOOT).await?.ok_or(ClientError::BootClosed)?;
+            slots.push(self.boot_reply(&reply, SYSINFO_SERVICE).map(|ch| {
+                opened.push(ch);
+                (ch, Reassembler::new(self.config.max_response))
+            }));
+        }
+        for (slot, data) in slots.iter().zip(requests) {
+            if let Ok((channel, _)) = slot {
+                let message = Message::with_data(data.to_vec()).map_err(ClientError::Encode)?;
+                self.framed.feed(Frame::Message { channel: *channel, message }).await?;
+            }
+        }
+        SinkExt::<Frame>::flush(&mut self.framed).await?;
+        let mut waiting = slots.iter().filter(|s| s.is_ok()).count();
+        let mut ended = Vec::new();
+        while waiting > 0 {
+            let (channel, message) = self.recv_any(opened).await?;
+            let Some(i) = slots.iter().position(|s| matches!(s, Ok((c, _)) if *c == channel)) else {
+                continue;
+            };
+            let Ok((_, reassembler)) = &mut slots[i] else { continue };
+            let done = match message {
+                Some(chunk) => match reassembler.push_owned(chunk.into_data()) {
+                    Ok(done) => done,
+                    Err(e) => {
+                        slots[i] = Err(e.into());
+                        true
+                    }
+                },
+                None if reassembler.is_empty() => {
+                    slots[i] = Err(ClientError::NoReply { channel });
+                    true
+                }
+                None => {
+                    reassembler.close();
+                    true
+                }
+            };
+            if done {
+                waiting -= 1;
+                ended.push(channel);
+                // Chunks still queued for it are dropped with it (the kernel drops them with the endpoint).
+                self.forget(channel);
+            }
+        }
+        self.close_all(&ended).await?;
+        opened.retain(|c| !ended.contains(c));
+        Ok(slots.into_iter().map(|s| s.map(|(_, r)| r.finish())).collect())
+    }
+
+    /// Stops tracking `channel` without telling the peer yet (see [`Client::close_all`]).
+    fn forget(&mut self, channel: ChannelId) -> bool {
+        self.queued.remove(&channel);
+        self.peer_closed.remove(&channel);
+        self.open.remove(&channel)
+    }
+
+    /// Closes `channels` in one write (each one not open any more is still told to the peer, once).
+    async fn close_all(&mut self, channels: &[ChannelId]) -> Result<(), ClientError> {
+        for &channel in channels {
+            self.forget(channel);
+            self.framed.feed(Frame::Close { channel }).await?;
+        }
+        SinkExt::<Frame>::flush(&mut self.framed).await?;
+        Ok(())
+    }
+
+    /// The next message (or `None`: closed) on any of `channels`, which must be open.
+    async fn recv_any(
+        &mut self,
+        channels: &[ChannelId],
+    ) -> Result<(ChannelId, Option<Message>), ClientError> {
+        for &channel in channels {
+            if !self.open.contains(&channel) {
+                continue;
+            }
+            if let Some(m) = self.queued.get_mut(&channel).and_then(VecDeque::pop_front) {
+                return Ok((channel, Some(m)));
+            }
+            if self.peer_closed.contains(&channel) {
+                return Ok((channel, None));
+            }
+        }
+        loop {
+            match self.framed.next().await {
+                None => return Err(ClientError::ConnectionClosed),
+                Some(Err(e)) => return Err(e.into()),
+                Some(Ok(Frame::Message { channel, message })) => {
+                    if channels.contains(&channel) && self.open.contains(&channel) {
+                        return Ok((channel, Some(message)));
+                    }
+                    self.enqueue(channel, message)?;
+                }
+                Some(Ok(Frame::Close { channel })) => {
+                    if self.open.contains(&channel) {
+                        if channels.contains(&channel) {
+                            return Ok((channel, None));
+                        }
+                        self.peer_closed.insert(channel);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps `message` for a later `recv` on its channel, or drops it if the channel is not ours.
+    fn enqueue(&mut self, channel: ChannelId, message: Message) -> Result<(), ClientError> {
+        if self.open.contains(&channel) {
+            let q = self.queued.entry(channel).or_default();
+            if q.len() >= MAX_QUEUE_DEPTH {
+                return Err(ClientError::QueueOverflow { channel, max: MAX_QUEUE_DEPTH });
+            }
+            q.push_back(message);
+        } else {
+            tracing::debug!(%channel, "dropping a message for a channel we closed");
+        }
+        Ok(())
+    }
+
+    /// The channel in init's reply to `ConnectService`, now open, or why there is none.
+    fn boot_reply(&mut self, reply: &Message, service: &str) -> Result<ChannelId, ClientError> {
+        match reply.decode::<BootResponse>().map_err(ClientError::BootReply)? {
+            BootResponse::Ok => {
+                let channel = *reply.caps().first().ok_or(ClientError::BootWithoutCap)?;
+                self.open.insert(channel);
+                Ok(channel)
+            }
+            BootResponse::Error { message } => {
+                Err(ClientError::Boot { service: service.to_owned(), message })
+            }
+            other => Err(ClientError::UnexpectedBootReply(other)),
+        }
+    }
+
     /// Reads chunks on `channel` until the sentinel or until the channel is closed.
     pub async fn read_reply(&mut self, channel: ChannelId) -> Result<Reply, ClientError> {
         let mut reassembler = Reassembler::new(self.config.max_response);
@@ -324,5 +520,106 @@ impl Client {
             }
         }
         Ok(reassembler.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reassembly::End;
+    use crate::wire::MAX_MSG_SIZE;
+
+    /// The server's end of a pipe, driven by hand.
+    type Peer = Framed<tokio::io::DuplexStream, HostCodec>;
+
+    fn pipe() -> (Client, Peer) {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        (Client::new(a, ClientConfig::default()), Framed::new(b, HostCodec))
+    }
+
+    async fn message_on(peer: &mut Peer) -> (ChannelId, Message) {
+        match peer.next().await {
+            Some(Ok(Frame::Message { channel, message })) => (channel, message),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    async fn send(peer: &mut Peer, channel: ChannelId, data: &[u8]) {
+        let message = Message::with_data(data.to_vec()).unwrap();
+        peer.send(Frame::Message { channel, message }).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn replies_interleaved_and_out_of_order_are_told_apart_by_channel() {
+        let (mut client, mut peer) = pipe();
+        let server = tokio::spawn(async move {
+            // Both ConnectService requests come before any command.
+            for n in [7u32, 9] {
+                let (channel, m) = message_on(&mut peer).await;
+                assert_eq!(channel, ChannelId::BOOT);
+                assert_eq!(m.data(), b"\x00\x07\x00sysinfo");
+                let mut ok = Message::encode(&BootResponse::Ok).unwrap();
+                ok.push_cap(ChannelId(n)).unwrap();
+                peer.send(Frame::Message { channel: ChannelId::BOOT, message: ok }).await.unwrap();
+            }
+            assert_eq!(message_on(&mut peer).await, (ChannelId(7), Message::with_data(vec![0x04]).unwrap()));
+            assert_eq!(message_on(&mut peer).await, (ChannelId(9), Message::with_data(vec![0x08]).unwrap()));
+            // The second reply starts first, the first one's chunks come in between, and the first one
+            // ends with a close instead of the sentinel.
+            let long = vec![b'x'; MAX_MSG_SIZE];
+            send(&mut peer, ChannelId(9), b"Watchdog: ").await;
+            send(&mut peer, ChannelId(7), &long).await;
+            send(&mut peer, ChannelId(9), b"disabled\n").await;
+            send(&mut peer, ChannelId(7), b"y\n").await;
+            send(&mut peer, ChannelId(9), b"").await;
+            peer.send(Frame::Close { channel: ChannelId(7) }).await.unwrap();
+            // The client closes both channels once their replies have ended.
+            let mut closed = Vec::new();
+            for _ in 0..2 {
+                match peer.next().await {
+                    Some(Ok(Frame::Close { channel })) => closed.push(channel),
+                    other => panic!("{other:?}"),
+                }
+            }
+            closed.sort_by_key(|c| c.0);
+            assert_eq!(closed, [ChannelId(7), ChannelId(9)]);
+        });
+        let replies = client.request_many_raw(&[&[0x04], &[0x08]]).await.unwrap();
+        let first = replies[0].as_ref().unwrap();
+        assert_eq!((first.text.len(), first.end, first.chunks), (MAX_MSG_SIZE + 2, End::Closed, 2));
+        let second = replies[1].as_ref().unwrap();
+        assert_eq!((second.text.as_str(), second.end), ("Watchdog: disabled\n", End::Sentinel));
+        server.await.unwrap();
+        assert!(client.open.len() == 1 && client.queued.is_empty(), "only the boot channel is left");
+    }
+
+    #[tokio::test]
+    async fn a_channel_closed_without_a_reply_fails_alone_and_init_closing_fails_the_batch() {
+        let (mut client, mut peer) = pipe();
+        let server = tokio::spawn(async move {
+            for n in [3u32, 4] {
+                message_on(&mut peer).await;
+                let mut ok = Message::encode(&BootResponse::Ok).unwrap();
+                ok.push_cap(ChannelId(n)).unwrap();
+                peer.send(Frame::Message { channel: ChannelId::BOOT, message: ok }).await.unwrap();
+            }
+            message_on(&mut peer).await;
+            message_on(&mut peer).await;
+            peer.send(Frame::Close { channel: ChannelId(3) }).await.unwrap();
+            send(&mut peer, ChannelId(4), b"ok\n").await;
+            send(&mut peer, ChannelId(4), b"").await;
+            // The next batch: init goes away.
+            for _ in 0..2 {
+                peer.next().await;
+            }
+            message_on(&mut peer).await;
+            peer.send(Frame::Close { channel: ChannelId::BOOT }).await.unwrap();
+            peer
+        });
+        let replies = client.request_many_raw(&[&[0x00], &[0x03]]).await.unwrap();
+        assert!(matches!(replies[0], Err(ClientError::NoReply { channel: ChannelId(3) })), "{replies:?}");
+        assert_eq!(replies[1].as_ref().unwrap().text, "ok\n");
+        assert!(matches!(client.request_many_raw(&[&[0x00]]).await, Err(ClientError::BootClosed)));
+        drop(server.await.unwrap());
     }
 }

@@ -96,7 +96,7 @@ mod prelude {
 #[cfg(feature = "client")]
 pub use client::{
     Client, ClientConfig, ClientError, Endpoint, Response, DEFAULT_ADDR, DEFAULT_REQUEST_TIMEOUT,
-    MAX_QUEUE_DEPTH,
+    MAX_PIPELINE, MAX_QUEUE_DEPTH,
 };
 pub use message::{
     BootRequest, BootResponse, ChannelId, Message, NewConnection, SysinfoCommand, BOOT_ERRORS, MAX_CAPS,

@@ -17,16 +17,22 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
+use std::io::Write as _;
+
+use axum::body::Body;
 use axum::extract::{Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use bytes::Bytes;
+use flate2::write::GzEncoder;
+use flate2::Compression;
 use serde::Deserialize;
 
 use crate::fleet::collect::{self, AbortOnDrop};
 use crate::fleet::config::FleetConfig;
-use crate::fleet::render::{render, Format};
+use crate::fleet::render::{Chunks, Format, CHUNK};
 use crate::fleet::{Fleet, FleetSnapshot, Protocol, Publisher, Registry, TargetSnapshot};
 
 /// A probe target not asked for this long is dropped, with its connection.
@@ -244,14 +250,80 @@ async fn index() -> impl IntoResponse {
     )
 }
 
-fn exposition(snapshot: &FleetSnapshot, headers: &HeaderMap) -> Response {
-    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-    let format = Format::from_accept(accept);
-    ([(header::CONTENT_TYPE, format.content_type())], render(snapshot, format)).into_response()
+/// Whether an `Accept-Encoding` header accepts gzip (`gzip` or `*`, with a q-value above 0).
+pub fn accepts_gzip(accept_encoding: Option<&str>) -> bool {
+    accept_encoding.is_some_and(|v| {
+        v.split(',').any(|item| {
+            let mut parts = item.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let q = parts
+                .find_map(|p| p.trim().strip_prefix("q=").map(|q| q.trim().parse::<f32>().unwrap_or(0.0)))
+                .unwrap_or(1.0);
+            (name.eq_ignore_ascii_case("gzip") || name == "*") && q > 0.0
+        })
+    })
+}
+
+/// A page's chunks gzipped on the fly (fast level: a scrape is CPU-bound, the network rarely is).
+struct Gzip {
+    chunks: Chunks,
+    encoder: Option<GzEncoder<Vec<u8>>>,
+}
+
+impl Iterator for Gzip {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        loop {
+            let encoder = self.encoder.as_mut()?;
+            match self.chunks.next() {
+                Some(chunk) => {
+                    encoder.write_all(&chunk).expect("writing to a Vec cannot fail");
+                    if encoder.get_ref().len() >= CHUNK / 4 {
+                        return Some(Bytes::from(std::mem::take(encoder.get_mut())));
+                    }
+                }
+                None => {
+                    let rest = self.encoder.take()?.finish().expect("writing to a Vec cannot fail");
+                    return (!rest.is_empty()).then(|| Bytes::from(rest));
+                }
+            }
+        }
+    }
+}
+
+/// The exposition of `snapshot` in the format `Accept` asks for, streamed in chunks, and gzipped
+/// when `Accept-Encoding` allows it.
+fn exposition(snapshot: FleetSnapshot, headers: &HeaderMap) -> Response {
+    let header_str = |name| headers.get(name).and_then(|v: &header::HeaderValue| v.to_str().ok());
+    let format = Format::from_accept(header_str(header::ACCEPT));
+    let chunks = Chunks::new(snapshot, format);
+    let ok = Ok::<Bytes, std::convert::Infallible>;
+    if accepts_gzip(header_str(header::ACCEPT_ENCODING)) {
+        let gzip = Gzip {
+            chunks,
+            encoder: Some(GzEncoder::new(Vec::with_capacity(CHUNK / 2), Compression::fast())),
+        };
+        (
+            [
+                (header::CONTENT_TYPE, format.content_type()),
+                (header::CONTENT_ENCODING, "gzip"),
+                (header::VARY, "accept-encoding"),
+            ],
+            Body::from_stream(futures::stream::iter(gzip.map(ok))),
+        )
+            .into_response()
+    } else {
+        (
+            [(header::CONTENT_TYPE, format.content_type()), (header::VARY, "accept-encoding")],
+            Body::from_stream(futures::stream::iter(chunks.map(ok))),
+        )
+            .into_response()
+    }
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    exposition(&state.fleet.snapshot(), &headers)
+    exposition(state.fleet.snapshot(), &headers)
 }
 
 /// One target as `/targets` shows it.
@@ -263,15 +335,16 @@ pub fn target_json(t: &TargetSnapshot) -> serde_json::Value {
     serde_json::json!({
         "name": &*t.name,
         "protocol": t.protocol.as_str(),
-        "labels": t.labels.iter().cloned().collect::<HashMap<_, _>>(),
+        "labels": t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<HashMap<_, _>>(),
         "state": t.state.as_str(),
-        "last_error": t.last_error,
+        "last_error": t.last_error.as_deref(),
         "last_update": t.last_update.map(unix),
         "connects": t.connects,
         "reconnects": t.connects.saturating_sub(1),
         "errors": errors,
         "series": t.series.len(),
         "dropped_series": t.dropped_series,
+        "received_bytes": t.received_bytes,
     })
 }
 
@@ -313,7 +386,7 @@ async fn probe(State(state): State<AppState>, Query(q): Query<ProbeQuery>, heade
         .map(|s| Duration::from_secs_f64((s * 0.9).min(60.0)))
         .unwrap_or(DEFAULT_PROBE_TIMEOUT);
     match state.probes.probe(protocol, &target, timeout).await {
-        Some(t) => exposition(&FleetSnapshot { targets: vec![t] }, &headers),
+        Some(t) => exposition(FleetSnapshot { targets: vec![t] }, &headers),
         None => (StatusCode::SERVICE_UNAVAILABLE, format!("more than {MAX_PROBES} probe targets\n"))
             .into_response(),
     }
@@ -399,5 +472,23 @@ impl Probes {
     /// Drops the probe targets not asked for within `idle`.
     fn sweep(&self, idle: Duration) {
         self.tasks.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, (used, _)| used.elapsed() < idle);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::accepts_gzip;
+
+    #[test]
+    fn gzip_negotiation() {
+        assert!(!accepts_gzip(None));
+        assert!(accepts_gzip(Some("gzip")));
+        assert!(accepts_gzip(Some("GZIP")));
+        assert!(accepts_gzip(Some("deflate, gzip;q=0.5")));
+        assert!(accepts_gzip(Some("*")));
+        assert!(!accepts_gzip(Some("identity")));
+        assert!(!accepts_gzip(Some("gzip;q=0")));
+        assert!(!accepts_gzip(Some("gzip; q=0.0, br")));
+        assert!(!accepts_gzip(Some("x-gzip-ish")));
     }
 }

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use telemon::fleet::config::FleetConfig;
-use telemon::fleet::{Fleet, FleetSnapshot, Value};
+use telemon::fleet::{Fleet, FleetSnapshot};
 
 mod support;
 
@@ -30,10 +30,7 @@ async fn until(fleet: &Fleet, what: &str, mut ok: impl FnMut(&FleetSnapshot) -> 
 
 fn working_set(snap: &FleetSnapshot) -> Option<f64> {
     let t = snap.targets.first()?;
-    t.series.iter().find(|s| &*s.family == "mono_runtime_bytes").and_then(|s| match s.value {
-        Value::Number(v) => Some(v),
-        _ => None,
-    })
+    t.series.iter().find(|s| s.family() == "mono_runtime_bytes").and_then(|s| s.number())
 }
 
 /// Issue 18: the fleet's Mono collector keeps exact values through a burst of empty samples (on a

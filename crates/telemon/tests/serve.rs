@@ -499,3 +499,84 @@ async fn sys161_32_bit_counters_are_unwrapped_into_monotonic_ones() {
     sim.stop().await.unwrap();
     server.shutdown().await;
 }
+
+/// A raw HTTP/1.1 GET with extra headers: (lower-cased head, de-chunked body bytes).
+async fn get_raw(addr: std::net::SocketAddr, path: &str, headers: &str) -> (String, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).await.expect("telemon listens");
+    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("a header block");
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let mut body = &raw[split + 4..];
+    if !head.contains("transfer-encoding: chunked") {
+        return (head, body.to_vec());
+    }
+    let mut out = Vec::new();
+    loop {
+        let eol = body.windows(2).position(|w| w == b"\r\n").expect("a chunk size");
+        let len = usize::from_str_radix(std::str::from_utf8(&body[..eol]).unwrap().trim(), 16).unwrap();
+        if len == 0 {
+            return (head, out);
+        }
+        out.extend_from_slice(&body[eol + 2..eol + 2 + len]);
+        body = &body[eol + 2 + len + 2..];
+    }
+}
+
+fn gunzip(bytes: &[u8]) -> String {
+    use std::io::Read;
+    let mut out = String::new();
+    flate2::read::GzDecoder::new(bytes).read_to_string(&mut out).expect("a valid gzip stream");
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_gzipped_when_the_scraper_asks_in_both_formats() {
+    let shutdown = Shutdown::new();
+    let (l, smon_addr) = listener().await;
+    let smon_config = SmonConfig { interval: MIN_INTERVAL, ..SmonConfig::default() };
+    tokio::spawn(smon_sim::serve(l, Cpus(0), smon_config, shutdown.clone()));
+    let toml = format!("[[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n");
+    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let addr = server.local_addr();
+    scrape_until(addr, "smon values", |m| m.contains("smon_value{")).await;
+
+    let (head, plain) = get_raw(addr, "/metrics", "").await;
+    assert!(!head.contains("content-encoding"), "no gzip unless asked:\n{head}");
+    assert!(String::from_utf8(plain).unwrap().contains("smon_value{target=\"box\""));
+
+    // Prometheus's own header.
+    let (head, body) = get_raw(addr, "/metrics", "Accept-Encoding: gzip\r\n").await;
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    let text = gunzip(&body);
+    assert!(
+        text.contains("# TYPE smon_value gauge\n") && text.contains("smon_value{target=\"box\""),
+        "{text}"
+    );
+    assert!(!text.contains("# EOF"));
+
+    // OpenMetrics, gzipped: the same page rules, ending with # EOF.
+    let om =
+        "Accept: application/openmetrics-text;version=1.0.0\r\nAccept-Encoding: br;q=1.0, gzip;q=0.5\r\n";
+    let (head, body) = get_raw(addr, "/metrics", om).await;
+    assert!(
+        head.contains("content-encoding: gzip") && head.contains("application/openmetrics-text"),
+        "{head}"
+    );
+    assert!(gunzip(&body).ends_with("# EOF\n"));
+
+    // gzip refused with q=0.
+    let (head, _) = get_raw(addr, "/metrics", "Accept-Encoding: gzip;q=0, identity\r\n").await;
+    assert!(!head.contains("content-encoding"), "{head}");
+
+    // A probe answer is gzipped the same way.
+    let probe = format!("/probe?target={smon_addr}&protocol=smon");
+    let (head, body) = get_raw(addr, &probe, "Accept-Encoding: gzip\r\n").await;
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    assert!(gunzip(&body).contains("telemon_target_up{"));
+    server.shutdown().await;
+    shutdown.cancel();
+}

@@ -691,3 +691,62 @@ async fn client_retries_until_the_sim_listens_and_reconnects_with_its_poll() {
     assert!(client.last_known_state().await.is_ok());
     shutdown.cancel();
 }
+
+// ---- a Connection driven by its owner (one task per interpreter)
+
+/// The next thing a [`Connection`] yields, failing the test if nothing comes within a minute.
+async fn next_incoming(conn: &mut Connection) -> Incoming {
+    tokio::time::timeout(Duration::from_secs(60), conn.next()).await.expect("something arrives").unwrap()
+}
+
+#[tokio::test]
+async fn a_connection_polls_asks_and_subscribes_in_its_owners_task() {
+    let running = start(quiet(Config::default())).await;
+    let mut conn = Connection::connect(&running.addr, ClientConfig::default()).await.unwrap();
+    let subscribe = Subscribe { events: Some(vec![EventKind::WorkspaceResize.into()]), ..Default::default() };
+    let subscribed = conn.request(Request::Subscribe(subscribe)).await.unwrap();
+    let poll = conn.poll_facts([FactKind::Workspace], Some(Duration::from_millis(500))).await.unwrap();
+    let lks = conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await.unwrap();
+    let (mut got_subscribed, mut got_lks, mut polls) = (false, false, 0);
+    while !(got_subscribed && got_lks && polls >= 2) {
+        match next_incoming(&mut conn).await {
+            Incoming::Reply { uid, response: Response::Subscribed(_) } if uid == subscribed => {
+                got_subscribed = true
+            }
+            Incoming::Reply { uid, response: Response::LastKnownState(_) } if uid == lks => got_lks = true,
+            Incoming::Event(Event::Message(Response::Facts(f)))
+                if f.uid.as_deref() == Some(poll.as_str()) =>
+            {
+                polls += 1
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    running.sim.world().user_message(None, "hello");
+    loop {
+        match next_incoming(&mut conn).await {
+            Incoming::Event(Event::Message(Response::UserMessage(m))) => {
+                assert_eq!(m.message.as_deref(), Some("hello"));
+                break;
+            }
+            Incoming::Event(Event::Message(Response::Facts(_))) => {}
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_listener_yields_interpreters_as_connections_too() {
+    let mut listener = Listener::bind("127.0.0.1:0", ClientConfig::default()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let sim = Sim::new(quiet(Config::default()));
+    let shutdown = Shutdown::new();
+    tokio::spawn(sim.poll(addr.to_string(), shutdown.clone()));
+    let (mut conn, _peer) = listener.accept_connection().await.unwrap();
+    let uid = conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await.unwrap();
+    match next_incoming(&mut conn).await {
+        Incoming::Reply { uid: got, response: Response::LastKnownState(_) } => assert_eq!(got, uid),
+        other => panic!("{other:?}"),
+    }
+    shutdown.cancel();
+}

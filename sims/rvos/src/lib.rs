@@ -76,6 +76,9 @@ pub struct Config {
     pub request_deadline: Option<Duration>,
     /// The most channels one client may hold open at once before init answers `"no channels"`.
     pub max_channels_per_client: usize,
+    /// How long the service takes to answer: each reply starts this long after its request arrived (a
+    /// slow or overloaded VM). The replies of a pipelined batch wait together, not one after the other.
+    pub reply_delay: Duration,
     /// The simulated system.
     pub system: SystemConfig,
 }
@@ -85,6 +88,7 @@ impl Default for Config {
         Config {
             request_deadline: Some(DEFAULT_DEADLINE),
             max_channels_per_client: 32,
+            reply_delay: Duration::ZERO,
             system: SystemConfig::default(),
         }
     }
@@ -377,6 +381,13 @@ async fn sysinfo_service(
         shared.count(|s| s.replies_abandoned += 1);
         shared.system.lock().expect("system lock").note_channel_closed();
     };
+    if !shared.config.reply_delay.is_zero() {
+        tokio::select! {
+            biased;
+            _ = closed(&mut rx) => return abandoned(&shared),
+            () = tokio::time::sleep(shared.config.reply_delay) => {}
+        }
+    }
     let _slot = tokio::select! {
         biased;
         _ = closed(&mut rx) => return abandoned(&shared),

@@ -43,6 +43,13 @@ struct Args {
     /// Channels one client may hold at once before init answers "no channels".
     #[arg(long, default_value_t = 32)]
     max_channels: usize,
+    /// How long each reply waits after its request (a slow VM).
+    #[arg(long, default_value = "0s", value_parser = humantime::parse_duration)]
+    reply_delay: Duration,
+    /// Live kernel channels the system settles around (the Channels report's rows; the kernel's
+    /// table holds at most 1024).
+    #[arg(long, default_value_t = rvos_sim::system::DEFAULT_LIVE_CHANNELS)]
+    channels: usize,
     /// Serve N independent systems from this one process, on N consecutive TCP ports from --listen's
     /// (which must not be 0). Each keeps its own trace ring: consider a smaller --trace-capacity and
     /// --trace-prefill for thousands.
@@ -57,7 +64,9 @@ async fn main() -> anyhow_free::Result {
     let config = Config {
         request_deadline: (!args.deadline.is_zero()).then_some(args.deadline),
         max_channels_per_client: args.max_channels,
+        reply_delay: args.reply_delay,
         system: SystemConfig {
+            live_channels: args.channels,
             processes: args.processes,
             trace_capacity: args.trace_capacity,
             trace_prefill: args.trace_prefill,
@@ -65,6 +74,7 @@ async fn main() -> anyhow_free::Result {
             watchdog_timeout: args.watchdog_timeout,
             tick: args.tick.max(Duration::from_millis(1)),
             seed: args.seed,
+            ..SystemConfig::default()
         },
     };
     if args.instances > 1 {

@@ -19,6 +19,10 @@ pub const TICKS_PER_SEC: u64 = 10_000_000;
 pub const HEAP_SIZE: u64 = 4 * 1024 * 1024;
 /// The trace ring's size in the kernel.
 pub const TRACE_CAPACITY: usize = 16384;
+/// The kernel's channel table (`ipc::MAX_CHANNELS`): opening a channel fails when every slot is taken.
+pub const MAX_CHANNELS: usize = 1024;
+/// How many live channels the simulated system settles around by default.
+pub const DEFAULT_LIVE_CHANNELS: usize = 16;
 /// The most steps one render catches up on (a sim left idle for hours does not spin).
 const MAX_CATCH_UP: u64 = 2_000;
 
@@ -39,6 +43,13 @@ pub struct SystemConfig {
     pub tick: Duration,
     /// The random seed (the same seed and request times give the same reports).
     pub seed: u64,
+    /// How many live channels the system settles around: channels open at a steady rate (one step in
+    /// five) and each live one closes with a chance that grows with their number, so their count holds
+    /// still however long the system runs.
+    pub live_channels: usize,
+    /// Slots in the channel table, live and closed-but-referenced channels together ([`MAX_CHANNELS`]
+    /// in rvOS); opening fails while it is full.
+    pub channel_slots: usize,
 }
 
 impl Default for SystemConfig {
@@ -51,6 +62,8 @@ impl Default for SystemConfig {
             watchdog_timeout: Duration::from_secs(10),
             tick: Duration::from_millis(100),
             seed: 0x5157_1bf0,
+            live_channels: DEFAULT_LIVE_CHANNELS,
+            channel_slots: MAX_CHANNELS,
         }
     }
 }
@@ -379,11 +392,13 @@ impl System {
         t.peak = t.peak.max(t.current);
     }
 
+    /// Opens a channel in the first free slot, unless the table is full (as `channel_create_pair`).
     fn open_channel(&mut self) {
         let chan = Chan { active: true, refs_a: 1, refs_b: 1, ..Chan::default() };
         match self.chans.iter().position(Option::is_none) {
             Some(i) => self.chans[i] = Some(chan),
-            None => self.chans.push(Some(chan)),
+            None if self.chans.len() < self.config.channel_slots => self.chans.push(Some(chan)),
+            None => return,
         }
         self.counters[CHANNELS_CREATED] += 1;
         let bytes = 512 + self.rng.below(2048);
@@ -509,7 +524,11 @@ impl System {
         if self.rng.chance(5) {
             self.open_channel();
         }
-        if self.rng.chance(6) {
+        // Each live channel closes with chance 1 / (5 * live_channels) per step: with one opening every
+        // five steps, the number of live channels settles around `live_channels`.
+        let live = self.chans.iter().filter(|c| matches!(c, Some(c) if c.active)).count() as u64;
+        let settle = 5 * self.config.live_channels.max(1) as u64;
+        if self.rng.below(settle) < live {
             let live: Vec<usize> = self
                 .chans
                 .iter()
@@ -744,5 +763,49 @@ mod tests {
         assert!(t.entries.windows(2).all(|w| w[0].timestamp <= w[1].timestamp));
         assert_eq!(sys.render(SysinfoCommand::TraceClear, 10 * TICKS_PER_SEC), "ok\n");
         assert_eq!(sys.render(SysinfoCommand::Trace, 10 * TICKS_PER_SEC), "(no trace entries)\n");
+    }
+
+    /// Live channels and table slots after each of `hours` simulated hours (steps of 100 ms).
+    fn channel_counts(config: SystemConfig, hours: u64) -> Vec<(usize, usize)> {
+        let mut sys = System::new(SystemConfig { trace_capacity: 0, ..config }, 0);
+        let mut counts = Vec::new();
+        for _ in 0..hours {
+            for _ in 0..3600 * 10 / MAX_CATCH_UP {
+                let now = sys.now + MAX_CATCH_UP * sys.tick_ticks();
+                sys.advance_to(now);
+            }
+            let live = sys.chans.iter().flatten().filter(|c| c.active).count();
+            counts.push((live, sys.chans.len()));
+        }
+        counts
+    }
+
+    #[test]
+    fn live_channels_hold_still_however_long_the_system_runs() {
+        let counts = channel_counts(SystemConfig::default(), 6);
+        for &(live, slots) in &counts {
+            assert!((4..=3 * DEFAULT_LIVE_CHANNELS).contains(&live), "{counts:?}");
+            assert!(slots <= 4 * DEFAULT_LIVE_CHANNELS, "{counts:?}");
+        }
+        let rows = |n: usize| {
+            let mut sys = System::new(SystemConfig { live_channels: n, ..SystemConfig::default() }, 0);
+            sys.advance_to(600 * TICKS_PER_SEC);
+            let Report::Channels(c) = Report::parse(
+                SysinfoCommand::Channels,
+                &sys.render(SysinfoCommand::Channels, 600 * TICKS_PER_SEC),
+            ) else {
+                unreachable!()
+            };
+            c.channels.iter().filter(|r| !r.closed).count()
+        };
+        assert!(rows(64) > 2 * rows(8), "the knob sets the level: {} against {}", rows(64), rows(8));
+    }
+
+    #[test]
+    fn the_channel_table_never_grows_past_its_slots() {
+        let config = SystemConfig { live_channels: 1000, channel_slots: 12, ..SystemConfig::default() };
+        for (live, slots) in channel_counts(config, 1) {
+            assert!(slots <= 12 && live <= 12, "{live} live in {slots} slots");
+        }
     }
 }

@@ -356,3 +356,74 @@ async fn connecting_to_nothing_is_a_clear_error() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_pipelined_batch_gets_every_reply_in_order() {
+    let sim = start(small_trace()).await;
+    let mut client = sim.client().await;
+    let commands = [
+        SysinfoCommand::Ps,
+        SysinfoCommand::Memstat,
+        SysinfoCommand::Kstat,
+        SysinfoCommand::Channels,
+        SysinfoCommand::SchedLatency,
+        SysinfoCommand::IpcLatency,
+        SysinfoCommand::Watchdog,
+    ];
+    let responses = client.request_many(&commands).await.unwrap();
+    assert_eq!(responses.len(), commands.len());
+    for (command, response) in commands.iter().zip(responses) {
+        let response = response.unwrap();
+        assert_eq!(response.command, *command);
+        assert_eq!(response.reply.end, End::Sentinel, "{command:?}");
+        assert!(response.report.unknown_lines().is_empty(), "{command:?}");
+        assert_eq!(response.report.render(), response.reply.text, "{command:?}");
+    }
+    let mut handle = sim.handle.clone();
+    handle.wait_for(|s| s.replies == 7).await;
+    // Every channel was closed: a second batch on the same connection finds all its channels free.
+    let again = client.request_many(&commands).await.unwrap();
+    assert!(again.iter().all(Result::is_ok));
+    // A batch longer than MAX_PIPELINE goes in rounds, under the per-client channel limit.
+    let many = vec![SysinfoCommand::Watchdog; sysinfo_wire::MAX_PIPELINE * 2 + 3];
+    let replies = client.request_many(&many).await.unwrap();
+    assert!(replies.iter().all(|r| r.as_ref().is_ok_and(|r| r.reply.text.starts_with("Watchdog: "))));
+    // The sequential API still works between batches.
+    assert_eq!(client.request(SysinfoCommand::TraceClear).await.unwrap().reply.text, "ok\n");
+    assert_eq!(sim.handle.stats().boot_errors, 0);
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn in_a_batch_a_refused_channel_or_an_undecodable_request_fails_alone() {
+    let sim = start(Config { max_channels_per_client: 2, ..small_trace() }).await;
+    let mut client = sim.client().await;
+    let replies = client.request_many_raw(&[&[0x04], &[0x09], &[0x08]]).await.unwrap();
+    assert!(replies[0].as_ref().unwrap().text.starts_with("  SCHED_SWITCHES "));
+    assert_eq!(replies[1].as_ref().unwrap().text, "Unknown command\n");
+    match &replies[2] {
+        Err(ClientError::Boot { message, .. }) => assert_eq!(message, "no channels"),
+        other => panic!("{other:?}"),
+    }
+    // The refused one did not spoil the connection.
+    let replies = client.request_many(&[SysinfoCommand::Watchdog]).await.unwrap();
+    assert!(replies[0].is_ok());
+    sim.stop().await;
+}
+
+#[tokio::test]
+async fn a_batch_that_outlasts_the_request_timeout_is_a_timeout() {
+    let config = Config { reply_delay: Duration::from_secs(30), ..small_trace() };
+    let sim = start(config).await;
+    let config = ClientConfig { request_timeout: Duration::from_millis(200), ..ClientConfig::default() };
+    let mut client = Client::connect(&Endpoint::Tcp(sim.addr.clone()), config).await.unwrap();
+    match client.request_many(&[SysinfoCommand::Ps, SysinfoCommand::Kstat]).await {
+        Err(ClientError::Timeout { after }) => assert_eq!(after, Duration::from_millis(200)),
+        other => panic!("{other:?}"),
+    }
+    // The channels were closed: the delayed replies are abandoned, not sent.
+    let mut handle = sim.handle.clone();
+    handle.wait_for(|s| s.replies_abandoned == 2).await;
+    assert_eq!(sim.handle.stats().replies, 0);
+    sim.stop().await;
+}

@@ -40,6 +40,79 @@ fn one_second() -> Duration {
     Duration::from_secs(1)
 }
 
+fn sysinfo_timeout() -> Duration {
+    super::collect::sysinfo::DEFAULT_TIMEOUT
+}
+
+/// A `[[sysinfo]]` block's `reports`: a list, each report at the block's `every`, or a table giving
+/// each report its own period (`reports = { ps = "1s", memstat = "10s" }`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reports {
+    /// `reports = ["ps", "kstat"]`: every one at `every`.
+    List(Vec<String>),
+    /// `reports = { ps = "1s", memstat = "10s" }`: each at its own period (in the order the TOML
+    /// parser gives, which is by name).
+    Each(Vec<(String, Duration)>),
+}
+
+impl Reports {
+    /// The report names.
+    pub fn names(&self) -> Vec<&str> {
+        match self {
+            Reports::List(l) => l.iter().map(String::as_str).collect(),
+            Reports::Each(e) => e.iter().map(|(n, _)| n.as_str()).collect(),
+        }
+    }
+
+    /// Each report with its period, `every` where the block gives none.
+    pub fn periods(&self, every: Duration) -> Vec<(&str, Duration)> {
+        match self {
+            Reports::List(l) => l.iter().map(|n| (n.as_str(), every)).collect(),
+            Reports::Each(e) => e.iter().map(|(n, d)| (n.as_str(), *d)).collect(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Reports {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Reports;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a list of reports, or a table of report = \"period\"")
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Reports, A::Error> {
+                let mut names = Vec::new();
+                while let Some(name) = seq.next_element::<String>()? {
+                    names.push(name);
+                }
+                Ok(Reports::List(names))
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Reports, A::Error> {
+                let mut each: Vec<(String, Duration)> = Vec::new();
+                while let Some((name, period)) = map.next_entry::<String, String>()? {
+                    let d = humantime::parse_duration(&period).map_err(|e| {
+                        serde::de::Error::custom(format!(
+                            "report {name:?}: bad duration {period:?} ({e}); write e.g. \"1s\" or \"250ms\""
+                        ))
+                    })?;
+                    if d.is_zero() {
+                        return Err(serde::de::Error::custom(format!(
+                            "report {name:?}: the period must be above zero"
+                        )));
+                    }
+                    each.push((name, d));
+                }
+                Ok(Reports::Each(each))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
 /// `[serve]`: the exporter's own settings.
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -191,11 +264,15 @@ pub struct SysinfoTarget {
     pub connect: Option<String>,
     /// Unix socket path.
     pub socket: Option<PathBuf>,
-    /// Reports to request (default all).
-    pub reports: Option<Vec<String>>,
-    /// Request period.
+    /// Reports to request (default all), at `every` or each at its own period.
+    pub reports: Option<Reports>,
+    /// Request period (of the reports that have none of their own).
     #[serde(default = "one_second", deserialize_with = "duration")]
     pub every: Duration,
+    /// The longest one round of requests may take before the connection counts as hung (default 5 s,
+    /// whatever `every` is).
+    #[serde(default = "sysinfo_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
     /// Labels added to every series.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -587,9 +664,8 @@ impl FleetConfig {
             }
         }
         for t in &self.sysinfo {
-            if let Some(bad) =
-                t.reports.iter().flatten().find(|r| super::collect::sysinfo::report_by_name(r).is_none())
-            {
+            let names = t.reports.as_ref().map(Reports::names).unwrap_or_default();
+            if let Some(bad) = names.iter().find(|r| super::collect::sysinfo::report_by_name(r).is_none()) {
                 let message = format!(
                     "unknown report {bad:?} (known: ps, memstat, kstat, channels, sched_latency, ipc_latency, watchdog)"
                 );
@@ -607,6 +683,9 @@ impl FleetConfig {
             }
             if t.every.is_zero() {
                 return Err(err(&t.name, "every", "must be above zero".into()));
+            }
+            if t.timeout.is_zero() {
+                return Err(err(&t.name, "timeout", "must be above zero".into()));
             }
         }
         let serve_key_err = |key: &str, message: &str| ConfigError {
@@ -705,7 +784,7 @@ reports = ["ps"]
         let body = &body[..body.find("```").expect("the block ends")];
         let c = FleetConfig::parse("README.md", body).unwrap();
         assert_eq!(c.meter161.len() + c.hmon.len() + c.hmon_listen.len(), 4);
-        assert_eq!((c.mono_listen.len(), c.smon.len(), c.sysinfo.len()), (1, 2, 1));
+        assert_eq!((c.mono_listen.len(), c.smon.len(), c.sysinfo.len()), (1, 2, 2));
     }
 
     #[test]
@@ -786,6 +865,45 @@ reports = ["ps"]
         let e = FleetConfig::parse("f.toml", text).unwrap_err();
         assert_eq!((e.file.as_str(), e.line, e.key.as_str()), ("f.toml", 3, "conect"), "{e}");
         assert!(e.to_string().starts_with("f.toml:3: conect: "), "{e}");
+    }
+
+    #[test]
+    fn sysinfo_reports_are_a_list_at_every_or_a_table_of_periods() {
+        let list =
+            "[[sysinfo]]\nname = \"a\"\nconnect = \"x:1\"\nevery = \"2s\"\nreports = [\"ps\", \"kstat\"]\n";
+        let c = FleetConfig::parse("f.toml", list).unwrap();
+        let t = &c.sysinfo[0];
+        assert_eq!(t.timeout, Duration::from_secs(5));
+        let periods = t.reports.as_ref().unwrap().periods(t.every);
+        assert_eq!(periods, [("ps", Duration::from_secs(2)), ("kstat", Duration::from_secs(2))]);
+        let table = "[[sysinfo]]\nname = \"a\"\nconnect = \"x:1\"\ntimeout = \"3s\"\n\
+                     reports = { ps = \"1s\", memstat = \"10s\", sched_latency = \"250ms\" }\n";
+        let c = FleetConfig::parse("f.toml", table).unwrap();
+        let t = &c.sysinfo[0];
+        assert_eq!(t.timeout, Duration::from_secs(3));
+        assert_eq!(
+            t.reports.as_ref().unwrap().periods(t.every),
+            [
+                ("memstat", Duration::from_secs(10)),
+                ("ps", Duration::from_secs(1)),
+                ("sched_latency", Duration::from_millis(250))
+            ]
+        );
+        let cases = [
+            ("reports = { ps = \"soon\" }", 4, "reports", "bad duration \"soon\""),
+            ("reports = { ps = \"0s\" }", 4, "reports", "above zero"),
+            ("reports = { ps = 5 }", 4, "reports", "string"),
+            ("reports = \"ps\"", 4, "reports", "a list of reports, or a table"),
+            ("reports = { ps = \"1s\", weather = \"1s\" }", 2, "reports", "unknown report \"weather\""),
+            ("timeout = \"0s\"", 2, "timeout", "above zero"),
+        ];
+        for (line, at, key, message) in cases {
+            let text = format!("[[sysinfo]]\nname = \"a\"\nconnect = \"x:1\"\n{line}\n");
+            let e = FleetConfig::parse("f.toml", &text).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (at, key), "{line}: {e}");
+            assert!(e.message.contains(message), "{line}: {e}");
+            assert!(e.to_string().starts_with(&format!("f.toml:{at}: {key}: ")), "{e}");
+        }
     }
 
     #[test]
@@ -889,6 +1007,7 @@ impl TargetArgs {
             socket: None,
             reports: None,
             every: one_second(),
+            timeout: sysinfo_timeout(),
             labels: BTreeMap::new(),
         }));
         let file = self.config.as_ref().map_or("<flags>".to_owned(), |p| p.display().to_string());

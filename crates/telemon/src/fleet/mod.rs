@@ -7,6 +7,7 @@
 //! * [`store`]: a target's series, bounded, with counter rates and 32-bit unwrapping;
 //! * [`registry`]: the shared table of per-target snapshots, with a generation bumped on every change;
 //! * [`model`]: the snapshot types every view codes against;
+//! * [`series`]: a target's published series (a shared schema and a flat array of values);
 //! * [`render`]: the Prometheus text 0.0.4 and OpenMetrics exposition of a snapshot.
 //!
 //! [`Fleet::start`] starts every target of a config.
@@ -17,12 +18,13 @@ pub mod model;
 pub mod own;
 pub mod registry;
 pub mod render;
+pub mod series;
 pub mod store;
 pub mod target;
 
 pub use model::{
-    ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, MetricKind, Protocol, Series, TargetSnapshot,
-    TargetState, Value,
+    ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, MetricKind, Num, Protocol, Series, SeriesRef,
+    SeriesSet, TargetSnapshot, TargetState, Value, ValueRef,
 };
 pub use registry::Registry;
 pub use target::{Failure, Publisher};
@@ -120,11 +122,7 @@ impl Fleet {
         for t in &config.sysinfo {
             let p = publisher(t.name.get_ref(), Protocol::Sysinfo, &t.labels);
             let endpoint = collect::sysinfo::endpoint(t.connect.as_deref(), t.socket.as_ref());
-            let reports = match &t.reports {
-                Some(names) => names.iter().filter_map(|n| collect::sysinfo::report_by_name(n)).collect(),
-                None => collect::sysinfo::DEFAULT_REPORTS.to_vec(),
-            };
-            fleet.spawn(collect::sysinfo::run(p, endpoint, reports, t.every));
+            fleet.spawn(collect::sysinfo::run_plan(p, endpoint, collect::sysinfo::Plan::new(t)));
         }
         Ok(fleet)
     }

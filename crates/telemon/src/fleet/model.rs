@@ -6,6 +6,9 @@
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::series::escape_label_value;
+pub use super::series::{Family, FamilyRef, Hist, LabelSet, Num, Sample, SeriesRef, SeriesSet, ValueRef};
+
 /// The monitoring protocol a target speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Protocol {
@@ -187,7 +190,8 @@ impl Value {
     }
 }
 
-/// One series of a target: a family name, protocol-specific labels and the current value.
+/// One series of a target, owned: a family name, protocol-specific labels and the current value
+/// (see [`SeriesSet::to_vec`]; views borrow [`SeriesRef`]s instead).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Series {
     /// Family name, e.g. `sys161_kernel_instructions_total`.
@@ -223,11 +227,14 @@ pub struct TargetSnapshot {
     /// The protocol it speaks.
     pub protocol: Protocol,
     /// Labels from the config, added to each of its series.
-    pub labels: Vec<(String, String)>,
+    pub labels: Arc<[(String, String)]>,
+    /// The exposition text of `target` and the configured labels (`target="x",room="b12"`), escaped
+    /// once when the target is created.
+    pub label_text: Arc<str>,
     /// Connection state.
     pub state: TargetState,
     /// The last error, one line.
-    pub last_error: Option<String>,
+    pub last_error: Option<Arc<str>>,
     /// When its cache last changed.
     pub last_update: Option<SystemTime>,
     /// Successful connections so far (the first one included).
@@ -236,26 +243,46 @@ pub struct TargetSnapshot {
     pub errors: ErrorCounts,
     /// Series not stored because the target reached its series limit.
     pub dropped_series: u64,
-    /// Current series, sorted by family then labels.
-    pub series: Arc<[Series]>,
+    /// Bytes read from the target so far (`telemon_target_received_bytes_total`).
+    pub received_bytes: u64,
+    /// Current series, sorted by family.
+    pub series: SeriesSet,
     /// Recent events, bounded, newest last.
     pub events: Arc<[EventRecord]>,
 }
 
 impl TargetSnapshot {
     /// A target that has not connected yet: no series, no events, no errors.
-    pub fn new(name: impl Into<Arc<str>>, protocol: Protocol, labels: Vec<(String, String)>) -> Self {
+    pub fn new(
+        name: impl Into<Arc<str>>,
+        protocol: Protocol,
+        labels: impl Into<Arc<[(String, String)]>>,
+    ) -> Self {
+        let name = name.into();
+        let labels = labels.into();
+        let mut text = String::from("target=\"");
+        escape_label_value(&mut text, &name);
+        text.push('"');
+        for (k, v) in labels.iter() {
+            text.push(',');
+            text.push_str(k);
+            text.push_str("=\"");
+            escape_label_value(&mut text, v);
+            text.push('"');
+        }
         TargetSnapshot {
-            name: name.into(),
+            name,
             protocol,
             labels,
+            label_text: Arc::from(text),
             state: TargetState::Connecting,
             last_error: None,
             last_update: None,
             connects: 0,
             errors: ErrorCounts::default(),
             dropped_series: 0,
-            series: Arc::from(Vec::new()),
+            received_bytes: 0,
+            series: SeriesSet::default(),
             events: Arc::from(Vec::new()),
         }
     }

@@ -2,12 +2,20 @@
 //!
 //! A small writer of our own: a scrape only renders the cache, and both formats must pass
 //! `promtool check metrics` (which rejects OpenMetrics-style counter families in 0.0.4).
+//!
+//! A scrape is rendered as a stream of chunks ([`Chunks`]), family by family across targets, from
+//! the label text each target and series escaped once when it was created; integers are written
+//! exactly ([`Num`]), floats in their shortest form. Nothing is built twice, and at most one chunk
+//! of the page is in memory at a time.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
+use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
-use super::model::{FleetSnapshot, MetricKind, Series, TargetSnapshot, Value};
+use bytes::Bytes;
+
+use super::model::{FleetSnapshot, MetricKind, TargetSnapshot};
+use super::series::{push_num, Num, ValueRef};
 
 /// The exposition format of a scrape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,257 +45,397 @@ impl Format {
     }
 }
 
-/// One family's metadata and its sample lines, gathered across targets.
-struct Family {
-    help: &'static str,
-    kind: MetricKind,
-    lines: String,
+/// The size a chunk grows to before [`Chunks`] yields it.
+pub const CHUNK: usize = 64 * 1024;
+
+/// telemon's own per-target families (metrics.md), rendered from each target's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Own {
+    Build,
+    Up,
+    Connects,
+    Errors,
+    Dropped,
+    LastUpdate,
+    Received,
+    /// Not per target: [`super::own`]'s dial-in refusals.
+    ListenerRefused,
+    /// Not per target: [`super::own`]'s HTTP refusals.
+    HttpRefused,
 }
 
-/// Renders every target's series plus the `telemon_*` families of metrics.md (and
-/// `telemon_target_dropped_series_total`).
-pub fn render(snapshot: &FleetSnapshot, format: Format) -> String {
-    let mut families: BTreeMap<String, Family> = BTreeMap::new();
-    let mut build = String::new();
-    write_sample(&mut build, "telemon_build_info", &[("version", env!("CARGO_PKG_VERSION"))], &[], "", 1.0);
-    families.insert(
-        "telemon_build_info".into(),
-        Family { help: "telemon build information.", kind: MetricKind::Info, lines: build },
-    );
-    render_own(&mut families);
-    for t in &snapshot.targets {
-        render_target(&mut families, t);
+impl Own {
+    const ALL: [Own; 9] = [
+        Own::Build,
+        Own::Up,
+        Own::Connects,
+        Own::Errors,
+        Own::Dropped,
+        Own::LastUpdate,
+        Own::Received,
+        Own::ListenerRefused,
+        Own::HttpRefused,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Own::Build => "telemon_build_info",
+            Own::Up => "telemon_target_up",
+            Own::Connects => "telemon_target_connects_total",
+            Own::Errors => "telemon_target_errors_total",
+            Own::Dropped => "telemon_target_dropped_series_total",
+            Own::LastUpdate => "telemon_target_last_update_timestamp_seconds",
+            Own::Received => "telemon_target_received_bytes_total",
+            Own::ListenerRefused => "telemon_listener_refused_total",
+            Own::HttpRefused => "telemon_http_refused_connections_total",
+        }
     }
-    let mut out = String::with_capacity(families.values().map(|f| f.lines.len() + 128).sum());
-    for (name, f) in &families {
-        let meta_name = match (format, f.kind) {
+
+    fn help(self) -> &'static str {
+        match self {
+            Own::Build => "telemon build information.",
+            Own::Up => "1 while the target is connected and receiving, else 0.",
+            Own::Connects => "Successful connections to the target (or accepted agents).",
+            Own::Errors => "Errors collecting from the target, by kind.",
+            Own::Dropped => "Series not kept because the target reached its series limit.",
+            Own::LastUpdate => "Unix time of the last value received from the target.",
+            Own::Received => "Bytes read from the target.",
+            Own::ListenerRefused => {
+                "Connections a dial-in listener closed without making them a target, by reason."
+            }
+            Own::HttpRefused => "HTTP connections refused at once because [serve] max_connections were open.",
+        }
+    }
+
+    fn kind(self) -> MetricKind {
+        match self {
+            Own::Build => MetricKind::Info,
+            Own::Connects
+            | Own::Errors
+            | Own::Dropped
+            | Own::Received
+            | Own::ListenerRefused
+            | Own::HttpRefused => MetricKind::Counter,
+            Own::Up | Own::LastUpdate => MetricKind::Gauge,
+        }
+    }
+}
+
+/// One family of the page: where its lines come from.
+#[derive(Debug)]
+enum Source {
+    Own(Own),
+    /// `(target index, family index in that target's series)`.
+    Series {
+        help: &'static str,
+        kind: MetricKind,
+        members: Vec<(u32, u32)>,
+    },
+}
+
+/// A scrape page as a sequence of chunks of about [`CHUNK`] bytes. It owns the snapshot it
+/// renders, so it can be handed to an HTTP body.
+#[derive(Debug)]
+pub struct Chunks {
+    snapshot: FleetSnapshot,
+    format: Format,
+    plan: Vec<(Arc<str>, Source)>,
+    /// The family being written, and the member within it.
+    family: usize,
+    member: usize,
+    header_done: bool,
+    done: bool,
+    buf: String,
+}
+
+impl Chunks {
+    /// Plans the page of `snapshot`: every family name, sorted, with the targets that have it.
+    pub fn new(snapshot: FleetSnapshot, format: Format) -> Chunks {
+        let mut plan: BTreeMap<Arc<str>, Source> = BTreeMap::new();
+        for own in Own::ALL {
+            if own == Own::ListenerRefused && super::own::listener_refusals().is_empty() {
+                continue;
+            }
+            plan.insert(Arc::from(own.name()), Source::Own(own));
+        }
+        for (ti, t) in snapshot.targets.iter().enumerate() {
+            for (fi, f) in t.series.families().enumerate() {
+                let family = f.family();
+                let source = match plan.get_mut(&*family.name) {
+                    Some(s) => s,
+                    None => plan.entry(family.name.clone()).or_insert(Source::Series {
+                        help: family.help,
+                        kind: family.kind,
+                        members: Vec::new(),
+                    }),
+                };
+                if let Source::Series { members, .. } = source {
+                    members.push((ti as u32, fi as u32));
+                }
+            }
+        }
+        Chunks {
+            snapshot,
+            format,
+            plan: plan.into_iter().collect(),
+            family: 0,
+            member: 0,
+            header_done: false,
+            done: false,
+            buf: String::new(),
+        }
+    }
+
+    fn write_header(&mut self, name: &str, help: &str, kind: MetricKind) {
+        let meta_name = match (self.format, kind) {
             (Format::OpenMetrics, MetricKind::Counter) => name.strip_suffix("_total").unwrap_or(name),
             (Format::OpenMetrics, MetricKind::Info) => name.strip_suffix("_info").unwrap_or(name),
-            _ => name.as_str(),
+            _ => name,
         };
-        let ty = match (format, f.kind) {
+        let ty = match (self.format, kind) {
             (Format::OpenMetrics, MetricKind::Info) => "info",
             (_, k) => k.prometheus_type(),
         };
-        let _ = writeln!(out, "# HELP {meta_name} {}", escape_help(f.help));
-        let _ = writeln!(out, "# TYPE {meta_name} {ty}");
-        out.push_str(&f.lines);
-    }
-    if format == Format::OpenMetrics {
-        out.push_str("# EOF\n");
-    }
-    out
-}
-
-/// telemon's own counters ([`super::own`]): refused connections.
-fn render_own(families: &mut BTreeMap<String, Family>) {
-    let refusals = super::own::listener_refusals();
-    if !refusals.is_empty() {
-        let name = "telemon_listener_refused_total";
-        let help = "Connections a dial-in listener closed without making them a target, by reason.";
-        let lines = family(families, name, help, MetricKind::Counter);
-        for (listener, reason, n) in refusals {
-            write_sample(
-                lines,
-                name,
-                &[("listener", &listener), ("reason", reason.as_str())],
-                &[],
-                "",
-                n as f64,
-            );
+        let out = &mut self.buf;
+        out.push_str("# HELP ");
+        out.push_str(meta_name);
+        out.push(' ');
+        for c in help.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                c => out.push(c),
+            }
         }
-    }
-    let name = "telemon_http_refused_connections_total";
-    let help = "HTTP connections refused at once because [serve] max_connections were open.";
-    let lines = family(families, name, help, MetricKind::Counter);
-    write_sample(lines, name, &[], &[], "", super::own::http_refusals() as f64);
-}
-
-fn family<'a>(
-    families: &'a mut BTreeMap<String, Family>,
-    name: &str,
-    help: &'static str,
-    kind: MetricKind,
-) -> &'a mut String {
-    if !families.contains_key(name) {
-        families.insert(name.to_owned(), Family { help, kind, lines: String::with_capacity(4096) });
-    }
-    &mut families.get_mut(name).expect("inserted above").lines
-}
-
-fn render_target(families: &mut BTreeMap<String, Family>, t: &TargetSnapshot) {
-    let proto = t.protocol.as_str();
-    let base: Vec<(&str, &str)> = std::iter::once(("target", &*t.name))
-        .chain(t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .collect();
-    let mut with_proto = vec![("protocol", proto)];
-    with_proto.extend(base.iter().copied());
-
-    let up = if t.is_up() { 1.0 } else { 0.0 };
-    let lines = family(
-        families,
-        "telemon_target_up",
-        "1 while the target is connected and receiving, else 0.",
-        MetricKind::Gauge,
-    );
-    write_sample(lines, "telemon_target_up", &with_proto, &[], "", up);
-    let lines = family(
-        families,
-        "telemon_target_connects_total",
-        "Successful connections to the target (or accepted agents).",
-        MetricKind::Counter,
-    );
-    write_sample(lines, "telemon_target_connects_total", &with_proto, &[], "", t.connects as f64);
-    let lines = family(
-        families,
-        "telemon_target_errors_total",
-        "Errors collecting from the target, by kind.",
-        MetricKind::Counter,
-    );
-    for (kind, n) in t.errors.iter() {
-        write_sample(
-            lines,
-            "telemon_target_errors_total",
-            &with_proto,
-            &[("kind", kind.as_str())],
-            "",
-            n as f64,
-        );
-    }
-    let lines = family(
-        families,
-        "telemon_target_dropped_series_total",
-        "Series not kept because the target reached its series limit.",
-        MetricKind::Counter,
-    );
-    write_sample(lines, "telemon_target_dropped_series_total", &with_proto, &[], "", t.dropped_series as f64);
-    if let Some(at) = t.last_update {
-        let secs = at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-        let lines = family(
-            families,
-            "telemon_target_last_update_timestamp_seconds",
-            "Unix time of the last value received from the target.",
-            MetricKind::Gauge,
-        );
-        write_sample(lines, "telemon_target_last_update_timestamp_seconds", &with_proto, &[], "", secs);
+        out.push_str("\n# TYPE ");
+        out.push_str(meta_name);
+        out.push(' ');
+        out.push_str(ty);
+        out.push('\n');
     }
 
-    // Series come sorted by family: look the family up once per run of it.
-    for run in t.series.chunk_by(|a, b| a.family == b.family) {
-        let lines = family(families, &run[0].family, run[0].help, run[0].kind);
-        for s in run {
-            write_series(lines, s, &base);
-        }
-    }
-}
-
-fn write_series(lines: &mut String, s: &Series, base: &[(&str, &str)]) {
-    {
-        let extra = s.labels.iter().map(|(k, v)| (&**k, &**v));
-        match &s.value {
-            Value::Number(v) => write_labelled(lines, &s.family, "", base, extra, None, *v),
-            Value::Histogram { buckets, sum, count } => {
-                let mut le = String::new();
-                for (bound, n) in buckets {
-                    le.clear();
-                    push_f64(&mut le, *bound);
-                    write_labelled(lines, &s.family, "_bucket", base, extra.clone(), Some(&le), *n as f64);
+    /// Writes until the buffer holds a chunk or the page is complete.
+    fn fill(&mut self) {
+        while self.buf.len() < CHUNK {
+            let Some((name, source)) = self.plan.get(self.family) else {
+                if self.format == Format::OpenMetrics {
+                    self.buf.push_str("# EOF\n");
                 }
-                write_labelled(lines, &s.family, "_bucket", base, extra.clone(), Some("+Inf"), *count as f64);
-                write_labelled(lines, &s.family, "_sum", base, extra.clone(), None, *sum);
-                write_labelled(lines, &s.family, "_count", base, extra, None, *count as f64);
+                self.done = true;
+                return;
+            };
+            let name = name.clone();
+            if !self.header_done {
+                let (help, kind) = match source {
+                    Source::Own(own) => (own.help(), own.kind()),
+                    Source::Series { help, kind, .. } => (*help, *kind),
+                };
+                self.write_header(&name, help, kind);
+                self.header_done = true;
+            }
+            let Chunks { plan, snapshot, buf, member, family, header_done, .. } = self;
+            match &plan[*family].1 {
+                Source::Own(Own::Build) => {
+                    buf.push_str("telemon_build_info{version=\"");
+                    buf.push_str(env!("CARGO_PKG_VERSION"));
+                    buf.push_str("\"} 1\n");
+                    *member = usize::MAX;
+                }
+                Source::Own(Own::ListenerRefused) => {
+                    for (listener, reason, n) in super::own::listener_refusals() {
+                        buf.push_str("telemon_listener_refused_total{listener=\"");
+                        for c in listener.chars() {
+                            match c {
+                                '\\' => buf.push_str("\\\\"),
+                                '"' => buf.push_str("\\\""),
+                                '\n' => buf.push_str("\\n"),
+                                c => buf.push(c),
+                            }
+                        }
+                        buf.push_str("\",reason=\"");
+                        buf.push_str(reason.as_str());
+                        buf.push_str("\"} ");
+                        push_num(buf, Num::Uint(n));
+                        buf.push('\n');
+                    }
+                    *member = usize::MAX;
+                }
+                Source::Own(Own::HttpRefused) => {
+                    buf.push_str("telemon_http_refused_connections_total ");
+                    push_num(buf, Num::Uint(super::own::http_refusals()));
+                    buf.push('\n');
+                    *member = usize::MAX;
+                }
+                Source::Own(own) => {
+                    while let Some(t) = snapshot.targets.get(*member) {
+                        write_own(buf, &name, *own, t);
+                        *member += 1;
+                        if buf.len() >= CHUNK {
+                            break;
+                        }
+                    }
+                }
+                Source::Series { members, .. } => {
+                    while let Some(&(ti, fi)) = members.get(*member) {
+                        let t = &snapshot.targets[ti as usize];
+                        if let Some(f) = t.series.family_at(fi as usize) {
+                            for s in f.series() {
+                                let labels = s.labels().text();
+                                match s.value() {
+                                    ValueRef::Number(v) => {
+                                        line(buf, &name, "", &t.label_text, labels, None, v)
+                                    }
+                                    ValueRef::Histogram(h) => {
+                                        for (le, &n) in h.le.iter().zip(h.counts.iter()) {
+                                            line(
+                                                buf,
+                                                &name,
+                                                "_bucket",
+                                                &t.label_text,
+                                                labels,
+                                                Some(le),
+                                                Num::Uint(n),
+                                            );
+                                        }
+                                        let count = Num::Uint(h.count);
+                                        line(
+                                            buf,
+                                            &name,
+                                            "_bucket",
+                                            &t.label_text,
+                                            labels,
+                                            Some("+Inf"),
+                                            count,
+                                        );
+                                        line(
+                                            buf,
+                                            &name,
+                                            "_sum",
+                                            &t.label_text,
+                                            labels,
+                                            None,
+                                            Num::Float(h.sum),
+                                        );
+                                        line(buf, &name, "_count", &t.label_text, labels, None, count);
+                                    }
+                                }
+                            }
+                        }
+                        *member += 1;
+                        if buf.len() >= CHUNK {
+                            break;
+                        }
+                    }
+                }
+            }
+            let finished = match &plan[*family].1 {
+                Source::Own(_) => *member >= snapshot.targets.len(),
+                Source::Series { members, .. } => *member >= members.len(),
+            };
+            if finished {
+                *family += 1;
+                *member = 0;
+                *header_done = false;
             }
         }
     }
 }
 
-/// One sample line: `name{base...,extra...[,le="..."]} value`, written without intermediate
-/// allocations.
-fn write_labelled<'e>(
-    out: &mut String,
-    name: &str,
-    suffix: &str,
-    base: &[(&str, &str)],
-    extra: impl Iterator<Item = (&'e str, &'e str)>,
-    le: Option<&str>,
-    v: f64,
-) {
+impl Iterator for Chunks {
+    type Item = Bytes;
+
+    fn next(&mut self) -> Option<Bytes> {
+        if self.done && self.buf.is_empty() {
+            return None;
+        }
+        if !self.done {
+            self.buf.reserve(CHUNK + CHUNK / 4);
+            self.fill();
+        }
+        (!self.buf.is_empty()).then(|| Bytes::from(std::mem::take(&mut self.buf).into_bytes()))
+    }
+}
+
+/// One sample line: `name{target labels[,series labels][,le="…"]} value`.
+fn line(out: &mut String, name: &str, suffix: &str, target: &str, labels: &str, le: Option<&str>, v: Num) {
     out.push_str(name);
     out.push_str(suffix);
-    let mut first = true;
-    let mut label = |out: &mut String, k: &str, val: &str| {
-        out.push(if first { '{' } else { ',' });
-        first = false;
-        out.push_str(k);
-        out.push_str("=\"");
-        escape_label_into(out, val);
-        out.push('"');
-    };
-    for &(k, val) in base {
-        label(out, k, val);
-    }
-    for (k, val) in extra {
-        label(out, k, val);
+    out.push('{');
+    out.push_str(target);
+    if !labels.is_empty() {
+        out.push(',');
+        out.push_str(labels);
     }
     if let Some(le) = le {
-        label(out, "le", le);
+        out.push_str(",le=\"");
+        out.push_str(le);
+        out.push('"');
     }
-    if !first {
-        out.push('}');
-    }
-    out.push(' ');
-    push_f64(out, v);
+    out.push_str("} ");
+    push_num(out, v);
     out.push('\n');
 }
 
-fn write_sample(out: &mut String, name: &str, a: &[(&str, &str)], b: &[(&str, &str)], suffix: &str, v: f64) {
-    write_labelled(out, name, suffix, a, b.iter().copied(), None, v);
-}
-
-/// A sample value as Prometheus spells it (`NaN`, `+Inf`, `-Inf`, else Rust's shortest form).
-fn push_f64(out: &mut String, v: f64) {
-    if v.is_nan() {
-        out.push_str("NaN");
-    } else if v == f64::INFINITY {
-        out.push_str("+Inf");
-    } else if v == f64::NEG_INFINITY {
-        out.push_str("-Inf");
-    } else {
-        let _ = write!(out, "{v}");
-    }
-}
-
-fn escape_label_into(out: &mut String, v: &str) {
-    if !v.bytes().any(|b| matches!(b, b'\\' | b'"' | b'\n')) {
-        out.push_str(v);
-        return;
-    }
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
+/// One of telemon's own lines for target `t`: `name{protocol="…",target labels[,kind="…"]} value`.
+fn write_own(out: &mut String, name: &str, own: Own, t: &TargetSnapshot) {
+    let mut own_line = |extra: Option<(&str, &str)>, v: Num| {
+        out.push_str(name);
+        out.push_str("{protocol=\"");
+        out.push_str(t.protocol.as_str());
+        out.push_str("\",");
+        out.push_str(&t.label_text);
+        if let Some((k, val)) = extra {
+            out.push(',');
+            out.push_str(k);
+            out.push_str("=\"");
+            out.push_str(val);
+            out.push('"');
+        }
+        out.push_str("} ");
+        push_num(out, v);
+        out.push('\n');
+    };
+    match own {
+        Own::Build | Own::ListenerRefused | Own::HttpRefused => {}
+        Own::Up => own_line(None, Num::Uint(u64::from(t.is_up()))),
+        Own::Connects => own_line(None, Num::Uint(t.connects)),
+        Own::Errors => {
+            for (kind, n) in t.errors.iter() {
+                own_line(Some(("kind", kind.as_str())), Num::Uint(n));
+            }
+        }
+        Own::Dropped => own_line(None, Num::Uint(t.dropped_series)),
+        Own::Received => own_line(None, Num::Uint(t.received_bytes)),
+        Own::LastUpdate => {
+            if let Some(at) = t.last_update {
+                let secs = at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+                own_line(None, Num::Float(secs));
+            }
         }
     }
 }
 
-fn escape_help(h: &str) -> String {
-    h.replace('\\', "\\\\").replace('\n', "\\n")
+/// Renders every target's series plus the `telemon_*` families of metrics.md, as one string.
+pub fn render(snapshot: &FleetSnapshot, format: Format) -> String {
+    let mut out = String::new();
+    for chunk in Chunks::new(snapshot.clone(), format) {
+        out.push_str(std::str::from_utf8(&chunk).expect("the renderer writes UTF-8"));
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::model::{ErrorKind, Protocol, Series, TargetState};
-    use std::sync::Arc;
+    use crate::fleet::model::SeriesSet;
+    use crate::fleet::model::{ErrorKind, Protocol, Series, TargetState, Value};
 
     pub(super) fn snap() -> FleetSnapshot {
         let mut t = TargetSnapshot::new("box\"1", Protocol::Smon, vec![("room".into(), "b12".into())]);
         t.state = TargetState::Up;
         t.connects = 2;
         t.errors.bump(ErrorKind::Decode);
-        t.series = Arc::from(vec![
+        t.series = SeriesSet::from(vec![
             Series {
                 family: Arc::from("smon_cpu_seconds_total"),
                 help: "CPU time.",
@@ -305,7 +453,7 @@ mod tests {
                 rate: None,
             },
         ]);
-        let down = TargetSnapshot::new("gone", Protocol::Hmon, vec![]);
+        let down = TargetSnapshot::new("gone", Protocol::Hmon, Vec::new());
         FleetSnapshot { targets: vec![t, down] }
     }
 

@@ -1,44 +1,142 @@
 //! The per-target series cache: current values, a cap on the number of series, counter rates,
 //! and the unwrapping of 32-bit wrapping counters into monotonic 64-bit ones.
+//!
+//! A series is keyed once: [`SeriesStore::slot`] finds or creates it from borrowed labels (no
+//! allocation when it exists) and returns a [`SlotId`]; updates write a value into the slot.
+//! Collectors that see the same series again and again (a sys161 field, a Mono counter) keep the
+//! slot and skip the lookup. Label names and values are interned per target, a label set (with its
+//! escaped exposition text) is shared by every family that uses it, and [`SeriesStore::publish`]
+//! shares the schema until the set of series changes.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::model::{MetricKind, Series, Value};
+use hashbrown::{DefaultHashBuilder, HashTable};
+
+use super::model::MetricKind;
+use super::series::{Family, Hist, LabelSet, Num, Sample, Schema, SeriesDef, SeriesSet};
 
 /// Default per-target cap on series.
 pub const DEFAULT_SERIES_LIMIT: usize = 10_000;
 
-/// The labels of one series, shared between the store and every snapshot that holds it.
-pub type LabelSet = Arc<[(Arc<str>, Arc<str>)]>;
+/// A series' place in a [`SeriesStore`]. It stays valid until the series is removed (a sweep, a
+/// `clear` on reconnect); a stale id is refused by [`SeriesStore::set`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SlotId {
+    index: u32,
+    generation: u32,
+}
+
+/// What an update did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change {
+    /// The value (or its rate) changed: a publish is due.
+    Changed,
+    /// The same value as before.
+    Unchanged,
+    /// The slot no longer exists (look the series up again).
+    Stale,
+}
 
 #[derive(Debug)]
-struct Entry {
-    series: Series,
-    /// The counter's previous value and when it was set, for the rate.
-    last: Option<(f64, Instant)>,
+struct Slot {
+    family: u16,
+    live: bool,
+    generation: u32,
     /// The round it was last set in (see [`SeriesStore::begin_round`]).
-    seen: u64,
+    seen: u32,
+    labels: Arc<LabelSet>,
+    /// The counter's previous value (`NaN` when there is none) and when it was set (nanoseconds
+    /// since the store's epoch), for the rate.
+    prev: f64,
+    prev_at: u64,
+    hist: Option<Box<Hist>>,
+}
+
+#[derive(Debug)]
+struct StoreFamily {
+    family: Family,
+    live: u32,
 }
 
 /// One target's current series, bounded by a series limit.
-///
-/// Updating a series that exists allocates nothing: the store is indexed by family, then by
-/// labels, and looked up with borrowed keys.
 #[derive(Debug)]
 pub struct SeriesStore {
     limit: usize,
-    families: BTreeMap<Arc<str>, BTreeMap<LabelSet, Entry>>,
     len: usize,
     dropped: u64,
-    round: u64,
+    round: u32,
+    epoch: Instant,
+    families: Vec<StoreFamily>,
+    family_index: HashMap<Arc<str>, u16>,
+    slots: Vec<Slot>,
+    samples: Vec<Sample>,
+    free: Vec<u32>,
+    /// Slot indexes, by the hash of (family, labels).
+    index: HashTable<u32>,
+    /// Interned label sets, strings (names and values).
+    label_sets: HashTable<Arc<LabelSet>>,
+    strings: HashTable<Arc<str>>,
+    hasher: DefaultHashBuilder,
+    /// The schema of the last publish; `None` when the set of series changed since.
+    schema: Option<Arc<Schema>>,
+    hists_published: Option<Arc<[Hist]>>,
+}
+
+fn key_hash<'a>(
+    hasher: &DefaultHashBuilder,
+    family: u16,
+    labels: impl Iterator<Item = (&'a str, &'a str)>,
+) -> u64 {
+    let mut h = hasher.build_hasher();
+    family.hash(&mut h);
+    for (k, v) in labels {
+        k.hash(&mut h);
+        v.hash(&mut h);
+    }
+    h.finish()
+}
+
+fn set_hash<'a>(hasher: &DefaultHashBuilder, labels: impl Iterator<Item = (&'a str, &'a str)>) -> u64 {
+    key_hash(hasher, u16::MAX, labels)
+}
+
+fn same_labels<'a>(set: &LabelSet, mut labels: impl ExactSizeIterator<Item = (&'a str, &'a str)>) -> bool {
+    set.len() == labels.len() && set.iter().all(|(k, v)| labels.next() == Some((k, v)))
+}
+
+/// Cuts a label value from a peer to [`super::target::MAX_LABEL_LEN`] bytes, at a character boundary.
+pub fn cut_label(value: &str) -> &str {
+    let mut end = value.len().min(super::target::MAX_LABEL_LEN);
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
 }
 
 impl SeriesStore {
     /// An empty store holding at most `limit` series.
     pub fn new(limit: usize) -> Self {
-        SeriesStore { limit, families: BTreeMap::new(), len: 0, dropped: 0, round: 0 }
+        SeriesStore {
+            limit,
+            len: 0,
+            dropped: 0,
+            round: 0,
+            epoch: Instant::now(),
+            families: Vec::new(),
+            family_index: HashMap::new(),
+            slots: Vec::new(),
+            samples: Vec::new(),
+            free: Vec::new(),
+            index: HashTable::new(),
+            label_sets: HashTable::new(),
+            strings: HashTable::new(),
+            hasher: DefaultHashBuilder::default(),
+            schema: None,
+            hists_published: None,
+        }
     }
 
     /// The most series this store holds.
@@ -64,92 +162,360 @@ impl SeriesStore {
     /// Starts a new round: every series set from now on is marked with it, so that
     /// [`SeriesStore::sweep_family`] can drop the ones a report no longer lists.
     pub fn begin_round(&mut self) -> u64 {
-        self.round += 1;
-        self.round
+        self.round = self.round.wrapping_add(1);
+        u64::from(self.round)
     }
 
-    /// Sets a series' value as observed at `now`. For counters, the rate is computed from the
-    /// previous value; a decrease is a reset (rate `None` until the next update). A new series
-    /// beyond the limit is dropped and counted; returns whether the value was stored.
-    pub fn set(
+    fn family_id(&mut self, name: &str, help: &'static str, kind: MetricKind) -> Option<u16> {
+        if let Some(&id) = self.family_index.get(name) {
+            let f = &mut self.families[usize::from(id)].family;
+            if f.kind != kind {
+                // A family's type is fixed by its first series; a collector never changes it.
+                f.kind = kind;
+                self.schema = None;
+            }
+            return Some(id);
+        }
+        let id = u16::try_from(self.families.len()).ok().filter(|&i| i < u16::MAX)?;
+        let name: Arc<str> = Arc::from(name);
+        self.families.push(StoreFamily { family: Family { name: name.clone(), help, kind }, live: 0 });
+        self.family_index.insert(name, id);
+        Some(id)
+    }
+
+    fn intern(&mut self, s: &str) -> Arc<str> {
+        let hash = self.hasher.hash_one(s);
+        if let Some(found) = self.strings.find(hash, |k| &**k == s) {
+            return found.clone();
+        }
+        let arc: Arc<str> = Arc::from(s);
+        let hasher = &self.hasher;
+        self.strings.insert_unique(hash, arc.clone(), |k| hasher.hash_one(&**k));
+        arc
+    }
+
+    fn label_set(&mut self, labels: &[(&str, &str)]) -> Arc<LabelSet> {
+        let hash = set_hash(&self.hasher, labels.iter().copied());
+        if let Some(found) = self.label_sets.find(hash, |s| same_labels(s, labels.iter().copied())) {
+            return found.clone();
+        }
+        let pairs: Box<[(Arc<str>, Arc<str>)]> =
+            labels.iter().map(|(k, v)| (self.intern(k), self.intern(v))).collect();
+        let set = Arc::new(LabelSet::new(pairs));
+        let hasher = &self.hasher;
+        self.label_sets.insert_unique(hash, set.clone(), |s| set_hash(hasher, s.iter()));
+        set
+    }
+
+    /// The slot of the series `family{labels}`, created when new. Label values longer than
+    /// [`super::target::MAX_LABEL_LEN`] are cut. `None` when the store is full (the series is
+    /// counted as dropped).
+    pub fn slot(
         &mut self,
-        family: &'static str,
+        family: &str,
         help: &'static str,
         kind: MetricKind,
-        labels: &[(Arc<str>, Arc<str>)],
-        value: Value,
-        now: Instant,
-    ) -> bool {
-        let round = self.round;
-        if let Some(e) = self.families.get_mut(family).and_then(|f| f.get_mut(labels)) {
-            let rate = match (kind, value.as_number(), e.last) {
-                (MetricKind::Counter, Some(v), Some((prev, at))) if v >= prev => {
-                    let dt = now.saturating_duration_since(at).as_secs_f64();
-                    (dt > 0.0).then(|| (v - prev) / dt).or(e.series.rate)
-                }
-                _ => None,
-            };
-            e.last = value.as_number().map(|v| (v, now));
-            e.series.kind = kind;
-            e.series.value = value;
-            e.series.rate = rate;
-            e.seen = round;
-            return true;
+        labels: &[(&str, &str)],
+    ) -> Option<SlotId> {
+        let Some(fam) = self.family_id(family, help, kind) else {
+            self.dropped = self.dropped.saturating_add(1);
+            return None;
+        };
+        let cut = labels.iter().map(|&(k, v)| (k, cut_label(v)));
+        let hash = key_hash(&self.hasher, fam, cut.clone());
+        let slots = &self.slots;
+        if let Some(&i) = self.index.find(hash, |&i| {
+            let s = &slots[i as usize];
+            s.family == fam && same_labels(&s.labels, cut.clone())
+        }) {
+            let s = &mut self.slots[i as usize];
+            s.seen = self.round;
+            return Some(SlotId { index: i, generation: s.generation });
         }
         if self.len >= self.limit {
             self.dropped = self.dropped.saturating_add(1);
-            return false;
+            return None;
         }
-        let last = value.as_number().map(|v| (v, now));
-        let labels: LabelSet = Arc::from(labels);
-        let fam = match self.families.get_key_value(family) {
-            Some((k, _)) => k.clone(),
-            None => Arc::from(family),
+        let owned: Vec<(&str, &str)> = cut.collect();
+        let labels = self.label_set(&owned);
+        let slot = Slot {
+            family: fam,
+            live: true,
+            generation: 0,
+            seen: self.round,
+            labels,
+            prev: f64::NAN,
+            prev_at: 0,
+            hist: None,
         };
-        let series = Series { family: fam.clone(), help, labels: labels.clone(), kind, value, rate: None };
-        self.families.entry(fam).or_default().insert(labels, Entry { series, last, seen: round });
+        let index = match self.free.pop() {
+            Some(i) => {
+                let generation = self.slots[i as usize].generation;
+                self.slots[i as usize] = Slot { generation, ..slot };
+                self.samples[i as usize] = Sample::EMPTY;
+                i
+            }
+            None => {
+                let Ok(i) = u32::try_from(self.slots.len()) else {
+                    self.dropped = self.dropped.saturating_add(1);
+                    return None;
+                };
+                self.slots.push(slot);
+                self.samples.push(Sample::EMPTY);
+                i
+            }
+        };
+        let (slots, hasher) = (&self.slots, &self.hasher);
+        self.index.insert_unique(hash, index, |&i| {
+            let s = &slots[i as usize];
+            key_hash(hasher, s.family, s.labels.iter())
+        });
+        self.families[usize::from(fam)].live += 1;
         self.len += 1;
-        true
+        self.schema = None;
+        Some(SlotId { index, generation: self.slots[index as usize].generation })
+    }
+
+    fn live_slot(&mut self, id: SlotId) -> Option<&mut Slot> {
+        self.slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation)
+    }
+
+    /// Sets a series' value as observed at `now`. For counters, the rate is computed from the
+    /// previous value; a decrease is a reset (no rate until the next update).
+    pub fn set(&mut self, id: SlotId, value: Num, now: Instant) -> Change {
+        let t = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        let round = self.round;
+        let counter = match self.slots.get(id.index as usize) {
+            Some(s) => self.families[usize::from(s.family)].family.kind == MetricKind::Counter,
+            None => false,
+        };
+        let Some(slot) =
+            self.slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation)
+        else {
+            return Change::Stale;
+        };
+        slot.seen = round;
+        let sample = &mut self.samples[id.index as usize];
+        let v = value.as_f64();
+        let rate = if counter && v >= slot.prev && t > slot.prev_at {
+            (v - slot.prev) / ((t - slot.prev_at) as f64 / 1e9)
+        } else if counter && v >= slot.prev {
+            sample.rate // two updates at one instant: keep the last rate
+        } else {
+            f64::NAN
+        };
+        slot.prev = v;
+        slot.prev_at = t;
+        let changed = !sample.value.same(value) || rate.to_bits() != sample.rate.to_bits();
+        *sample = Sample { value, rate };
+        if changed {
+            Change::Changed
+        } else {
+            Change::Unchanged
+        }
+    }
+
+    /// Sets a histogram series: cumulative `counts` per upper bound in `bounds`, with the sum and
+    /// count of the observations.
+    pub fn set_hist(&mut self, id: SlotId, bounds: &[f64], counts: &[u64], sum: f64, count: u64) -> Change {
+        let round = self.round;
+        let Some(slot) = self.live_slot(id) else { return Change::Stale };
+        slot.seen = round;
+        let change = match &mut slot.hist {
+            Some(h)
+                if *h.bounds == *bounds
+                    && *h.counts == *counts
+                    && h.sum.to_bits() == sum.to_bits()
+                    && h.count == count =>
+            {
+                Change::Unchanged
+            }
+            Some(h) => {
+                if *h.bounds != *bounds {
+                    h.bounds = Arc::from(bounds);
+                    h.le = super::series::le_texts(bounds);
+                }
+                h.counts = Arc::from(counts);
+                h.sum = sum;
+                h.count = count;
+                Change::Changed
+            }
+            None => {
+                slot.hist = Some(Box::new(Hist::new(bounds, counts, sum, count)));
+                // Histograms are part of the schema (they are rendered as their own lines).
+                self.schema = None;
+                Change::Changed
+            }
+        };
+        if change == Change::Changed {
+            self.hists_published = None;
+        }
+        change
+    }
+
+    /// Overrides the published rate of a slot (for sets built from owned series).
+    pub(crate) fn force_rate(&mut self, id: SlotId, rate: Option<f64>) {
+        if self.live_slot(id).is_some() {
+            self.samples[id.index as usize].rate = rate.unwrap_or(f64::NAN);
+        }
+    }
+
+    fn remove_slot(&mut self, i: u32) {
+        let s = &mut self.slots[i as usize];
+        if !s.live {
+            return;
+        }
+        let hash = key_hash(&self.hasher, s.family, s.labels.iter());
+        s.live = false;
+        s.generation = s.generation.wrapping_add(1);
+        if s.hist.take().is_some() {
+            self.hists_published = None;
+        }
+        s.labels = Arc::new(LabelSet::new(Box::new([])));
+        let fam = s.family;
+        if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
+            entry.remove();
+        }
+        self.samples[i as usize] = Sample::EMPTY;
+        self.families[usize::from(fam)].live -= 1;
+        self.free.push(i);
+        self.len -= 1;
+        self.schema = None;
+    }
+
+    fn remove_where(&mut self, family: &str, mut gone: impl FnMut(&Slot) -> bool) {
+        let Some(&fam) = self.family_index.get(family) else { return };
+        if self.families[usize::from(fam)].live == 0 {
+            return;
+        }
+        let doomed: Vec<u32> = (0..self.slots.len() as u32)
+            .filter(|&i| {
+                let s = &self.slots[i as usize];
+                s.live && s.family == fam && gone(s)
+            })
+            .collect();
+        for i in doomed {
+            self.remove_slot(i);
+        }
+        self.purge_label_sets();
     }
 
     /// Removes the series of `family` with exactly `labels`, if present.
-    pub fn remove(&mut self, family: &str, labels: &[(Arc<str>, Arc<str>)]) {
-        if let Some(f) = self.families.get_mut(family) {
-            if f.remove(labels).is_some() {
-                self.len -= 1;
-            }
-        }
+    pub fn remove(&mut self, family: &str, labels: &[(&str, &str)]) {
+        self.remove_where(family, |s| same_labels(&s.labels, labels.iter().map(|&(k, v)| (k, cut_label(v)))));
     }
 
     /// Removes every series of `family` whose labels do not satisfy `keep` (e.g. processes that
     /// exited since the last report).
-    pub fn retain_family(&mut self, family: &str, mut keep: impl FnMut(&[(Arc<str>, Arc<str>)]) -> bool) {
-        if let Some(f) = self.families.get_mut(family) {
-            let before = f.len();
-            f.retain(|labels, _| keep(labels));
-            self.len -= before - f.len();
-        }
+    pub fn retain_family(&mut self, family: &str, mut keep: impl FnMut(&LabelSet) -> bool) {
+        self.remove_where(family, |s| !keep(&s.labels));
     }
 
     /// Removes every series of `family` not set since `round` began.
     pub fn sweep_family(&mut self, family: &str, round: u64) {
-        if let Some(f) = self.families.get_mut(family) {
-            let before = f.len();
-            f.retain(|_, e| e.seen >= round);
-            self.len -= before - f.len();
+        let round = round as u32;
+        // Rounds wrap: "set since round began" is "seen - round" small.
+        self.remove_where(family, |s| s.seen.wrapping_sub(round) > u32::MAX / 2);
+    }
+
+    /// Forgets label sets and strings no series uses (published schemas may still hold theirs).
+    fn purge_label_sets(&mut self) {
+        if self.label_sets.len() > 2 * self.len + 64 || self.strings.len() > 4 * self.len + 64 {
+            let live: std::collections::HashSet<*const LabelSet> =
+                self.slots.iter().filter(|s| s.live).map(|s| Arc::as_ptr(&s.labels)).collect();
+            self.label_sets.retain(|s| live.contains(&Arc::as_ptr(s)));
+            let strings: std::collections::HashSet<*const u8> = self
+                .label_sets
+                .iter()
+                .flat_map(|s| s.pairs().iter().flat_map(|(k, v)| [k.as_ptr(), v.as_ptr()]))
+                .collect();
+            self.strings.retain(|s| strings.contains(&s.as_ptr()));
         }
     }
 
     /// Forgets every series (the peer restarted or went away): the next values start afresh,
-    /// with no rate.
+    /// with no rate. Slot ids handed out so far become stale.
     pub fn clear(&mut self) {
-        self.families.clear();
-        self.len = 0;
+        if self.len == 0 && self.label_sets.is_empty() {
+            return;
+        }
+        for i in 0..self.slots.len() as u32 {
+            self.remove_slot(i);
+        }
+        self.index.clear();
+        self.label_sets.clear();
+        self.strings.clear();
+        self.schema = None;
     }
 
-    /// The current series, sorted by family then labels, for a [`super::model::TargetSnapshot`].
-    pub fn to_series(&self) -> Arc<[Series]> {
-        self.families.values().flat_map(|f| f.values()).map(|e| e.series.clone()).collect()
+    /// The current series for a [`super::model::TargetSnapshot`]: the schema is shared with the last
+    /// publish unless the set of series changed; the values are copied.
+    pub fn publish(&mut self) -> SeriesSet {
+        let schema = match &self.schema {
+            Some(s) => s.clone(),
+            None => {
+                let s = Arc::new(self.build_schema());
+                self.schema = Some(s.clone());
+                self.hists_published = None;
+                s
+            }
+        };
+        let hists = match &self.hists_published {
+            Some(h) => h.clone(),
+            None => {
+                let h: Arc<[Hist]> = schema
+                    .defs
+                    .iter()
+                    .filter_map(|d| self.slots[d.slot as usize].hist.as_deref().cloned())
+                    .collect();
+                self.hists_published = Some(h.clone());
+                h
+            }
+        };
+        SeriesSet { schema, samples: Arc::from(&self.samples[..]), hists }
+    }
+
+    fn build_schema(&self) -> Schema {
+        let mut order: Vec<u16> =
+            (0..self.families.len() as u16).filter(|&f| self.families[usize::from(f)].live > 0).collect();
+        order.sort_unstable_by(|&a, &b| {
+            self.families[usize::from(a)].family.name.cmp(&self.families[usize::from(b)].family.name)
+        });
+        let mut rank = vec![u16::MAX; self.families.len()];
+        for (r, &f) in order.iter().enumerate() {
+            rank[usize::from(f)] = r as u16;
+        }
+        let mut live: Vec<(u16, &str, u32)> = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.live)
+            .map(|(i, s)| (rank[usize::from(s.family)], s.labels.text(), i as u32))
+            .collect();
+        live.sort_unstable();
+        let mut runs = Vec::with_capacity(order.len());
+        let mut defs = Vec::with_capacity(live.len());
+        let mut hist = 0u32;
+        let mut start = 0u32;
+        for (pos, &(r, _, i)) in live.iter().enumerate() {
+            let s = &self.slots[i as usize];
+            let h = if s.hist.is_some() {
+                hist += 1;
+                hist - 1
+            } else {
+                u32::MAX
+            };
+            defs.push(SeriesDef { labels: s.labels.clone(), slot: i, hist: h });
+            if live.get(pos + 1).is_none_or(|n| n.0 != r) {
+                runs.push(start..pos as u32 + 1);
+                start = pos as u32 + 1;
+            }
+        }
+        Schema {
+            families: order.iter().map(|&f| self.families[usize::from(f)].family.clone()).collect(),
+            runs: runs.into_boxed_slice(),
+            defs: defs.into_boxed_slice(),
+        }
     }
 }
 
@@ -181,75 +547,150 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn fam(s: &str) -> Arc<str> {
-        Arc::from(s)
-    }
-
     const F: &str = "x_total";
+
+    fn one(st: &mut SeriesStore) -> (Num, Option<f64>) {
+        let set = st.publish();
+        let s = set.iter().next().expect("a series");
+        let v = match s.value() {
+            crate::fleet::series::ValueRef::Number(n) => n,
+            _ => panic!("a number"),
+        };
+        (v, s.rate())
+    }
 
     #[test]
     fn counter_rate_from_the_last_two_updates_and_none_after_a_reset() {
         let mut st = SeriesStore::new(10);
-        let f = F;
         let t0 = Instant::now();
-        assert!(st.set(f, "h", MetricKind::Counter, &[], Value::Number(10.0), t0));
-        assert_eq!(st.to_series()[0].rate, None);
-        st.set(f, "h", MetricKind::Counter, &[], Value::Number(30.0), t0 + Duration::from_secs(2));
-        assert_eq!(st.to_series()[0].rate, Some(10.0));
-        st.set(f, "h", MetricKind::Counter, &[], Value::Number(5.0), t0 + Duration::from_secs(3));
-        assert_eq!(st.to_series()[0].rate, None, "a decrease is a reset");
-        st.set(f, "h", MetricKind::Counter, &[], Value::Number(9.0), t0 + Duration::from_secs(5));
-        assert_eq!(st.to_series()[0].rate, Some(2.0));
+        let id = st.slot(F, "h", MetricKind::Counter, &[]).unwrap();
+        assert_eq!(st.set(id, Num::Uint(10), t0), Change::Changed);
+        assert_eq!(one(&mut st).1, None);
+        st.set(id, Num::Uint(30), t0 + Duration::from_secs(2));
+        assert_eq!(one(&mut st), (Num::Uint(30), Some(10.0)));
+        st.set(id, Num::Uint(5), t0 + Duration::from_secs(3));
+        assert_eq!(one(&mut st).1, None, "a decrease is a reset");
+        st.set(id, Num::Uint(9), t0 + Duration::from_secs(5));
+        assert_eq!(one(&mut st).1, Some(2.0));
+    }
+
+    #[test]
+    fn unchanged_values_do_not_count_as_changes() {
+        let mut st = SeriesStore::new(10);
+        let t0 = Instant::now();
+        let g = st.slot("g", "h", MetricKind::Gauge, &[("a", "1")]).unwrap();
+        assert_eq!(st.set(g, Num::Float(1.0), t0), Change::Changed);
+        assert_eq!(st.set(g, Num::Float(1.0), t0 + Duration::from_secs(1)), Change::Unchanged);
+        let c = st.slot(F, "h", MetricKind::Counter, &[]).unwrap();
+        st.set(c, Num::Uint(5), t0);
+        assert_eq!(st.set(c, Num::Uint(7), t0 + Duration::from_secs(1)), Change::Changed);
+        // Same value: the rate moves from 2/s to 0/s, which is a change; then nothing is.
+        assert_eq!(st.set(c, Num::Uint(7), t0 + Duration::from_secs(2)), Change::Changed);
+        assert_eq!(st.set(c, Num::Uint(7), t0 + Duration::from_secs(3)), Change::Unchanged);
     }
 
     #[test]
     fn gauges_have_no_rate() {
         let mut st = SeriesStore::new(10);
-        let f = "g";
         let t0 = Instant::now();
-        st.set(f, "h", MetricKind::Gauge, &[], Value::Number(1.0), t0);
-        st.set(f, "h", MetricKind::Gauge, &[], Value::Number(3.0), t0 + Duration::from_secs(1));
-        assert_eq!(st.to_series()[0].rate, None);
-        assert_eq!(st.to_series()[0].value, Value::Number(3.0));
+        let id = st.slot("g", "h", MetricKind::Gauge, &[]).unwrap();
+        st.set(id, Num::Float(1.0), t0);
+        st.set(id, Num::Float(3.0), t0 + Duration::from_secs(1));
+        assert_eq!(one(&mut st), (Num::Float(3.0), None));
     }
 
     #[test]
     fn new_series_beyond_the_limit_are_dropped_and_counted() {
         let mut st = SeriesStore::new(2);
-        let f = "g";
         let now = Instant::now();
         for i in 0..5 {
-            let l = vec![(fam("i"), fam(&i.to_string()))];
-            st.set(f, "h", MetricKind::Gauge, &l, Value::Number(1.0), now);
+            if let Some(id) = st.slot("g", "h", MetricKind::Gauge, &[("i", &i.to_string())]) {
+                st.set(id, Num::Float(1.0), now);
+            }
         }
         assert_eq!(st.len(), 2);
         assert_eq!(st.dropped(), 3);
         // An existing series still updates at the limit.
-        assert!(st.set(f, "h", MetricKind::Gauge, &[(fam("i"), fam("0"))], Value::Number(7.0), now));
-        st.retain_family("g", |l| &*l[0].1 != "0");
+        let id = st.slot("g", "h", MetricKind::Gauge, &[("i", "0")]).unwrap();
+        assert_eq!(st.set(id, Num::Float(7.0), now), Change::Changed);
+        st.retain_family("g", |l| l.get("i") != Some("0"));
         assert_eq!(st.len(), 1);
+        assert_eq!(st.set(id, Num::Float(8.0), now), Change::Stale, "a removed series' slot is stale");
     }
 
     #[test]
     fn a_sweep_drops_what_a_round_did_not_set() {
         let mut st = SeriesStore::new(10);
         let now = Instant::now();
-        let l = |i: &str| [(fam("pid"), fam(i))];
         st.begin_round();
         for i in ["1", "2", "3"] {
-            st.set("p", "h", MetricKind::Gauge, &l(i), Value::Number(1.0), now);
+            let id = st.slot("p", "h", MetricKind::Gauge, &[("pid", i)]).unwrap();
+            st.set(id, Num::Float(1.0), now);
         }
-        st.set("other", "h", MetricKind::Gauge, &[], Value::Number(1.0), now);
+        let id = st.slot("other", "h", MetricKind::Gauge, &[]).unwrap();
+        st.set(id, Num::Float(1.0), now);
         let round = st.begin_round();
-        st.set("p", "h", MetricKind::Gauge, &l("2"), Value::Number(2.0), now);
+        let id = st.slot("p", "h", MetricKind::Gauge, &[("pid", "2")]).unwrap();
+        st.set(id, Num::Float(2.0), now);
         st.sweep_family("p", round);
-        let left: Vec<String> = st
-            .to_series()
-            .iter()
-            .map(|s| format!("{}{:?}", s.family, s.labels.first().map(|l| &*l.1)))
-            .collect();
+        let left: Vec<String> =
+            st.publish().iter().map(|s| format!("{}{:?}", s.family(), s.labels().get("pid"))).collect();
         assert_eq!(left, ["otherNone", "pSome(\"2\")"]);
         assert_eq!(st.len(), 2);
+    }
+
+    #[test]
+    fn label_sets_are_shared_across_families_and_schemas_across_publishes() {
+        let mut st = SeriesStore::new(100);
+        let now = Instant::now();
+        let a = st.slot("cpu", "h", MetricKind::Gauge, &[("pid", "1"), ("name", "init")]).unwrap();
+        let b = st.slot("mem", "h", MetricKind::Gauge, &[("pid", "1"), ("name", "init")]).unwrap();
+        st.set(a, Num::Float(1.0), now);
+        st.set(b, Num::Uint(4096), now);
+        let first = st.publish();
+        let l: Vec<*const LabelSet> = first.iter().map(|s| s.labels() as *const LabelSet).collect();
+        assert_eq!(l[0], l[1], "one label set for both families");
+        st.set(a, Num::Float(2.0), now);
+        let second = st.publish();
+        assert!(Arc::ptr_eq(&first.schema, &second.schema), "same series: the schema is shared");
+        assert_eq!(second.family("cpu").next().unwrap().number(), Some(2.0));
+        assert_eq!(
+            first.family("cpu").next().unwrap().number(),
+            Some(1.0),
+            "an old snapshot keeps its values"
+        );
+        st.slot("new", "h", MetricKind::Gauge, &[]).unwrap();
+        assert!(!Arc::ptr_eq(&second.schema, &st.publish().schema));
+    }
+
+    #[test]
+    fn labels_are_cut_and_a_cleared_store_starts_afresh() {
+        let mut st = SeriesStore::new(10);
+        let now = Instant::now();
+        let long = "é".repeat(300);
+        let id = st.slot("g", "h", MetricKind::Gauge, &[("name", &long)]).unwrap();
+        st.set(id, Num::Float(1.0), now);
+        let again = st.slot("g", "h", MetricKind::Gauge, &[("name", &long)]).unwrap();
+        assert_eq!(id, again, "the cut value finds the same series");
+        let set = st.publish();
+        let v = set.iter().next().unwrap().label("name").to_owned();
+        assert!(v.len() <= crate::fleet::target::MAX_LABEL_LEN && v.chars().all(|c| c == 'é'));
+        st.clear();
+        assert!(st.is_empty() && st.publish().is_empty());
+        assert_eq!(st.set(id, Num::Float(2.0), now), Change::Stale);
+    }
+
+    #[test]
+    fn histograms_share_unchanged_bounds() {
+        let mut st = SeriesStore::new(10);
+        let id = st.slot("lat_seconds", "h", MetricKind::Histogram, &[]).unwrap();
+        assert_eq!(st.set_hist(id, &[0.5, 1.0], &[1, 3], 2.0, 4), Change::Changed);
+        let a = st.publish();
+        assert_eq!(st.set_hist(id, &[0.5, 1.0], &[1, 3], 2.0, 4), Change::Unchanged);
+        assert_eq!(st.set_hist(id, &[0.5, 1.0], &[2, 3], 2.5, 5), Change::Changed);
+        let b = st.publish();
+        assert!(Arc::ptr_eq(&a.hists[0].bounds, &b.hists[0].bounds));
+        assert_eq!(&*b.hists[0].counts, &[2, 3]);
     }
 
     #[test]

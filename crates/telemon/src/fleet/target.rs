@@ -4,12 +4,14 @@
 
 use std::collections::VecDeque;
 use std::fmt::Display;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use super::model::{ErrorKind, EventRecord, MetricKind, Protocol, TargetSnapshot, TargetState, Value};
 use super::registry::Registry;
-use super::store::SeriesStore;
+use super::series::{LabelSet, Num};
+use super::store::{Change, SeriesStore, SlotId};
 
 /// Events kept per target for display.
 pub const MAX_EVENTS: usize = 64;
@@ -65,6 +67,10 @@ fn label_name(name: &'static str) -> Arc<str> {
     NAMES.with(|names| names.borrow_mut().entry(name).or_insert_with(|| Arc::from(name)).clone())
 }
 
+/// How often a target whose values arrive but do not change is published anyway, so that its
+/// last-update time stays current.
+pub const HEARTBEAT: Duration = Duration::from_secs(5);
+
 /// Owns one target's cache and publishes it into the [`Registry`].
 #[derive(Debug)]
 pub struct Publisher {
@@ -72,9 +78,17 @@ pub struct Publisher {
     meta: TargetSnapshot,
     store: SeriesStore,
     events: VecDeque<EventRecord>,
+    events_changed: bool,
+    /// Something a view shows changed since the last publication.
     dirty: bool,
+    /// Values arrived since the last publication (changed or not).
+    touched: bool,
+    /// The time of the values being set now: read once per batch, not once per value.
+    now: Option<Instant>,
     last_publish: Option<Instant>,
     remove_on_drop: bool,
+    /// Bytes read from the target, counted by the collector's connection (see [`Publisher::received`]).
+    received: Arc<AtomicU64>,
 }
 
 impl Publisher {
@@ -83,19 +97,27 @@ impl Publisher {
         registry: &Registry,
         name: impl Into<Arc<str>>,
         protocol: Protocol,
-        labels: Vec<(String, String)>,
+        labels: impl Into<Arc<[(String, String)]>>,
         series_limit: usize,
     ) -> Self {
         let meta = TargetSnapshot::new(name, protocol, labels);
         registry.put(meta.clone());
+        Publisher::registered(registry, meta, series_limit)
+    }
+
+    fn registered(registry: &Registry, meta: TargetSnapshot, series_limit: usize) -> Self {
         Publisher {
             registry: registry.clone(),
             meta,
             store: SeriesStore::new(series_limit),
             events: VecDeque::new(),
+            events_changed: false,
             dirty: false,
+            touched: false,
+            now: None,
             last_publish: None,
             remove_on_drop: false,
+            received: Arc::default(),
         }
     }
 
@@ -106,7 +128,7 @@ impl Publisher {
         registry: &Registry,
         name: impl Into<Arc<str>>,
         protocol: Protocol,
-        labels: Vec<(String, String)>,
+        labels: impl Into<Arc<[(String, String)]>>,
         series_limit: usize,
         replace: impl FnOnce(&TargetSnapshot) -> bool,
     ) -> Option<Self> {
@@ -114,15 +136,7 @@ impl Publisher {
         if !registry.insert_unique(meta.clone(), replace) {
             return None;
         }
-        Some(Publisher {
-            registry: registry.clone(),
-            meta,
-            store: SeriesStore::new(series_limit),
-            events: VecDeque::new(),
-            dirty: false,
-            last_publish: None,
-            remove_on_drop: false,
-        })
+        Some(Publisher::registered(registry, meta, series_limit))
     }
 
     /// Removes the target from the registry when this publisher is dropped (targets found at run
@@ -135,6 +149,12 @@ impl Publisher {
     /// The target's name.
     pub fn name(&self) -> &Arc<str> {
         &self.meta.name
+    }
+
+    /// The counter of bytes read from the target: a collector's connection adds to it as it reads, and
+    /// each publication shows it as `telemon_target_received_bytes_total`.
+    pub fn received(&self) -> &Arc<AtomicU64> {
+        &self.received
     }
 
     /// The target's cap on series.
@@ -166,7 +186,7 @@ impl Publisher {
     pub fn down(&mut self, failure: &Failure) {
         self.meta.state = TargetState::Down;
         self.meta.errors.bump(failure.kind);
-        self.meta.last_error = Some(failure.message.clone());
+        self.meta.last_error = Some(Arc::from(failure.message.as_str()));
         self.store.clear();
         self.flush();
     }
@@ -176,11 +196,87 @@ impl Publisher {
     pub fn error(&mut self, failure: &Failure) {
         tracing::debug!(target_name = %self.meta.name, kind = failure.kind.as_str(), "{}", failure.message);
         self.meta.errors.bump(failure.kind);
-        self.meta.last_error = Some(failure.message.clone());
+        self.meta.last_error = Some(Arc::from(failure.message.as_str()));
         self.dirty = true;
     }
 
-    /// Sets one series' value (see [`SeriesStore::set`]).
+    fn now(&mut self) -> Instant {
+        *self.now.get_or_insert_with(Instant::now)
+    }
+
+    fn changed(&mut self, change: Change) -> bool {
+        self.touched = true;
+        match change {
+            Change::Changed => {
+                self.dirty = true;
+                true
+            }
+            Change::Unchanged => true,
+            Change::Stale => false,
+        }
+    }
+
+    /// The slot of the series `family{labels}`, created when new (see [`SeriesStore::slot`]);
+    /// `None` when the target is at its series limit. Keep it and update with
+    /// [`Publisher::put_slot`] to skip the lookup.
+    pub fn slot(
+        &mut self,
+        family: &'static str,
+        help: &'static str,
+        kind: MetricKind,
+        labels: &[(&str, &str)],
+    ) -> Option<SlotId> {
+        let before = self.store.len();
+        let slot = self.store.slot(family, help, kind, labels);
+        if self.store.len() != before || slot.is_none() {
+            self.dirty = true;
+        }
+        slot
+    }
+
+    /// Sets the value of a slot from [`Publisher::slot`]; `false` when the slot is stale (the
+    /// series was removed, or the target reconnected): look it up again.
+    pub fn put_slot(&mut self, slot: SlotId, value: impl Into<Num>) -> bool {
+        let now = self.now();
+        let change = self.store.set(slot, value.into(), now);
+        self.changed(change)
+    }
+
+    /// Sets one series' value, looking the series up by its borrowed labels (no allocation when it
+    /// exists).
+    pub fn put(
+        &mut self,
+        family: &'static str,
+        help: &'static str,
+        kind: MetricKind,
+        labels: &[(&str, &str)],
+        value: impl Into<Num>,
+    ) {
+        if let Some(slot) = self.slot(family, help, kind, labels) {
+            self.put_slot(slot, value);
+        }
+    }
+
+    /// Sets a histogram series: cumulative `counts` per upper bound in `bounds`, the sum and the
+    /// count of the observations.
+    #[allow(clippy::too_many_arguments)]
+    pub fn put_histogram(
+        &mut self,
+        family: &'static str,
+        help: &'static str,
+        labels: &[(&str, &str)],
+        bounds: &[f64],
+        counts: &[u64],
+        sum: f64,
+        count: u64,
+    ) {
+        if let Some(slot) = self.slot(family, help, MetricKind::Histogram, labels) {
+            let change = self.store.set_hist(slot, bounds, counts, sum, count);
+            self.changed(change);
+        }
+    }
+
+    /// Sets one series' value from owned labels (see [`Publisher::put`], which needs none).
     pub fn set(
         &mut self,
         family: &'static str,
@@ -192,7 +288,7 @@ impl Publisher {
         self.set_value(family, help, kind, labels, Value::Number(value));
     }
 
-    /// Sets one series to any [`Value`] (histograms).
+    /// Sets one series to any [`Value`] (histograms), from owned labels.
     pub fn set_value(
         &mut self,
         family: &'static str,
@@ -201,15 +297,22 @@ impl Publisher {
         labels: Labels,
         value: Value,
     ) {
-        self.store.set(family, help, kind, &labels, value, Instant::now());
-        self.meta.last_update = Some(SystemTime::now());
-        self.dirty = true;
+        let labels: Vec<(&str, &str)> = labels.iter().map(|(k, v)| (&**k, &**v)).collect();
+        match value {
+            Value::Number(v) => self.put(family, help, kind, &labels, v),
+            Value::Histogram { buckets, sum, count } => {
+                let bounds: Vec<f64> = buckets.iter().map(|b| b.0).collect();
+                let counts: Vec<u64> = buckets.iter().map(|b| b.1).collect();
+                self.put_histogram(family, help, &labels, &bounds, &counts, sum, count);
+            }
+        }
     }
 
     /// Removes one series.
-    pub fn remove(&mut self, family: &str, labels: &[(Arc<str>, Arc<str>)]) {
+    pub fn remove(&mut self, family: &str, labels: &[(&str, &str)]) {
+        let before = self.store.len();
         self.store.remove(family, labels);
-        self.dirty = true;
+        self.dirty |= self.store.len() != before;
     }
 
     /// Starts a round of updates; after setting what a report lists, [`Publisher::sweep_family`]
@@ -220,14 +323,16 @@ impl Publisher {
 
     /// Removes every series of `family` not set since `round` began.
     pub fn sweep_family(&mut self, family: &str, round: u64) {
+        let before = self.store.len();
         self.store.sweep_family(family, round);
-        self.dirty = true;
+        self.dirty |= self.store.len() != before;
     }
 
     /// Removes every series of `family` whose labels fail `keep`.
-    pub fn retain_family(&mut self, family: &str, keep: impl FnMut(&[(Arc<str>, Arc<str>)]) -> bool) {
+    pub fn retain_family(&mut self, family: &str, keep: impl FnMut(&LabelSet) -> bool) {
+        let before = self.store.len();
         self.store.retain_family(family, keep);
-        self.dirty = true;
+        self.dirty |= self.store.len() != before;
     }
 
     /// Records an event for display (bounded to [`MAX_EVENTS`]).
@@ -236,13 +341,19 @@ impl Publisher {
             self.events.pop_front();
         }
         self.events.push_back(EventRecord { at: SystemTime::now(), text: text.into() });
+        self.events_changed = true;
         self.dirty = true;
     }
 
-    /// Publishes if something changed and the last publication is at least [`PUBLISH_EVERY`] old;
-    /// call [`Publisher::flush`] on a timer as well so the last change is never held back.
+    /// Publishes if something changed and the last publication is at least [`PUBLISH_EVERY`] old
+    /// (or, when values arrived unchanged, [`HEARTBEAT`] old); call [`Publisher::flush`] on a timer
+    /// as well so the last change is never held back.
     pub fn maybe_flush(&mut self) {
-        if self.dirty && self.last_publish.is_none_or(|t| t.elapsed() >= PUBLISH_EVERY) {
+        self.now = None;
+        let since = self.last_publish.map(|t| t.elapsed());
+        if (self.dirty && since.is_none_or(|s| s >= PUBLISH_EVERY))
+            || (self.touched && since.is_none_or(|s| s >= HEARTBEAT))
+        {
             self.flush();
         }
     }
@@ -265,13 +376,21 @@ impl Publisher {
 
     /// Publishes the cache now.
     pub fn flush(&mut self) {
+        self.now = None;
+        if self.touched {
+            self.meta.last_update = Some(SystemTime::now());
+        }
+        if self.events_changed {
+            self.meta.events = self.events.iter().cloned().collect();
+            self.events_changed = false;
+        }
+        self.meta.dropped_series = self.store.dropped();
+        self.meta.received_bytes = self.received.load(Ordering::Relaxed);
         let mut snap = self.meta.clone();
-        snap.dropped_series = self.store.dropped();
-        snap.series = self.store.to_series();
-        snap.events = self.events.iter().cloned().collect();
-        self.meta.dropped_series = snap.dropped_series;
+        snap.series = self.store.publish();
         self.registry.put(snap);
         self.dirty = false;
+        self.touched = false;
         self.last_publish = Some(Instant::now());
     }
 }
@@ -302,13 +421,14 @@ mod tests {
         assert!(t.is_up());
         assert_eq!(t.connects, 1);
         assert_eq!(t.series.len(), 1);
-        assert_eq!(t.series[0].labels[0].1.len(), MAX_LABEL_LEN);
+        assert_eq!(t.series.iter().next().unwrap().label("name").len(), MAX_LABEL_LEN);
         assert_eq!(t.events[0].text, "hello");
         p.down(&Failure::new(ErrorKind::Connect, "gone"));
         let snap = reg.snapshot();
         let t = snap.get("t").unwrap();
         assert_eq!((t.state, t.series.len(), t.errors.get(ErrorKind::Connect)), (TargetState::Down, 0, 1));
         assert_eq!(t.last_error.as_deref(), Some("gone"));
+        assert!(t.events.len() == 1, "events are kept across publishes");
         drop(p);
         assert!(reg.snapshot().get("t").is_none());
     }

@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::fleet::{FleetSnapshot, MetricKind, Series, TargetSnapshot};
+use crate::fleet::{FleetSnapshot, MetricKind, SeriesRef, TargetSnapshot};
 
 /// The longest time window (and so the history kept), in seconds.
 pub const MAX_WINDOW_SECS: u32 = 3600;
@@ -15,12 +15,12 @@ pub const MAX_SERIES_PER_TARGET: usize = 128;
 pub const MAX_POINTS: usize = 2_000_000;
 
 /// A series' identity inside one target: the family and its labels, as `family{k="v",...}`.
-pub fn key(s: &Series) -> String {
-    let mut k = String::with_capacity(s.family.len() + 32);
-    k.push_str(&s.family);
-    if !s.labels.is_empty() {
+pub fn key(s: &SeriesRef) -> String {
+    let mut k = String::with_capacity(s.family().len() + 32);
+    k.push_str(s.family());
+    if !s.labels().is_empty() {
         k.push('{');
-        for (i, (n, v)) in s.labels.iter().enumerate() {
+        for (i, (n, v)) in s.labels().iter().enumerate() {
             if i > 0 {
                 k.push(',');
             }
@@ -35,10 +35,10 @@ pub fn key(s: &Series) -> String {
 pub type Point = (f64, f64);
 
 /// What a dashboard plots of a series: a counter's rate, anything else's value.
-pub fn plotted(s: &Series) -> Option<f64> {
-    match s.kind {
-        MetricKind::Counter => s.rate,
-        MetricKind::Gauge => s.value.as_number(),
+pub fn plotted(s: &SeriesRef) -> Option<f64> {
+    match s.kind() {
+        MetricKind::Counter => s.rate(),
+        MetricKind::Gauge => s.number(),
         MetricKind::Info | MetricKind::Histogram => None,
     }
 }
@@ -86,12 +86,12 @@ impl History {
         for t in &fleet.targets {
             let series = self.targets.entry(t.name.clone()).or_default();
             // Each key once per target and second (not once per pair of series).
-            let keys: Vec<String> = t.series.iter().map(key).collect();
+            let keys: Vec<String> = t.series.iter().map(|s| key(&s)).collect();
             // Series gone from the target (an exited process) are forgotten with it.
             let live: std::collections::HashSet<&str> = keys.iter().map(String::as_str).collect();
             series.retain(|k, _| live.contains(k.as_str()));
             for (s, k) in t.series.iter().zip(keys) {
-                let Some(v) = plotted(s) else { continue };
+                let Some(v) = plotted(&s) else { continue };
                 if !series.contains_key(&k) && series.len() >= MAX_SERIES_PER_TARGET {
                     continue;
                 }
@@ -139,8 +139,8 @@ mod tests {
 
     fn target(v: f64, rate: Option<f64>) -> TargetSnapshot {
         let mut t = TargetSnapshot::new("t", Protocol::Smon, vec![]);
-        t.series = Arc::from(vec![
-            Series {
+        t.series = crate::fleet::SeriesSet::from(vec![
+            crate::fleet::Series {
                 family: Arc::from("g"),
                 help: "",
                 labels: vec![(Arc::from("i"), Arc::from("0"))].into(),
@@ -148,7 +148,7 @@ mod tests {
                 value: Value::Number(v),
                 rate: None,
             },
-            Series {
+            crate::fleet::Series {
                 family: Arc::from("c_total"),
                 help: "",
                 labels: vec![].into(),

@@ -13,7 +13,7 @@ use ratatui::Frame;
 
 use super::fmt_secs;
 use super::history::{key, History, Point};
-use crate::fleet::{MetricKind, Protocol, Series, TargetSnapshot, Value};
+use crate::fleet::{MetricKind, Protocol, SeriesRef, TargetSnapshot, ValueRef};
 
 /// What a view draws from.
 pub(super) struct Ctx<'a> {
@@ -24,25 +24,21 @@ pub(super) struct Ctx<'a> {
 }
 
 impl<'a> Ctx<'a> {
-    fn series<'f>(&self, family: &'f str) -> impl Iterator<Item = &'a Series> + use<'a, 'f> {
-        self.t.series.iter().filter(move |s| &*s.family == family)
+    fn series<'f>(&self, family: &'f str) -> impl Iterator<Item = SeriesRef<'a>> + use<'a, 'f> {
+        self.t.series.family(family)
     }
 
-    fn one(&self, family: &str) -> Option<&'a Series> {
+    fn one(&self, family: &str) -> Option<SeriesRef<'a>> {
         self.series(family).next()
     }
 
-    fn labelled(&self, family: &str, name: &str, value: &str) -> Option<&'a Series> {
-        self.series(family).find(|s| s.labels.iter().any(|(k, v)| &**k == name && &**v == value))
+    fn labelled(&self, family: &str, name: &str, value: &str) -> Option<SeriesRef<'a>> {
+        self.series(family).find(|s| s.labels().get(name) == Some(value))
     }
 
-    fn points(&self, s: &Series) -> Vec<Point> {
+    fn points(&self, s: &SeriesRef) -> Vec<Point> {
         self.history.points(self.t, &key(s), self.window)
     }
-}
-
-fn label<'a>(s: &'a Series, name: &str) -> &'a str {
-    s.labels.iter().find(|(k, _)| &**k == name).map_or("", |(_, v)| v)
 }
 
 /// Draws the selected target's pane.
@@ -190,7 +186,7 @@ fn spark_table(
 fn meter161(f: &mut Frame, area: Rect, ctx: &Ctx) {
     // The table below takes what its rows need (up to 8 and a header); the chart the rest.
     let [top, rest] = Layout::vertical([Constraint::Min(6), Constraint::Length(9)]).areas(area);
-    let line = |family: &str| ctx.one(family).map(|s| ctx.points(s)).unwrap_or_default();
+    let line = |family: &str| ctx.one(family).map(|s| ctx.points(&s)).unwrap_or_default();
     chart(
         f,
         top,
@@ -214,8 +210,8 @@ fn meter161(f: &mut Frame, area: Rect, ctx: &Ctx) {
         ("sim s / wall s", "sys161_simulated_seconds_total"),
     ] {
         if let Some(s) = ctx.one(family) {
-            let now = s.rate.map_or("…".to_owned(), si);
-            rows.push((label.to_owned(), now, ctx.points(s)));
+            let now = s.rate().map_or("…".to_owned(), si);
+            rows.push((label.to_owned(), now, ctx.points(&s)));
         }
     }
     spark_table(f, rest, rows, ctx.window, ctx.scroll);
@@ -226,7 +222,7 @@ fn hmon(f: &mut Frame, area: Rect, ctx: &Ctx) {
     let [top, mid, bottom] =
         Layout::vertical([Constraint::Percentage(40), Constraint::Min(4), Constraint::Length(events + 1)])
             .areas(area);
-    let line = |family: &str| ctx.one(family).map(|s| ctx.points(s)).unwrap_or_default();
+    let line = |family: &str| ctx.one(family).map(|s| ctx.points(&s)).unwrap_or_default();
     chart(
         f,
         top,
@@ -239,17 +235,15 @@ fn hmon(f: &mut Frame, area: Rect, ctx: &Ctx) {
         bytes,
     );
     let mut rows = Vec::new();
-    let mut push = |label: &str, s: Option<&Series>, fmt: fn(f64) -> String| {
+    let mut push = |label: &str, s: Option<SeriesRef>, fmt: fn(f64) -> String| {
         if let Some(s) = s {
-            let now = match s.kind {
-                MetricKind::Counter => format!(
-                    "{} ({}/s)",
-                    si(s.value.as_number().unwrap_or(0.0)),
-                    s.rate.map_or("…".into(), si)
-                ),
-                _ => s.value.as_number().map_or("-".into(), fmt),
+            let now = match s.kind() {
+                MetricKind::Counter => {
+                    format!("{} ({}/s)", si(s.number().unwrap_or(0.0)), s.rate().map_or("…".into(), si))
+                }
+                _ => s.number().map_or("-".into(), fmt),
             };
-            rows.push((label.to_owned(), now, ctx.points(s)));
+            rows.push((label.to_owned(), now, ctx.points(&s)));
         }
     };
     push("used", ctx.one("dyalog_workspace_used_bytes"), bytes);
@@ -259,8 +253,8 @@ fn hmon(f: &mut Frame, area: Rect, ctx: &Ctx) {
     push("threads", ctx.labelled("dyalog_threads", "state", "total"), si);
     push("suspended", ctx.labelled("dyalog_threads", "state", "suspended"), si);
     if let Some(info) = ctx.one("dyalog_interpreter_info") {
-        let version = label(info, "version");
-        let wsid = label(info, "wsid");
+        let version = info.label("version");
+        let wsid = info.label("wsid");
         rows.insert(0, ("interpreter".to_owned(), format!("{version} {wsid}"), Vec::new()));
     }
     spark_table(f, mid, rows, ctx.window, ctx.scroll);
@@ -288,29 +282,29 @@ fn mono(f: &mut Frame, area: Rect, ctx: &Ctx) {
         .t
         .series
         .iter()
-        .filter(|s| s.family.starts_with("mono_runtime"))
+        .filter(|s| s.family().starts_with("mono_runtime"))
         .map(|s| {
-            let name = format!("{}/{}", label(s, "category"), label(s, "counter"));
-            let v = s.value.as_number().unwrap_or(0.0);
-            let fmt: fn(f64) -> String = match &*s.family {
+            let name = format!("{}/{}", s.label("category"), s.label("counter"));
+            let v = s.number().unwrap_or(0.0);
+            let fmt: fn(f64) -> String = match s.family() {
                 f if f.starts_with("mono_runtime_bytes") => bytes,
                 f if f.starts_with("mono_runtime_seconds") => |v| format!("{v:.3} s"),
                 "mono_runtime_ratio" => |v| format!("{:.1}%", v * 100.0),
                 _ => si,
             };
-            let now = match (s.kind, s.rate) {
+            let now = match (s.kind(), s.rate()) {
                 (MetricKind::Counter, Some(r)) => format!("{}/s", fmt(r)),
                 (MetricKind::Counter, None) => format!("{} (…/s)", fmt(v)),
                 _ => fmt(v),
             };
-            (name, now, ctx.points(s))
+            (name, now, ctx.points(&s))
         })
         .collect();
     rows.sort_by(|a, b| a.0.cmp(&b.0));
     let mut area = area;
     if let Some(info) = ctx.one("mono_agent_info") {
         let [head, rest] = Layout::vertical([Constraint::Length(1), Constraint::Min(0)]).areas(area);
-        let text = format!("agent protocol {}, {} counters", label(info, "version"), label(info, "counters"));
+        let text = format!("agent protocol {}, {} counters", info.label("version"), info.label("counters"));
         f.render_widget(Paragraph::new(text), head);
         area = rest;
     }
@@ -318,41 +312,41 @@ fn mono(f: &mut Frame, area: Rect, ctx: &Ctx) {
 }
 
 fn smon(f: &mut Frame, area: Rect, ctx: &Ctx) {
-    let values: Vec<&Series> = ctx.series("smon_value").collect();
+    let values: Vec<SeriesRef> = ctx.series("smon_value").collect();
     let groups_len = {
         let mut names: Vec<&str> =
-            values.iter().filter(|s| !label(s, "index").is_empty()).map(|s| label(s, "name")).collect();
+            values.iter().filter(|s| !s.label("index").is_empty()).map(|s| s.label("name")).collect();
         names.dedup();
         names.len().min(8) as u16
     };
     let [top, bottom] =
         Layout::vertical([Constraint::Min(4), Constraint::Length(groups_len + 1)]).areas(area);
     // The values that moved most in the window first.
-    let mut moving: Vec<(f64, &Series)> =
+    let mut moving: Vec<(f64, SeriesRef)> =
         values.iter().map(|s| (ctx.history.movement(ctx.t, &key(s), ctx.window), *s)).collect();
-    moving.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| key(a.1).cmp(&key(b.1))));
+    moving.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| key(&a.1).cmp(&key(&b.1))));
     let rows = moving
         .iter()
         .map(|(_, s)| {
-            let index = label(s, "index");
+            let index = s.label("index");
             let name = if index.is_empty() {
-                label(s, "name").to_owned()
+                s.label("name").to_owned()
             } else {
-                format!("{}[{index}]", label(s, "name"))
+                format!("{}[{index}]", s.label("name"))
             };
-            (name, si(s.value.as_number().unwrap_or(0.0)), ctx.points(s))
+            (name, si(s.number().unwrap_or(0.0)), ctx.points(s))
         })
         .collect();
     spark_table(f, top, rows, ctx.window, ctx.scroll);
     // Per-index groups (per CPU, per disk...): one line per name.
     let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for s in &values {
-        let index = label(s, "index");
+        let index = s.label("index");
         if !index.is_empty() {
             groups
-                .entry(label(s, "name"))
+                .entry(s.label("name"))
                 .or_default()
-                .push(format!("{index}:{}", si(s.value.as_number().unwrap_or(0.0))));
+                .push(format!("{index}:{}", si(s.number().unwrap_or(0.0))));
         }
     }
     let mut lines = vec![Line::from(Span::styled("per index", Style::new().add_modifier(Modifier::BOLD)))];
@@ -372,21 +366,19 @@ fn sysinfo(f: &mut Frame, area: Rect, ctx: &Ctx) {
     .areas(area);
     // The process table with a CPU sparkline per process.
     let mut rows: Vec<(u64, Vec<String>, Vec<Point>)> = Vec::new();
-    for s in ctx.series("rvos_process_cpu_ratio").filter(|s| label(s, "window") == "1s") {
-        let (pid, name) = (label(s, "pid"), label(s, "name"));
+    for s in ctx.series("rvos_process_cpu_ratio").filter(|s| s.label("window") == "1s") {
+        let (pid, name) = (s.label("pid"), s.label("name"));
         let mem = ctx
             .series("rvos_process_memory_bytes")
-            .find(|m| label(m, "pid") == pid)
-            .and_then(|m| m.value.as_number())
+            .find(|m| m.label("pid") == pid)
+            .and_then(|m| m.number())
             .map_or("-".to_owned(), bytes);
-        let state = ctx
-            .series("rvos_process_state")
-            .find(|m| label(m, "pid") == pid)
-            .map_or("", |m| label(m, "state"));
-        let cpu = s.value.as_number().unwrap_or(0.0);
+        let state =
+            ctx.series("rvos_process_state").find(|m| m.label("pid") == pid).map_or("", |m| m.label("state"));
+        let cpu = s.number().unwrap_or(0.0);
         let cells =
             vec![pid.to_owned(), name.to_owned(), state.to_owned(), format!("{:.1}%", cpu * 100.0), mem];
-        rows.push((pid.parse().unwrap_or(u64::MAX), cells, ctx.points(s)));
+        rows.push((pid.parse().unwrap_or(u64::MAX), cells, ctx.points(&s)));
     }
     rows.sort_by_key(|r| r.0);
     let spark_w = procs.width.saturating_sub(5 + 13 + 8 + 7 + 10 + 5) as usize;
@@ -420,11 +412,11 @@ fn sysinfo(f: &mut Frame, area: Rect, ctx: &Ctx) {
     f.render_widget(Table::new(body, widths).header(header), procs);
 
     // Kernel counters: the busiest first.
-    let mut counters: Vec<(f64, &Series)> =
-        ctx.series("rvos_kstat_total").map(|s| (s.rate.unwrap_or(0.0), s)).collect();
+    let mut counters: Vec<(f64, SeriesRef)> =
+        ctx.series("rvos_kstat_total").map(|s| (s.rate().unwrap_or(0.0), s)).collect();
     counters.sort_by(|a, b| b.0.total_cmp(&a.0));
     let text: Vec<String> =
-        counters.iter().take(6).map(|(r, s)| format!("{} {}/s", label(s, "counter"), si(*r))).collect();
+        counters.iter().take(6).map(|(r, s)| format!("{} {}/s", s.label("counter"), si(*r))).collect();
     let kstat_lines = vec![
         Line::from(Span::styled("kstat", Style::new().add_modifier(Modifier::BOLD))),
         Line::from(text.join(" · ")),
@@ -436,10 +428,10 @@ fn sysinfo(f: &mut Frame, area: Rect, ctx: &Ctx) {
     histogram(f, left, "sched latency", ctx.one("rvos_scheduler_latency_seconds"));
     histogram(f, right, "IPC latency", ctx.one("rvos_ipc_latency_seconds"));
 
-    let enabled = ctx.one("rvos_watchdog_enabled").and_then(|s| s.value.as_number()) == Some(1.0);
+    let enabled = ctx.one("rvos_watchdog_enabled").and_then(|s| s.number()) == Some(1.0);
     let oldest = ctx
         .series("rvos_watchdog_heartbeat_age_seconds")
-        .filter_map(|s| Some((s.value.as_number()?, label(s, "task"))))
+        .filter_map(|s| Some((s.number()?, s.label("task"))))
         .max_by(|a, b| a.0.total_cmp(&b.0));
     let text = match (enabled, oldest) {
         (false, _) => "watchdog: disabled".to_owned(),
@@ -449,17 +441,19 @@ fn sysinfo(f: &mut Frame, area: Rect, ctx: &Ctx) {
     f.render_widget(Paragraph::new(text), wd);
 }
 
-fn histogram(f: &mut Frame, area: Rect, title: &str, s: Option<&Series>) {
+fn histogram(f: &mut Frame, area: Rect, title: &str, s: Option<SeriesRef>) {
     let block = Block::new().title(Span::styled(title.to_owned(), Style::new().add_modifier(Modifier::BOLD)));
-    let Some(Value::Histogram { buckets, .. }) = s.map(|s| &s.value) else {
+    let Some(ValueRef::Histogram(h)) = s.map(|s| s.value()) else {
         f.render_widget(Paragraph::new("(no data)").block(block), area);
         return;
     };
     // Per-bucket counts from the cumulative ones, over the non-empty range.
     let mut prev = 0;
-    let counts: Vec<(f64, u64)> = buckets
+    let counts: Vec<(f64, u64)> = h
+        .bounds
         .iter()
-        .map(|&(le, c)| {
+        .zip(h.counts.iter())
+        .map(|(&le, &c)| {
             let n = c.saturating_sub(prev);
             prev = c;
             (le, n)

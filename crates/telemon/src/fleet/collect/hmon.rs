@@ -1,6 +1,7 @@
 //! The Dyalog Health Monitor: a poll of facts at the target's `poll` period, a subscription to
-//! events, and `GetLastKnownState` at the same period. SERVE mode connects ([`run_connect`]);
-//! POLL mode listens, and each interpreter that dials in becomes a target ([`listen`]).
+//! events, and `GetLastKnownState` at the same period. SERVE mode connects ([`run_connect`]) and
+//! drives its [`hmon::Connection`] in the target's own task (one task per target); POLL mode listens,
+//! and each interpreter that dials in becomes a target ([`listen`]).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -9,7 +10,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hmon::{
-    Client, ClientConfig, ClientError, Event, EventKind, Events, FactKind, FactValue, IdOrName, Response,
+    Client, ClientConfig, ClientError, Connection, Event, EventKind, Events, FactKind, FactValue,
+    GetLastKnownState, IdOrName, Incoming, Message as _, Request, Response, Subscribe,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -19,7 +21,7 @@ use super::{flush_due, within, AbortOnDrop, Retry, ACCEPT_ERROR_PAUSE, CONNECT_T
 use crate::fleet::config::HmonTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
-use crate::fleet::target::{label, Failure, Publisher};
+use crate::fleet::target::{Failure, Publisher};
 
 /// The facts polled when a target does not list its own: the ones exported as metrics.
 pub const DEFAULT_FACTS: [FactKind; 4] =
@@ -98,14 +100,150 @@ pub async fn run_connect(mut p: Publisher, addr: String, plan: Plan) {
 }
 
 async fn connect_session(p: &mut Publisher, addr: &str, plan: &Plan) -> Failure {
-    let connected = within(CONNECT_TIMEOUT * 2, "connect", Client::connect(addr, plan.client_config()));
-    let (client, mut events) = match connected.await {
+    let connected = within(CONNECT_TIMEOUT * 2, "connect", Connection::connect(addr, plan.client_config()));
+    let mut conn = match connected.await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return fail(e),
         Err(f) => return f,
     };
     p.up();
-    collect(p, &client, &mut events, plan).await
+    collect_connection(p, &mut conn, plan).await
+}
+
+/// What a session has learnt from the interpreter so far.
+#[derive(Debug, Default)]
+struct Seen {
+    info: Info,
+    counts: HashMap<String, u64>,
+    facts: bool,
+}
+
+/// SERVE mode: subscribes, starts the poll and asks `GetLastKnownState` every poll period, all on the
+/// one connection driven here (one task per target), until the connection fails.
+async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Plan) -> Failure {
+    let mut seen = Seen::default();
+    let mut subscribing = None;
+    if !plan.events.is_empty() {
+        let subscribe = Subscribe { events: Some(plan.events.clone()), ..Default::default() };
+        match conn.request(Request::Subscribe(subscribe)).await {
+            Ok(uid) => subscribing = Some(uid),
+            Err(e) => return fail(e),
+        }
+        // Every subscribed event starts at 0 (shown with the first facts), so that rate() sees the
+        // first notification.
+        for e in plan.events.iter().filter_map(EventKind::resolve) {
+            seen.counts.insert(e.name().to_owned(), 0);
+        }
+    }
+    if let Err(e) = conn.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
+        return fail(e);
+    }
+    // One GetLastKnownState at a time, asked every period; a slow reply never holds events back.
+    let mut asking: Option<String> = None;
+    let mut tick = tokio::time::interval(plan.poll);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut deadline = tokio::time::Instant::now() + plan.stall();
+    loop {
+        tokio::select! {
+            incoming = conn.next() => match incoming {
+                Err(e) => return fail(e),
+                Ok(Incoming::Event(event)) => {
+                    if let Some(failure) = on_event(p, event, &mut seen, plan, &mut deadline) {
+                        return failure;
+                    }
+                }
+                Ok(Incoming::Reply { uid, response }) if subscribing.as_ref() == Some(&uid) => {
+                    subscribing = None;
+                    if response.is_error() {
+                        let name = response.name().to_owned();
+                        return fail(ClientError::Rejected { name, request: "Subscribe".into() });
+                    }
+                }
+                Ok(Incoming::Reply { uid, response }) if asking.as_ref() == Some(&uid) => {
+                    asking = None;
+                    match response {
+                        Response::LastKnownState(state) => last_known_state(p, &state),
+                        other => p.error(&fail(ClientError::Rejected {
+                            name: other.name().to_owned(),
+                            request: "GetLastKnownState".into(),
+                        })),
+                    }
+                }
+                Ok(Incoming::Reply { response, .. }) => {
+                    if let Some(failure) = on_event(p, Event::Message(response), &mut seen, plan, &mut deadline) {
+                        return failure;
+                    }
+                }
+                Ok(Incoming::Timeout { uid }) => {
+                    let after = conn.config().request_timeout;
+                    let timeout = ClientError::Timeout { what: "reply", after };
+                    if subscribing.as_ref() == Some(&uid) {
+                        return fail(timeout);
+                    }
+                    if asking.as_ref() == Some(&uid) {
+                        asking = None;
+                        p.error(&fail(timeout));
+                    }
+                }
+                Ok(_) => {}
+            },
+            _ = tick.tick(), if asking.is_none() => {
+                match conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await {
+                    Ok(uid) => asking = Some(uid),
+                    Err(e) => return fail(e),
+                }
+            }
+            () = flush_due(p.flush_due()) => p.flush_if_dirty(),
+            () = tokio::time::sleep_until(deadline) => {
+                return Failure::new(ErrorKind::Timeout, format!("no polled facts for {:?}", plan.stall()));
+            }
+        }
+    }
+}
+
+/// Records one event of a SERVE-mode session; a failure ends the session.
+fn on_event(
+    p: &mut Publisher,
+    event: Event,
+    seen: &mut Seen,
+    plan: &Plan,
+    deadline: &mut tokio::time::Instant,
+) -> Option<Failure> {
+    match event {
+        Event::Disconnected { reason } => return Some(Failure::new(ErrorKind::Connect, reason)),
+        Event::InvalidPayload(e) => p.error(&Failure::new(ErrorKind::Decode, e)),
+        Event::Lagged { dropped } => {
+            p.error(&Failure::new(ErrorKind::Protocol, format!("{dropped} messages dropped")))
+        }
+        Event::Message(m) => {
+            if let Response::Facts(_) = &m {
+                *deadline = tokio::time::Instant::now() + plan.stall();
+                if !seen.facts {
+                    seen.facts = true;
+                    for (name, &n) in &seen.counts {
+                        set_event_count(p, name, n);
+                    }
+                }
+            }
+            message(p, m, &mut seen.info, &mut seen.counts);
+            p.maybe_flush();
+        }
+        _ => {}
+    }
+    None
+}
+
+fn last_known_state(p: &mut Publisher, state: &hmon::LastKnownState) {
+    let ts = state.activity.as_ref().and_then(|a| a.ts).or(state.ts);
+    if let Some(ts) = ts {
+        p.set(
+            "dyalog_last_known_state_timestamp_seconds",
+            "Unix time of the interpreter's current activity, from GetLastKnownState.",
+            MetricKind::Gauge,
+            vec![],
+            ts.unix_millis() as f64 / 1000.0,
+        );
+    }
 }
 
 /// POLL mode: binds the block's `listen` address and returns the accept loop. Each interpreter
@@ -263,11 +401,11 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
                 Ok(state) => {
                     let ts = state.activity.as_ref().and_then(|a| a.ts).or(state.ts);
                     if let Some(ts) = ts {
-                        p.set(
+                        p.put(
                             "dyalog_last_known_state_timestamp_seconds",
                             "Unix time of the interpreter's current activity, from GetLastKnownState.",
                             MetricKind::Gauge,
-                            vec![],
+                            &[],
                             ts.unix_millis() as f64 / 1000.0,
                         );
                     }
@@ -283,12 +421,12 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
 }
 
 fn set_event_count(p: &mut Publisher, event: &str, n: u64) {
-    p.set(
+    p.put(
         "dyalog_events_total",
         "Notifications received from the interpreter, by event.",
         MetricKind::Counter,
-        vec![label("event", event)],
-        n as f64,
+        &[("event", event)],
+        n,
     );
 }
 
@@ -358,7 +496,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             ];
             for (fam, help, ms) in secs {
                 if let Some(ms) = ms {
-                    p.set(fam, help, MetricKind::Counter, vec![], ms as f64 / 1000.0);
+                    p.put(fam, help, MetricKind::Counter, &[], ms as f64 / 1000.0);
                 }
             }
         }
@@ -382,7 +520,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             ];
             for (fam, help, v) in gauges {
                 if let Some(v) = v {
-                    p.set(fam, help, MetricKind::Gauge, vec![], v as f64);
+                    p.put(fam, help, MetricKind::Gauge, &[], v);
                 }
             }
             let counters = [
@@ -395,7 +533,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             ];
             for (fam, help, v) in counters {
                 if let Some(v) = v {
-                    p.set(fam, help, MetricKind::Counter, vec![], v as f64);
+                    p.put(fam, help, MetricKind::Counter, &[], v);
                 }
             }
             for (state, v) in
@@ -403,13 +541,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             {
                 if let Some(v) = v {
                     let help = "Workspace pockets, by state.";
-                    p.set(
-                        "dyalog_workspace_pockets",
-                        help,
-                        MetricKind::Gauge,
-                        vec![label("state", state)],
-                        v as f64,
-                    );
+                    p.put("dyalog_workspace_pockets", help, MetricKind::Gauge, &[("state", state)], v);
                 }
             }
             if let Some(wsid) = w.wsid {
@@ -420,7 +552,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
             for (state, v) in [("total", t.total), ("suspended", t.suspended)] {
                 if let Some(v) = v {
                     let help = "APL threads, all and suspended.";
-                    p.set("dyalog_threads", help, MetricKind::Gauge, vec![label("state", state)], v as f64);
+                    p.put("dyalog_threads", help, MetricKind::Gauge, &[("state", state)], v);
                 }
             }
         }
@@ -429,15 +561,89 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
     if new_info != *info {
         *info = new_info;
         p.retain_family("dyalog_interpreter_info", |_| false);
-        let labels = vec![
-            label("version", &info.version),
-            label("bitwidth", &info.bitwidth),
-            label("unicode", &info.unicode),
-            label("runtime", &info.runtime),
-            label("session_uuid", &info.session_uuid),
-            label("wsid", &info.wsid),
+        let labels = [
+            ("version", info.version.as_str()),
+            ("bitwidth", &info.bitwidth),
+            ("unicode", &info.unicode),
+            ("runtime", &info.runtime),
+            ("session_uuid", &info.session_uuid),
+            ("wsid", &info.wsid),
         ];
-        p.set("dyalog_interpreter_info", "The interpreter and its workspace.", MetricKind::Info, labels, 1.0);
+        p.put(
+            "dyalog_interpreter_info",
+            "The interpreter and its workspace.",
+            MetricKind::Info,
+            &labels,
+            1u64,
+        );
+    }
+}
+
+#[cfg(test)]
+mod serve_mode_tests {
+    use super::*;
+    use crate::fleet::model::TargetSnapshot;
+
+    /// The target "dyalog" once `pred` holds for it (within 30 s).
+    async fn target_when(
+        registry: &Registry,
+        mut pred: impl FnMut(&TargetSnapshot) -> bool,
+    ) -> TargetSnapshot {
+        let mut changed = registry.changed();
+        let wait = async {
+            loop {
+                if let Some(t) = registry.snapshot().get("dyalog").filter(|t| pred(t)) {
+                    return t.clone();
+                }
+                changed.changed().await.expect("the registry outlives the test");
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(30), wait).await.expect("within 30 s")
+    }
+
+    fn has(t: &TargetSnapshot, family: &str, label: Option<(&str, &str)>) -> bool {
+        t.series
+            .iter()
+            .any(|s| s.family() == family && label.is_none_or(|(k, v)| s.labels().get(k) == Some(v)))
+    }
+
+    #[tokio::test]
+    async fn a_serve_target_polls_asks_last_known_state_and_counts_events_in_one_task() {
+        let sim = dyalog_sim::Sim::new(dyalog_sim::Config { tick: None, ..dyalog_sim::Config::default() });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let shutdown = sim_common::Shutdown::new();
+        tokio::spawn(sim.clone().serve(listener, shutdown.clone()));
+        let registry = Registry::new();
+        let p = Publisher::new(&registry, "dyalog", Protocol::Hmon, Vec::new(), 10_000);
+        let plan = Plan { poll: Duration::from_millis(500), ..Plan::default() };
+        let _collector = AbortOnDrop(tokio::spawn(run_connect(p, addr, plan)));
+        let t = target_when(&registry, |t| {
+            has(t, "dyalog_workspace_used_bytes", None)
+                && has(t, "dyalog_last_known_state_timestamp_seconds", None)
+                && has(t, "dyalog_events_total", Some(("event", "WorkspaceResize")))
+        })
+        .await;
+        assert!(t.is_up() && t.connects == 1 && t.errors.total() == 0, "{t:?}");
+        sim.world().raise(dyalog_sim::WorldEvent::Event {
+            kind: EventKind::WorkspaceResize,
+            tid: None,
+            stack: None,
+            dmx: None,
+            size: Some(1 << 20),
+        });
+        let t = target_when(&registry, |t| {
+            t.series.iter().any(|s| {
+                s.family() == "dyalog_events_total"
+                    && s.label("event") == "WorkspaceResize"
+                    && s.number() == Some(1.0)
+            })
+        })
+        .await;
+        assert!(t.events.iter().any(|e| e.text.contains("WorkspaceResize")), "{:?}", t.events);
+        shutdown.cancel();
+        let t = target_when(&registry, |t| !t.is_up()).await;
+        assert!(t.errors.get(ErrorKind::Connect) >= 1, "{t:?}");
     }
 }
 

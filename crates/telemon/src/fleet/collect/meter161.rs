@@ -8,8 +8,9 @@ use meter161::{Client, ClientConfig, ClientError, ProtocolError, Sample};
 
 use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind};
-use crate::fleet::store::Unwrap32;
-use crate::fleet::target::{label, Failure, Publisher};
+use crate::fleet::series::Num;
+use crate::fleet::store::{SlotId, Unwrap32};
+use crate::fleet::target::{Failure, Publisher};
 
 /// The `HEAD` fields that are sums of `uint32_t` counters and wrap at 2^32 (meter161 notes, item 10).
 const WRAPPING: [&str; 6] = ["irqs", "exns", "disk", "con", "emu", "net"];
@@ -61,7 +62,7 @@ async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failu
     };
     p.up();
     // A new connection is a new simulator run: its counters start afresh.
-    let mut unwrap = Vec::new();
+    let mut fields = Fields::default();
     loop {
         tokio::select! {
             item = client.next() => match item {
@@ -69,7 +70,7 @@ async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failu
                 Some(Err(e)) if e.is_fatal() => return Failure::new(kind(&e), e),
                 Some(Err(e)) => p.error(&Failure::new(kind(&e), e)),
                 Some(Ok(sample)) => {
-                    record(p, &sample, &mut unwrap);
+                    record(p, &sample, &mut fields);
                     p.maybe_flush();
                 }
             },
@@ -78,27 +79,50 @@ async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failu
     }
 }
 
-/// Sets one series per field of `sample`.
-pub fn record(p: &mut Publisher, sample: &Sample, unwrap: &mut Vec<Unwrap32>) {
+/// What one connection remembers of its fields: the 32-bit unwrapping and the slot of each field's
+/// series, for the header they were resolved against.
+#[derive(Debug, Default)]
+pub struct Fields {
+    header: Option<std::sync::Arc<meter161::Header>>,
+    unwrap: Vec<Unwrap32>,
+    slots: Vec<Option<SlotId>>,
+}
+
+/// Sets one series per field of `sample`: each field's series is looked up once per connection,
+/// then its value is written into its slot.
+pub fn record(p: &mut Publisher, sample: &Sample, fields: &mut Fields) {
     let names = sample.header().names();
-    unwrap.resize(names.len(), Unwrap32::default());
-    for ((name, &value), u) in names.iter().zip(sample.values()).zip(unwrap.iter_mut()) {
+    if !fields.header.as_ref().is_some_and(|h| std::sync::Arc::ptr_eq(h, sample.header())) {
+        fields.header = Some(sample.header().clone());
+        fields.slots.clear();
+        fields.unwrap.resize(names.len(), Unwrap32::default());
+    }
+    fields.slots.resize(names.len(), None);
+    for (i, (name, &value)) in names.iter().zip(sample.values()).enumerate() {
         let value = match u32::try_from(value) {
-            Ok(v) if WRAPPING.contains(&name.as_str()) => u.next(v),
+            Ok(v) if WRAPPING.contains(&name.as_str()) => fields.unwrap[i].next(v),
             _ => value,
         };
-        match family(name) {
-            Some((fam, help)) if name == "nsec" => {
-                p.set(fam, help, MetricKind::Counter, vec![], value as f64 / 1e9)
+        let num = if name == "nsec" { Num::Float(value as f64 / 1e9) } else { Num::Uint(value) };
+        let slot = match fields.slots[i] {
+            Some(slot) => slot,
+            None => {
+                let found = match family(name) {
+                    Some((fam, help)) => p.slot(fam, help, MetricKind::Counter, &[]),
+                    None => p.slot(
+                        "sys161_field_total",
+                        "A HEAD field this telemon does not know, by name.",
+                        MetricKind::Counter,
+                        &[("field", name)],
+                    ),
+                };
+                let Some(slot) = found else { continue };
+                fields.slots[i] = Some(slot);
+                slot
             }
-            Some((fam, help)) => p.set(fam, help, MetricKind::Counter, vec![], value as f64),
-            None => p.set(
-                "sys161_field_total",
-                "A HEAD field this telemon does not know, by name.",
-                MetricKind::Counter,
-                vec![label("field", name)],
-                value as f64,
-            ),
+        };
+        if !p.put_slot(slot, num) {
+            fields.slots[i] = None;
         }
     }
 }
@@ -402,13 +426,13 @@ mod tests {
             use meter161::ServerMessage;
             let (reg, mut p) = publisher(crate::fleet::Protocol::Meter161);
             let mut session = meter161::Session::new();
-            let mut unwrap = Vec::new();
+            let mut fields = Fields::default();
             let _ = session.handle(ServerMessage::Hello(1));
             let _ = session.handle(ServerMessage::Head(names.iter().map(|n| n.to_string()).collect()));
             for row in rows {
                 let values = row[..names.len()].to_vec();
                 if let Ok(Some(meter161::Update::Sample(sample))) = session.handle(ServerMessage::Data(values)) {
-                    record(&mut p, &sample, &mut unwrap);
+                    record(&mut p, &sample, &mut fields);
                 }
             }
             proptest::prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));

@@ -17,7 +17,8 @@ use super::{flush_due, within, ACCEPT_ERROR_PAUSE, CONNECT_TIMEOUT};
 use crate::fleet::config::MonoTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
-use crate::fleet::target::{label, Failure, Publisher};
+use crate::fleet::series::Num;
+use crate::fleet::target::{Failure, Publisher};
 
 fn kind(e: &ClientError) -> ErrorKind {
     match e {
@@ -153,13 +154,13 @@ const FAMILIES: [&str; 8] = [
 ];
 
 fn set_info(p: &mut Publisher, version: i16, counters: usize) {
-    let labels = vec![label("version", &format!("0.{version}")), label("counters", &counters.to_string())];
-    p.set(
+    let (version, counters) = (format!("0.{version}"), counters.to_string());
+    p.put(
         "mono_agent_info",
         "The connected Mono agent: protocol version and counters sampled.",
         MetricKind::Info,
-        labels,
-        1.0,
+        &[("version", &version), ("counters", &counters)],
+        1u64,
     );
 }
 
@@ -169,20 +170,39 @@ fn reading(p: &mut Publisher, r: &Reading) {
     let full = h.full_name();
     let (category, counter) = full.split_once('/').unwrap_or(("", &full));
     let monotonic = h.variance == Variance::Monotonic;
-    let v = v.as_f64();
+    // Integer counters stay exact; scaled ones (ticks, percentages) become floats.
+    let exact = exact_num(v);
+    let f = v.as_f64();
     let (fam, help, value) = match (h.unit, monotonic) {
-        (Unit::Bytes, true) => ("mono_runtime_bytes_total", "Monotonic Mono counters in bytes.", v),
-        (Unit::Bytes, false) => ("mono_runtime_bytes", "Mono counters in bytes.", v),
-        (Unit::Time, true) => {
-            ("mono_runtime_seconds_total", "Monotonic Mono time counters (from 100 ns ticks).", v / 1e7)
+        (Unit::Bytes, true) => ("mono_runtime_bytes_total", "Monotonic Mono counters in bytes.", exact),
+        (Unit::Bytes, false) => ("mono_runtime_bytes", "Mono counters in bytes.", exact),
+        (Unit::Time, true) => (
+            "mono_runtime_seconds_total",
+            "Monotonic Mono time counters (from 100 ns ticks).",
+            Num::Float(f / 1e7),
+        ),
+        (Unit::Time, false) => {
+            ("mono_runtime_seconds", "Mono time counters (from 100 ns ticks).", Num::Float(f / 1e7))
         }
-        (Unit::Time, false) => ("mono_runtime_seconds", "Mono time counters (from 100 ns ticks).", v / 1e7),
-        (Unit::Percentage, _) => ("mono_runtime_ratio", "Mono percentage counters, as a ratio.", v / 100.0),
-        (_, true) => ("mono_runtime_total", "Monotonic Mono counters.", v),
-        (_, false) => ("mono_runtime", "Mono counters (constant or variable).", v),
+        (Unit::Percentage, _) => {
+            ("mono_runtime_ratio", "Mono percentage counters, as a ratio.", Num::Float(f / 100.0))
+        }
+        (_, true) => ("mono_runtime_total", "Monotonic Mono counters.", exact),
+        (_, false) => ("mono_runtime", "Mono counters (constant or variable).", exact),
     };
     let kind = if fam.ends_with("_total") { MetricKind::Counter } else { MetricKind::Gauge };
-    p.set(fam, help, kind, vec![label("category", category), label("counter", counter)], value);
+    p.put(fam, help, kind, &[("category", category), ("counter", counter)], value);
+}
+
+/// A Mono counter value as an exact number where it is an integer.
+fn exact_num(v: &mono_counters::CounterValue) -> Num {
+    match *v {
+        mono_counters::CounterValue::Int(i) | mono_counters::CounterValue::Word32(i) => {
+            Num::Int(i64::from(i))
+        }
+        mono_counters::CounterValue::Long(i) | mono_counters::CounterValue::Word64(i) => Num::Int(i),
+        _ => Num::Float(v.as_f64()),
+    }
 }
 
 #[cfg(test)]

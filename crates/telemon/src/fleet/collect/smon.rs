@@ -11,7 +11,7 @@ use tokio::io::AsyncRead;
 
 use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind, TargetState};
-use crate::fleet::target::{label, label_shared, Failure, Labels, Publisher};
+use crate::fleet::target::{Failure, Publisher};
 
 /// How often a followed file is checked for growth.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(250);
@@ -55,7 +55,8 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
 /// Reads updates until the stream fails; the target is up from its first decoded update.
 async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
     // The current text of each (name, index), so that a new string replaces the old series.
-    let mut texts: HashMap<(Arc<str>, String), Labels> = HashMap::new();
+    let mut texts: HashMap<(Arc<str>, Box<str>), Box<str>> = HashMap::new();
+    let mut index_text = String::new();
     loop {
         let first = tokio::select! {
             next = reader.next() => next,
@@ -75,7 +76,7 @@ async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateRead
                         p.up();
                     }
                     if let Update::Value { name, index, value, .. } = update {
-                        record(p, &mut texts, name, &index, value);
+                        record(p, &mut texts, &mut index_text, name, &index, value);
                     }
                 }
                 Err(DecodeError::Io(e)) => return Failure::new(ErrorKind::Connect, e),
@@ -90,40 +91,48 @@ async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateRead
 
 fn record(
     p: &mut Publisher,
-    texts: &mut HashMap<(Arc<str>, String), Labels>,
+    texts: &mut HashMap<(Arc<str>, Box<str>), Box<str>>,
+    index_text: &mut String,
     name: Arc<str>,
     index: &[u64],
     value: Value,
 ) {
-    let index = index.iter().map(u64::to_string).collect::<Vec<_>>().join(",");
+    index_text.clear();
+    for (i, n) in index.iter().enumerate() {
+        if i > 0 {
+            index_text.push(',');
+        }
+        index_text.push_str(itoa::Buffer::new().format(*n));
+    }
+    let index = index_text.as_str();
     match value {
-        Value::Unsigned(v) => p.set(
+        Value::Unsigned(v) => p.put(
             "smon_value",
             "A number from the smon stream, by name and index path.",
             MetricKind::Gauge,
-            vec![label_shared("name", &name), label("index", &index)],
-            v as f64,
+            &[("name", &name), ("index", index)],
+            v,
         ),
         Value::Text(t) => {
             let text = String::from_utf8_lossy(&t);
-            let labels = vec![label_shared("name", &name), label("index", &index), label("value", &text)];
-            let key = (name, index);
+            let text = crate::fleet::store::cut_label(&text);
+            let key = (name, Box::<str>::from(index));
             if let Some(old) = texts.get(&key) {
-                if *old == labels {
+                if **old == *text {
                     return;
                 }
-                p.remove("smon_info", old);
+                p.remove("smon_info", &[("name", &key.0), ("index", index), ("value", old)]);
             } else if texts.len() >= p.series_limit() {
                 return;
             }
-            p.set(
+            p.put(
                 "smon_info",
                 "A string from the smon stream, as the value label.",
                 MetricKind::Info,
-                labels.clone(),
-                1.0,
+                &[("name", &key.0), ("index", index), ("value", text)],
+                1u64,
             );
-            texts.insert(key, labels);
+            texts.insert(key, Box::from(text));
         }
     }
 }
@@ -144,10 +153,10 @@ mod props {
         ) {
             use super::super::testing::{check_rendered, publisher};
             let (reg, mut p) = publisher(crate::fleet::Protocol::Smon);
-            let mut texts = HashMap::new();
+            let (mut texts, mut index_text) = (HashMap::new(), String::new());
             let name: Arc<str> = Arc::from(name.as_str());
-            record(&mut p, &mut texts, name.clone(), &index, Value::Unsigned(number));
-            record(&mut p, &mut texts, name, &index, Value::Text(text.into()));
+            record(&mut p, &mut texts, &mut index_text, name.clone(), &index, Value::Unsigned(number));
+            record(&mut p, &mut texts, &mut index_text, name, &index, Value::Text(text.into()));
             prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
         }
     }

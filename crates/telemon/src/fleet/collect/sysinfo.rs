@@ -1,15 +1,21 @@
-//! The rvOS sysinfo service: every `every`, one request per report, each mapped onto the `rvos_*`
-//! families. Trace is not a metric and TraceClear changes the kernel's state: neither is asked for.
+//! The rvOS sysinfo service: each report at its own period, the reports due at one moment pipelined
+//! on the target's one connection ([`Client::request_many`]), each mapped onto the `rvos_*` families.
+//! A reply whose bytes did not change since the report's last one is not parsed again (its series
+//! already hold its values), except for the reports with counters, whose rates must fall to 0. Trace is not a metric and TraceClear changes the kernel's state: neither
+//! is asked for.
 
+use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use sysinfo_wire::report::{Channels, Histogram, Kstat, Memstat, Ps, Watchdog};
-use sysinfo_wire::{Client, ClientConfig, ClientError, Endpoint, Report, SysinfoCommand};
+use sysinfo_wire::{Client, ClientConfig, ClientError, Endpoint, Reply, Report, SysinfoCommand};
+use tokio::time::Instant;
 
 use super::{within, Retry, CONNECT_TIMEOUT};
-use crate::fleet::model::{ErrorKind, MetricKind, Value};
-use crate::fleet::target::{label, Failure, Publisher};
+use crate::fleet::config::SysinfoTarget;
+use crate::fleet::model::{ErrorKind, MetricKind};
+use crate::fleet::target::{Failure, Publisher};
 
 /// The reports collected by default: every one that maps onto metrics.
 pub const DEFAULT_REPORTS: [SysinfoCommand; 7] = [
@@ -21,6 +27,10 @@ pub const DEFAULT_REPORTS: [SysinfoCommand; 7] = [
     SysinfoCommand::IpcLatency,
     SysinfoCommand::Watchdog,
 ];
+
+/// How long one round of requests may take by default, whatever the reports' periods: a reply that
+/// is late for its period is still a reply (the service's own request deadline is 5 s too).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The report named `name` (`ps`, `memstat`, `kstat`, `channels`, `sched_latency`, `ipc_latency`,
 /// `watchdog`; case, `_` and `-` do not matter).
@@ -38,6 +48,33 @@ pub fn endpoint(connect: Option<&str>, socket: Option<&PathBuf>) -> Endpoint {
     }
 }
 
+/// What to ask a service for, and how often.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Each report with its period.
+    pub reports: Vec<(SysinfoCommand, Duration)>,
+    /// The longest one round of requests may take.
+    pub timeout: Duration,
+}
+
+impl Plan {
+    /// `reports`, each every `every`, with the default timeout.
+    pub fn every(reports: &[SysinfoCommand], every: Duration) -> Plan {
+        Plan { reports: reports.iter().map(|&c| (c, every)).collect(), timeout: DEFAULT_TIMEOUT }
+    }
+
+    /// The plan of a `[[sysinfo]]` block (names were checked with the config).
+    pub fn new(t: &SysinfoTarget) -> Plan {
+        let reports = match &t.reports {
+            Some(r) => {
+                r.periods(t.every).into_iter().filter_map(|(n, d)| Some((report_by_name(n)?, d))).collect()
+            }
+            None => DEFAULT_REPORTS.iter().map(|&c| (c, t.every)).collect(),
+        };
+        Plan { reports, timeout: t.timeout }
+    }
+}
+
 fn kind(e: &ClientError) -> ErrorKind {
     match e {
         ClientError::Transport(sysinfo_wire::TransportError::Io(_)) => ErrorKind::Connect,
@@ -48,27 +85,90 @@ fn kind(e: &ClientError) -> ErrorKind {
     }
 }
 
-/// Collects `reports` from the service at `endpoint` every `every`, forever.
-pub async fn run(mut p: Publisher, endpoint: Endpoint, reports: Vec<SysinfoCommand>, every: Duration) {
-    // A request may take at most the period (and never more than the library's default).
-    let config = ClientConfig {
-        request_timeout: every.clamp(Duration::from_secs(1), sysinfo_wire::DEFAULT_REQUEST_TIMEOUT),
-        ..ClientConfig::default()
-    };
+/// Collects `reports` from the service at `endpoint` every `every`, forever (see [`run_plan`]).
+pub async fn run(p: Publisher, endpoint: Endpoint, reports: Vec<SysinfoCommand>, every: Duration) {
+    run_plan(p, endpoint, Plan::every(&reports, every)).await
+}
+
+/// Collects the reports of `plan` from the service at `endpoint`, each at its period, forever.
+pub async fn run_plan(mut p: Publisher, endpoint: Endpoint, plan: Plan) {
+    let config = ClientConfig { request_timeout: plan.timeout, ..ClientConfig::default() };
     let mut retry = Retry::default();
     loop {
-        let failure = session(&mut p, &endpoint, &config, &reports, every).await;
+        let failure = session(&mut p, &endpoint, &config, &plan).await;
         retry.after(&mut p, failure).await;
     }
 }
 
-async fn session(
-    p: &mut Publisher,
-    endpoint: &Endpoint,
-    config: &ClientConfig,
-    reports: &[SysinfoCommand],
+/// One report's schedule and the fingerprint of its last reply.
+#[derive(Debug)]
+struct Due {
+    command: SysinfoCommand,
     every: Duration,
-) -> Failure {
+    next: Instant,
+    /// A hash of the last reply's text that was recorded, if any.
+    last: Option<u64>,
+}
+
+/// The reports of a plan, each at its own period, all in phase from one start: reports whose
+/// periods are multiples of one another fall due together and go in one pipelined batch.
+#[derive(Debug)]
+struct Schedule {
+    due: Vec<Due>,
+    hasher: foldhash::fast::RandomState,
+}
+
+impl Schedule {
+    fn new(plan: &Plan, start: Instant) -> Schedule {
+        let due = plan
+            .reports
+            .iter()
+            .map(|&(command, every)| Due { command, every, next: start, last: None })
+            .collect();
+        Schedule { due, hasher: foldhash::fast::RandomState::default() }
+    }
+
+    /// When the next report falls due (`None`: no reports at all).
+    fn next(&self) -> Option<Instant> {
+        self.due.iter().map(|d| d.next).min()
+    }
+
+    /// The reports due at `now`, in plan order.
+    fn take_due(&self, now: Instant) -> Vec<usize> {
+        (0..self.due.len()).filter(|&i| self.due[i].next <= now).collect()
+    }
+
+    /// Moves each of `taken` to its next period after `now` (periods missed while a round ran long
+    /// are skipped, keeping the phase).
+    fn advance(&mut self, taken: &[usize], now: Instant) {
+        for &i in taken {
+            let d = &mut self.due[i];
+            while d.next <= now {
+                d.next += d.every;
+            }
+        }
+    }
+
+    /// Whether `reply` is the same text as report `i`'s last recorded one; remembers it otherwise.
+    ///
+    /// Reports with counters (Kstat, Channels) are always recorded: setting a counter again to the
+    /// same value is what brings its rate down to 0.
+    fn unchanged(&mut self, i: usize, reply: &Reply) -> bool {
+        let d = &mut self.due[i];
+        if matches!(d.command, SysinfoCommand::Kstat | SysinfoCommand::Channels) {
+            return false;
+        }
+        let hash = self.hasher.hash_one(reply.text.as_bytes());
+        if d.last == Some(hash) {
+            return true;
+        }
+        // "Unknown command" is an error each time it comes: never skipped.
+        d.last = (reply.text != sysinfo_wire::UNKNOWN_COMMAND_TEXT).then_some(hash);
+        false
+    }
+}
+
+async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, plan: &Plan) -> Failure {
     let mut client = match within(CONNECT_TIMEOUT, "connect", Client::connect(endpoint, config.clone())).await
     {
         Ok(Ok(c)) => c,
@@ -77,22 +177,37 @@ async fn session(
     };
     // Up once the service answers (a peer that accepts and then says nothing is not up).
     let mut answered = false;
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut schedule = Schedule::new(plan, Instant::now());
+    let mut raw: Vec<Vec<u8>> = Vec::new();
     loop {
-        tick.tick().await;
-        for &command in reports {
-            match client.request(command).await {
-                Ok(response) => {
+        let Some(next) = schedule.next() else { return std::future::pending().await };
+        tokio::time::sleep_until(next).await;
+        let taken = schedule.take_due(Instant::now());
+        raw.clear();
+        for &i in &taken {
+            match sysinfo_wire::wire::to_bytes(&schedule.due[i].command) {
+                Ok(bytes) => raw.push(bytes),
+                Err(e) => return Failure::new(ErrorKind::Protocol, e),
+            }
+        }
+        let requests: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
+        let replies = client.request_many_raw(&requests).await;
+        schedule.advance(&taken, Instant::now());
+        // The connection is in an unknown state after a failure of the batch: start over.
+        let replies = match replies {
+            Ok(r) => r,
+            Err(e) => return Failure::new(kind(&e), e),
+        };
+        for (&i, reply) in taken.iter().zip(replies) {
+            match reply {
+                Ok(reply) => {
                     if !answered {
                         answered = true;
                         p.up();
                     }
-                    record(p, &response.report)
-                }
-                // The connection is in an unknown state after these: start over.
-                Err(e) if matches!(kind(&e), ErrorKind::Connect | ErrorKind::Decode | ErrorKind::Timeout) => {
-                    return Failure::new(kind(&e), e);
+                    if !schedule.unchanged(i, &reply) {
+                        record(p, &Report::parse(schedule.due[i].command, &reply.text));
+                    }
                 }
                 Err(e) => p.error(&Failure::new(kind(&e), e)),
             }
@@ -130,49 +245,43 @@ pub fn record(p: &mut Publisher, report: &Report) {
 
 /// `kib` in bytes. A count that does not fit in 64 bits (the peer's number is wrong) is a decode
 /// error, counted; the series then holds the saturated value.
-fn kib_to_bytes(p: &mut Publisher, what: &str, kib: u64) -> f64 {
-    match kib.checked_mul(1024) {
-        Some(bytes) => bytes as f64,
-        None => {
-            p.error(&Failure::new(ErrorKind::Decode, format!("{what}: {kib} KiB is more than 2^64 bytes")));
-            u64::MAX as f64
-        }
-    }
+fn kib_to_bytes(p: &mut Publisher, what: &str, kib: u64) -> u64 {
+    kib.checked_mul(1024).unwrap_or_else(|| {
+        p.error(&Failure::new(ErrorKind::Decode, format!("{what}: {kib} KiB is more than 2^64 bytes")));
+        u64::MAX
+    })
 }
 
 fn record_ps(p: &mut Publisher, ps: &Ps) {
     // Processes come and go: what the report no longer lists is swept after it.
     let round = p.begin_round();
     for row in &ps.processes {
-        let pid = row.pid.to_string();
-        let who = || vec![label("pid", &pid), label("name", row.name.as_str())];
+        let mut pid_text = itoa::Buffer::new();
+        let pid = pid_text.format(row.pid);
+        let name = row.name.as_str();
         for (window, share) in [("1s", row.cpu_1s), ("1m", row.cpu_1m)] {
-            let mut l = who();
-            l.push(label("window", window));
-            p.set(
+            p.put(
                 "rvos_process_cpu_ratio",
                 "CPU share of one CPU (kernel EWMA).",
                 MetricKind::Gauge,
-                l,
+                &[("pid", pid), ("name", name), ("window", window)],
                 share.fraction(),
             );
         }
         let mem = kib_to_bytes(p, "ps mem", row.mem_kib);
-        p.set(
+        p.put(
             "rvos_process_memory_bytes",
             "Physical memory owned by the process.",
             MetricKind::Gauge,
-            who(),
+            &[("pid", pid), ("name", name)],
             mem,
         );
-        let mut l = who();
-        l.push(label("state", row.state.padded().trim_end()));
-        p.set(
+        p.put(
             "rvos_process_state",
             "The process's scheduler state (1 for the current one).",
             MetricKind::Gauge,
-            l,
-            1.0,
+            &[("pid", pid), ("name", name), ("state", row.state.padded().trim_end())],
+            1u64,
         );
     }
     for fam in ["rvos_process_cpu_ratio", "rvos_process_memory_bytes", "rvos_process_state"] {
@@ -183,22 +292,27 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
 fn record_memstat(p: &mut Publisher, m: &Memstat) {
     if let Some(h) = &m.heap {
         for (state, kib) in [("total", h.total_kib), ("used", h.used_kib), ("free", h.free_kib)] {
-            let l = vec![label("state", state)];
             let bytes = kib_to_bytes(p, "memstat heap", kib);
-            p.set("rvos_kernel_heap_bytes", "Kernel heap bytes, by state.", MetricKind::Gauge, l, bytes);
+            p.put(
+                "rvos_kernel_heap_bytes",
+                "Kernel heap bytes, by state.",
+                MetricKind::Gauge,
+                &[("state", state)],
+                bytes,
+            );
         }
     }
     let round = p.begin_round();
     for t in &m.tags {
         for (kind, kib) in [("current", t.current_kib), ("peak", t.peak_kib)] {
-            let l = vec![label("tag", &t.tag), label("kind", kind)];
+            let l = [("tag", t.tag.as_str()), ("kind", kind)];
             let help = "Kernel heap bytes per allocation tag, current and peak.";
             let bytes = kib_to_bytes(p, "memstat tag", kib);
-            p.set("rvos_kernel_heap_tag_bytes", help, MetricKind::Gauge, l, bytes);
+            p.put("rvos_kernel_heap_tag_bytes", help, MetricKind::Gauge, &l, bytes);
         }
         let help = "Live kernel heap allocations per tag.";
-        let l = vec![label("tag", &t.tag)];
-        p.set("rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, l, t.live_allocations as f64);
+        let l = [("tag", t.tag.as_str())];
+        p.put("rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, &l, t.live_allocations);
     }
     p.sweep_family("rvos_kernel_heap_tag_bytes", round);
     p.sweep_family("rvos_kernel_heap_tag_live_allocations", round);
@@ -207,7 +321,7 @@ fn record_memstat(p: &mut Publisher, m: &Memstat) {
 fn record_kstat(p: &mut Publisher, k: &Kstat) {
     for c in &k.counters {
         let help = "The kernel's counters (monotonic).";
-        p.set("rvos_kstat_total", help, MetricKind::Counter, vec![label("counter", &c.name)], c.value as f64);
+        p.put("rvos_kstat_total", help, MetricKind::Counter, &[("counter", &c.name)], c.value);
     }
 }
 
@@ -216,14 +330,15 @@ fn record_channels(p: &mut Publisher, c: &Channels) {
     // Closed channels are swept after the report (counters keep their rates across reports).
     let round = p.begin_round();
     for row in c.channels.iter().filter(|r| !r.closed) {
-        let ch = row.channel.to_string();
+        let mut ch_text = itoa::Buffer::new();
+        let ch = ch_text.format(row.channel);
         for (side, msgs, bytes, queue) in
             [("a", row.msgs_a, row.bytes_a, row.queue_a), ("b", row.msgs_b, row.bytes_b, row.queue_b)]
         {
-            let l = || vec![label("channel", &ch), label("side", side)];
-            p.set(families[0], "Messages sent on a channel end.", MetricKind::Counter, l(), msgs as f64);
-            p.set(families[1], "Bytes sent on a channel end.", MetricKind::Counter, l(), bytes as f64);
-            p.set(families[2], "Messages queued at a channel end.", MetricKind::Gauge, l(), queue as f64);
+            let l = [("channel", ch), ("side", side)];
+            p.put(families[0], "Messages sent on a channel end.", MetricKind::Counter, &l, msgs);
+            p.put(families[1], "Bytes sent on a channel end.", MetricKind::Counter, &l, bytes);
+            p.put(families[2], "Messages queued at a channel end.", MetricKind::Gauge, &l, queue);
         }
     }
     for fam in families {
@@ -250,8 +365,8 @@ fn bucket_indexes(h: &Histogram) -> Option<usize> {
 }
 
 fn record_histogram(p: &mut Publisher, family: &'static str, help: &'static str, h: &Histogram) {
-    let n = sysinfo_wire::report::HIST_BUCKETS;
-    let mut counts = vec![0u64; n];
+    const N: usize = sysinfo_wire::report::HIST_BUCKETS;
+    let mut counts = [0u64; N];
     if let Some(first) = bucket_indexes(h) {
         for (k, b) in h.buckets.iter().enumerate() {
             if let Some(c) = counts.get_mut(first + k) {
@@ -267,42 +382,34 @@ fn record_histogram(p: &mut Publisher, family: &'static str, help: &'static str,
     }
     let mut cumulative = 0u64;
     let mut sum = 0.0;
-    let buckets = counts
-        .iter()
-        .enumerate()
-        .map(|(i, &c)| {
-            cumulative = cumulative.saturating_add(c);
-            sum += c as f64 * 1.5 * (1u64 << i) as f64 * TICK_SECONDS;
-            ((1u64 << (i + 1)) as f64 * TICK_SECONDS, cumulative)
-        })
-        .collect();
-    p.set_value(
-        family,
-        help,
-        MetricKind::Histogram,
-        vec![],
-        Value::Histogram { buckets, sum, count: cumulative },
-    );
+    let mut bounds = [0.0; N];
+    for (i, c) in counts.iter_mut().enumerate() {
+        cumulative = cumulative.saturating_add(*c);
+        sum += *c as f64 * 1.5 * (1u64 << i) as f64 * TICK_SECONDS;
+        bounds[i] = (1u64 << (i + 1)) as f64 * TICK_SECONDS;
+        *c = cumulative;
+    }
+    p.put_histogram(family, help, &[], &bounds, &counts, sum, cumulative);
 }
 
 fn record_watchdog(p: &mut Publisher, w: &Watchdog) {
-    let enabled = if w.enabled { 1.0 } else { 0.0 };
-    p.set(
+    p.put(
         "rvos_watchdog_enabled",
         "1 when the kernel watchdog is enabled.",
         MetricKind::Gauge,
-        vec![],
-        enabled,
+        &[],
+        u64::from(w.enabled),
     );
     let round = p.begin_round();
     let help = "Seconds since the task's last watchdog heartbeat.";
     for t in &w.kernel_tasks {
-        let l = vec![label("task", &t.name)];
-        p.set("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, l, t.ago_ms as f64 / 1000.0);
+        let l = [("task", t.name.as_str())];
+        p.put("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, &l, t.ago_ms as f64 / 1000.0);
     }
     for c in &w.critical_processes {
-        let l = vec![label("task", &format!("{}[{}]", c.name, c.pid))];
-        p.set("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, l, c.ago_ms as f64 / 1000.0);
+        let task = format!("{}[{}]", c.name, c.pid);
+        let l = [("task", task.as_str())];
+        p.put("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, &l, c.ago_ms as f64 / 1000.0);
     }
     p.sweep_family("rvos_watchdog_heartbeat_age_seconds", round);
 }
@@ -310,6 +417,8 @@ fn record_watchdog(p: &mut Publisher, w: &Watchdog) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fleet::model::{Protocol, TargetSnapshot};
+    use crate::fleet::registry::Registry;
 
     #[test]
     fn histogram_bucket_indexes_from_printed_bounds() {
@@ -343,7 +452,7 @@ mod tests {
         assert!(
             t.series
                 .iter()
-                .any(|s| &*s.family == "rvos_kernel_heap_bytes" && s.value == Value::Number(u64::MAX as f64)),
+                .any(|s| s.family() == "rvos_kernel_heap_bytes" && s.number() == Some(u64::MAX as f64)),
             "saturated"
         );
     }
@@ -363,5 +472,128 @@ mod tests {
             record(&mut p, &Report::parse(command, &text));
             proptest::prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
         }
+    }
+
+    #[test]
+    fn reports_fall_due_together_at_common_multiples_of_their_periods() {
+        let plan = Plan {
+            reports: vec![
+                (SysinfoCommand::Ps, Duration::from_secs(1)),
+                (SysinfoCommand::Memstat, Duration::from_secs(10)),
+                (SysinfoCommand::Kstat, Duration::from_secs(2)),
+            ],
+            timeout: DEFAULT_TIMEOUT,
+        };
+        let t0 = Instant::now();
+        let mut s = Schedule::new(&plan, t0);
+        let mut rounds = Vec::new();
+        while let Some(next) = s.next().filter(|&n| n <= t0 + Duration::from_secs(10)) {
+            let taken = s.take_due(next);
+            rounds.push(((next - t0).as_secs(), taken.len()));
+            s.advance(&taken, next);
+        }
+        let sizes: Vec<(u64, usize)> = rounds;
+        assert_eq!(
+            sizes,
+            [(0, 3), (1, 1), (2, 2), (3, 1), (4, 2), (5, 1), (6, 2), (7, 1), (8, 2), (9, 1), (10, 3)]
+        );
+        // A round that ran long skips the periods it missed and keeps the phase.
+        let taken = s.take_due(t0 + Duration::from_secs(11));
+        s.advance(&taken, t0 + Duration::from_millis(13_500));
+        assert_eq!(s.due[0].next - t0, Duration::from_secs(14));
+    }
+
+    #[test]
+    fn an_unchanged_reply_is_skipped_except_for_reports_with_counters_and_unknown_command() {
+        let plan = Plan::every(
+            &[SysinfoCommand::Ps, SysinfoCommand::Kstat, SysinfoCommand::Watchdog],
+            Duration::from_secs(1),
+        );
+        let mut s = Schedule::new(&plan, Instant::now());
+        let reply = |text: &str| Reply {
+            text: text.to_owned(),
+            end: sysinfo_wire::End::Sentinel,
+            chunks: 1,
+            lossy: false,
+        };
+        assert!(!s.unchanged(0, &reply("a\n")));
+        assert!(s.unchanged(0, &reply("a\n")));
+        assert!(!s.unchanged(0, &reply("b\n")));
+        assert!(!s.unchanged(1, &reply("  IRQ_TIMER 1\n")));
+        assert!(!s.unchanged(1, &reply("  IRQ_TIMER 1\n")), "counters are set again");
+        for _ in 0..2 {
+            assert!(!s.unchanged(2, &reply(sysinfo_wire::UNKNOWN_COMMAND_TEXT)));
+        }
+    }
+
+    /// rvos-sim on loopback with `reply_delay`, and a sysinfo target "vm" on it (its collector aborted
+    /// and the sim stopped when dropped).
+    struct Setup {
+        registry: Registry,
+        sim: rvos_sim::SimHandle,
+        _collector: super::super::AbortOnDrop,
+        shutdown: sim_common::Shutdown,
+    }
+
+    impl Drop for Setup {
+        fn drop(&mut self) {
+            self.shutdown.cancel();
+        }
+    }
+
+    impl Setup {
+        async fn new(reply_delay: Duration, every: Duration, timeout: Duration) -> Setup {
+            let system = rvos_sim::SystemConfig { trace_prefill: 0, ..rvos_sim::SystemConfig::default() };
+            let config = rvos_sim::Config { reply_delay, system, ..Default::default() };
+            let (sim, handle) = rvos_sim::start(config);
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            let shutdown = sim_common::Shutdown::new();
+            tokio::spawn(rvos_sim::serve(listener, sim, shutdown.clone()));
+            let registry = Registry::new();
+            let p = Publisher::new(&registry, "vm", Protocol::Sysinfo, Vec::new(), 10_000);
+            let reports = [SysinfoCommand::Kstat, SysinfoCommand::Watchdog];
+            let plan = Plan { timeout, ..Plan::every(&reports, every) };
+            let collector = super::super::AbortOnDrop(tokio::spawn(run_plan(p, Endpoint::Tcp(addr), plan)));
+            Setup { registry, sim: handle, _collector: collector, shutdown }
+        }
+
+        /// The target once `pred` holds for it (within 30 s).
+        async fn target_when(&self, mut pred: impl FnMut(&TargetSnapshot) -> bool) -> TargetSnapshot {
+            let mut changed = self.registry.changed();
+            let wait = async {
+                loop {
+                    if let Some(t) = self.registry.snapshot().get("vm").filter(|t| pred(t)) {
+                        return t.clone();
+                    }
+                    changed.changed().await.expect("the registry outlives the test");
+                }
+            };
+            tokio::time::timeout(Duration::from_secs(30), wait).await.expect("within 30 s")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_reply_slower_than_every_but_within_the_timeout_keeps_the_target_up() {
+        // Each round takes 300 ms against a period of 100 ms: late, never down.
+        let every = Duration::from_millis(100);
+        let mut setup = Setup::new(Duration::from_millis(300), every, DEFAULT_TIMEOUT).await;
+        setup.target_when(|t| t.is_up()).await;
+        let waited = tokio::time::timeout(Duration::from_secs(30), setup.sim.wait_for(|s| s.replies >= 12));
+        waited.await.expect("the sim answers");
+        let t = setup.target_when(|_| true).await;
+        assert!(t.is_up(), "{t:?}");
+        assert_eq!((t.connects, t.errors.total()), (1, 0), "no down transition, no error: {t:?}");
+        assert!(t.series.iter().any(|s| s.family() == "rvos_kstat_total"), "{t:?}");
+    }
+
+    #[tokio::test]
+    async fn a_reply_slower_than_the_timeout_takes_the_target_down() {
+        // The control: the same sim, with a timeout shorter than its replies take.
+        let every = Duration::from_millis(100);
+        let setup = Setup::new(Duration::from_millis(300), every, Duration::from_millis(150)).await;
+        let t = setup.target_when(|t| t.errors.get(ErrorKind::Timeout) > 0).await;
+        assert!(!t.is_up() && t.connects == 0, "{t:?}");
+        assert_eq!(setup.sim.stats().replies, 0);
     }
 }

@@ -1,0 +1,635 @@
+//! A target's published series: a shared schema (families, label sets and their pre-escaped text),
+//! and the values, which are all that a publish copies.
+//!
+//! A [`SeriesSet`] is what a [`super::model::TargetSnapshot`] carries. Its [`Schema`] is built once
+//! when the target's set of series changes and is shared (`Arc`) by every later publish until the
+//! next change; a publish copies a flat array of [`Sample`]s (24 bytes each) and shares the
+//! histograms that did not change.
+
+use std::fmt;
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::model::{MetricKind, Series, Value};
+
+/// A number as the peer sent it: integers stay exact (a `u64` counter above 2^53 is rendered
+/// digit for digit), other values are `f64`.
+#[derive(Debug, Clone, Copy)]
+pub enum Num {
+    /// A signed integer.
+    Int(i64),
+    /// An unsigned integer.
+    Uint(u64),
+    /// Any other number (`NaN` and infinities included).
+    Float(f64),
+}
+
+impl Num {
+    /// The value as `f64` (integers above 2^53 are rounded).
+    pub fn as_f64(self) -> f64 {
+        match self {
+            Num::Int(v) => v as f64,
+            Num::Uint(v) => v as f64,
+            Num::Float(v) => v,
+        }
+    }
+
+    /// Whether `self` and `other` are the same value written the same way (floats compared bit for bit,
+    /// so a `NaN` equals itself and a change of representation counts as a change).
+    pub fn same(self, other: Num) -> bool {
+        match (self, other) {
+            (Num::Int(a), Num::Int(b)) => a == b,
+            (Num::Uint(a), Num::Uint(b)) => a == b,
+            (Num::Float(a), Num::Float(b)) => a.to_bits() == b.to_bits(),
+            _ => false,
+        }
+    }
+}
+
+impl PartialEq for Num {
+    fn eq(&self, other: &Num) -> bool {
+        match (*self, *other) {
+            (Num::Int(a), Num::Int(b)) => a == b,
+            (Num::Uint(a), Num::Uint(b)) => a == b,
+            (Num::Int(a), Num::Uint(b)) | (Num::Uint(b), Num::Int(a)) => u64::try_from(a) == Ok(b),
+            (a, b) => a.as_f64() == b.as_f64(),
+        }
+    }
+}
+
+impl From<f64> for Num {
+    fn from(v: f64) -> Num {
+        Num::Float(v)
+    }
+}
+
+impl From<u64> for Num {
+    fn from(v: u64) -> Num {
+        Num::Uint(v)
+    }
+}
+
+impl From<i64> for Num {
+    fn from(v: i64) -> Num {
+        Num::Int(v)
+    }
+}
+
+impl From<u32> for Num {
+    fn from(v: u32) -> Num {
+        Num::Uint(u64::from(v))
+    }
+}
+
+impl From<usize> for Num {
+    fn from(v: usize) -> Num {
+        Num::Uint(v as u64)
+    }
+}
+
+impl fmt::Display for Num {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut s = String::new();
+        push_num(&mut s, *self);
+        f.write_str(&s)
+    }
+}
+
+/// Appends `v` as the exposition formats spell it: integers exactly, `NaN`, `+Inf`, `-Inf`, whole
+/// floats below 2^53 without a fraction, other floats in their shortest round-trip form.
+pub fn push_num(out: &mut String, v: Num) {
+    // SAFETY-free: every byte written below is ASCII.
+    let mut ibuf = itoa::Buffer::new();
+    match v {
+        Num::Int(i) => out.push_str(ibuf.format(i)),
+        Num::Uint(u) => out.push_str(ibuf.format(u)),
+        Num::Float(f) => push_f64(out, f),
+    }
+}
+
+/// Appends a float as [`push_num`] does.
+pub fn push_f64(out: &mut String, f: f64) {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    if f.is_nan() {
+        out.push_str("NaN");
+    } else if f.is_infinite() {
+        out.push_str(if f > 0.0 { "+Inf" } else { "-Inf" });
+    } else if f.fract() == 0.0 && f.abs() < EXACT {
+        if f == 0.0 && f.is_sign_negative() {
+            out.push_str("-0");
+        } else {
+            out.push_str(itoa::Buffer::new().format(f as i64));
+        }
+    } else if !push_short_decimal(out, f) {
+        out.push_str(ryu::Buffer::new().format_finite(f));
+    }
+}
+
+/// Writes `f` with at most six decimals when that text reads back as exactly `f` (ratios, shares,
+/// seconds from milliseconds: most of the floats peers send), which costs a fraction of the
+/// shortest-form search; `false` (nothing written) otherwise.
+fn push_short_decimal(out: &mut String, f: f64) -> bool {
+    const SCALE: f64 = 1e6;
+    let scaled = f * SCALE;
+    // `scaled / SCALE` is the correctly rounded quotient of two exact values, so when it equals `f`
+    // the decimal `scaled / 10^6` parses back to `f`.
+    if !(scaled.abs() < 1e15 && scaled.fract() == 0.0 && scaled / SCALE == f) {
+        return false;
+    }
+    let n = scaled as i64;
+    let a = n.unsigned_abs();
+    let (int, frac) = (a / 1_000_000, a % 1_000_000);
+    if n < 0 {
+        out.push('-');
+    }
+    out.push_str(itoa::Buffer::new().format(int));
+    if frac != 0 {
+        let mut digits = [b'0'; 6];
+        let mut rest = frac;
+        for d in digits.iter_mut().rev() {
+            *d = b'0' + (rest % 10) as u8;
+            rest /= 10;
+        }
+        let len = 6 - digits.iter().rev().take_while(|&&d| d == b'0').count();
+        out.push('.');
+        out.push_str(std::str::from_utf8(&digits[..len]).expect("ASCII digits"));
+    }
+    true
+}
+
+/// Appends `v` with the exposition format's label-value escaping: backslash, double quote and
+/// newline are escaped; everything else (any UTF-8) is written as it is.
+pub fn escape_label_value(out: &mut String, v: &str) {
+    let mut rest = v;
+    while let Some(i) = rest.find(['\\', '"', '\n']) {
+        out.push_str(&rest[..i]);
+        out.push_str(match rest.as_bytes()[i] {
+            b'\\' => "\\\\",
+            b'"' => "\\\"",
+            _ => "\\n",
+        });
+        rest = &rest[i + 1..];
+    }
+    out.push_str(rest);
+}
+
+/// The labels of one series with their exposition text (`a="x",b="y"`), escaped once when the
+/// label set is created. One label set is shared by every series (of any family) with the same
+/// labels on a target.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LabelSet {
+    pairs: Box<[(Arc<str>, Arc<str>)]>,
+    text: Box<str>,
+}
+
+impl LabelSet {
+    /// A label set from `(name, value)` pairs, kept in the order given.
+    pub fn new(pairs: Box<[(Arc<str>, Arc<str>)]>) -> LabelSet {
+        let mut text = String::new();
+        for (i, (k, v)) in pairs.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(k);
+            text.push_str("=\"");
+            escape_label_value(&mut text, v);
+            text.push('"');
+        }
+        LabelSet { pairs, text: text.into_boxed_str() }
+    }
+
+    /// The `(name, value)` pairs, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + Clone + '_ {
+        self.pairs.iter().map(|(k, v)| (&**k, &**v))
+    }
+
+    /// The shared pairs.
+    pub fn pairs(&self) -> &[(Arc<str>, Arc<str>)] {
+        &self.pairs
+    }
+
+    /// The value of the label `name`, if present.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.pairs.iter().find(|(k, _)| &**k == name).map(|(_, v)| &**v)
+    }
+
+    /// Number of labels.
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// Whether there are no labels.
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// The escaped exposition text, `a="x",b="y"` (empty when there are no labels).
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+/// A metric family of a target: name, HELP text and type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Family {
+    /// The family name, e.g. `sys161_kernel_instructions_total`.
+    pub name: Arc<str>,
+    /// The HELP text.
+    pub help: &'static str,
+    /// The Prometheus type.
+    pub kind: MetricKind,
+}
+
+/// One series in a schema: its family, labels, and where its value is.
+#[derive(Debug, Clone)]
+pub(crate) struct SeriesDef {
+    pub(crate) labels: Arc<LabelSet>,
+    /// Index of the value in [`SeriesSet`]'s samples.
+    pub(crate) slot: u32,
+    /// Index of the histogram in [`SeriesSet`]'s histograms (`u32::MAX`: none).
+    pub(crate) hist: u32,
+}
+
+/// The structure of a target's series: families sorted by name, each with its series.
+#[derive(Debug, Default)]
+pub struct Schema {
+    pub(crate) families: Box<[Family]>,
+    /// Per family, its range in `defs`.
+    pub(crate) runs: Box<[Range<u32>]>,
+    pub(crate) defs: Box<[SeriesDef]>,
+}
+
+impl Schema {
+    /// Number of series.
+    pub fn len(&self) -> usize {
+        self.defs.len()
+    }
+
+    /// Whether there are no series.
+    pub fn is_empty(&self) -> bool {
+        self.defs.is_empty()
+    }
+}
+
+/// The current value of one series as published: its number and, for counters, the rate per second
+/// from the last two updates (`NaN` when there is none).
+#[derive(Debug, Clone, Copy)]
+pub struct Sample {
+    /// The value (unused for histograms).
+    pub value: Num,
+    /// The rate per second, `NaN` when unknown.
+    pub rate: f64,
+}
+
+impl Sample {
+    /// A sample with no rate.
+    pub const EMPTY: Sample = Sample { value: Num::Float(f64::NAN), rate: f64::NAN };
+}
+
+/// A histogram's current value: cumulative counts per upper bound (the `+Inf` bucket is `count`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hist {
+    /// Upper bounds (`le`), ascending; shared while they do not change.
+    pub bounds: Arc<[f64]>,
+    /// Each bound as the exposition writes it, formatted once with the bounds.
+    pub le: Arc<[Box<str>]>,
+    /// Cumulative count per bound.
+    pub counts: Arc<[u64]>,
+    /// Sum of the observations.
+    pub sum: f64,
+    /// Number of observations.
+    pub count: u64,
+}
+
+impl Hist {
+    /// A histogram with `le` texts formatted from `bounds`.
+    pub fn new(bounds: &[f64], counts: &[u64], sum: f64, count: u64) -> Hist {
+        Hist { bounds: Arc::from(bounds), le: le_texts(bounds), counts: Arc::from(counts), sum, count }
+    }
+}
+
+/// The exposition text of each bound.
+pub(crate) fn le_texts(bounds: &[f64]) -> Arc<[Box<str>]> {
+    bounds
+        .iter()
+        .map(|&b| {
+            let mut s = String::new();
+            push_f64(&mut s, b);
+            s.into_boxed_str()
+        })
+        .collect()
+}
+
+/// A target's series as a view sees them. Cheap to clone: three `Arc`s.
+#[derive(Debug, Clone, Default)]
+pub struct SeriesSet {
+    pub(crate) schema: Arc<Schema>,
+    pub(crate) samples: Arc<[Sample]>,
+    pub(crate) hists: Arc<[Hist]>,
+}
+
+/// A series' value as a view sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ValueRef<'a> {
+    /// A single number.
+    Number(Num),
+    /// A histogram.
+    Histogram(&'a Hist),
+}
+
+/// One series of a [`SeriesSet`].
+#[derive(Debug, Clone, Copy)]
+pub struct SeriesRef<'a> {
+    family: &'a Family,
+    def: &'a SeriesDef,
+    set: &'a SeriesSet,
+}
+
+impl<'a> SeriesRef<'a> {
+    /// The family name.
+    pub fn family(&self) -> &'a str {
+        &self.family.name
+    }
+
+    /// The family's HELP text.
+    pub fn help(&self) -> &'static str {
+        self.family.help
+    }
+
+    /// The Prometheus type.
+    pub fn kind(&self) -> MetricKind {
+        self.family.kind
+    }
+
+    /// The protocol-specific labels (the target's own labels are not included).
+    pub fn labels(&self) -> &'a LabelSet {
+        &self.def.labels
+    }
+
+    /// The value of the label `name`, or `""`.
+    pub fn label(&self, name: &str) -> &'a str {
+        self.def.labels.get(name).unwrap_or("")
+    }
+
+    fn sample(&self) -> Sample {
+        self.set.samples.get(self.def.slot as usize).copied().unwrap_or(Sample::EMPTY)
+    }
+
+    /// The value.
+    pub fn value(&self) -> ValueRef<'a> {
+        match self.set.hists.get(self.def.hist as usize) {
+            Some(h) => ValueRef::Histogram(h),
+            None => ValueRef::Number(self.sample().value),
+        }
+    }
+
+    /// The value as `f64`, or `None` for a histogram.
+    pub fn number(&self) -> Option<f64> {
+        match self.value() {
+            ValueRef::Number(n) => Some(n.as_f64()),
+            ValueRef::Histogram(_) => None,
+        }
+    }
+
+    /// For counters, the rate per second from the last two updates; `None` until two updates exist,
+    /// after a reset, and for every other kind.
+    pub fn rate(&self) -> Option<f64> {
+        let r = self.sample().rate;
+        (!r.is_nan()).then_some(r)
+    }
+
+    /// An owned copy.
+    pub fn to_series(&self) -> Series {
+        let value = match self.value() {
+            ValueRef::Number(n) => Value::Number(n.as_f64()),
+            ValueRef::Histogram(h) => Value::Histogram {
+                buckets: h.bounds.iter().copied().zip(h.counts.iter().copied()).collect(),
+                sum: h.sum,
+                count: h.count,
+            },
+        };
+        Series {
+            family: self.family.name.clone(),
+            help: self.family.help,
+            labels: self.def.labels.pairs.iter().cloned().collect(),
+            kind: self.family.kind,
+            value,
+            rate: self.rate(),
+        }
+    }
+}
+
+/// One family of a [`SeriesSet`] with its series.
+#[derive(Debug, Clone, Copy)]
+pub struct FamilyRef<'a> {
+    family: &'a Family,
+    defs: &'a [SeriesDef],
+    set: &'a SeriesSet,
+}
+
+impl<'a> FamilyRef<'a> {
+    /// The family's name, HELP text and type.
+    pub fn family(&self) -> &'a Family {
+        self.family
+    }
+
+    /// Its series.
+    pub fn series(&self) -> impl ExactSizeIterator<Item = SeriesRef<'a>> + 'a {
+        let (family, set) = (self.family, self.set);
+        self.defs.iter().map(move |def| SeriesRef { family, def, set })
+    }
+}
+
+impl SeriesSet {
+    /// Number of series.
+    pub fn len(&self) -> usize {
+        self.schema.len()
+    }
+
+    /// Whether there are no series.
+    pub fn is_empty(&self) -> bool {
+        self.schema.is_empty()
+    }
+
+    /// The families, sorted by name.
+    pub fn families(&self) -> impl ExactSizeIterator<Item = FamilyRef<'_>> + '_ {
+        self.schema.families.iter().zip(self.schema.runs.iter()).map(move |(family, run)| FamilyRef {
+            family,
+            defs: &self.schema.defs[run.start as usize..run.end as usize],
+            set: self,
+        })
+    }
+
+    /// The `i`th family (in name order), if any.
+    pub fn family_at(&self, i: usize) -> Option<FamilyRef<'_>> {
+        let (family, run) = (self.schema.families.get(i)?, self.schema.runs.get(i)?);
+        Some(FamilyRef { family, defs: &self.schema.defs[run.start as usize..run.end as usize], set: self })
+    }
+
+    /// Every series, sorted by family.
+    pub fn iter(&self) -> impl Iterator<Item = SeriesRef<'_>> + '_ {
+        self.families().flat_map(|f| f.series())
+    }
+
+    /// The series of `family`.
+    pub fn family(&self, name: &str) -> impl Iterator<Item = SeriesRef<'_>> + '_ {
+        let i = self.schema.families.binary_search_by(|f| (*f.name).cmp(name)).ok();
+        i.into_iter().flat_map(move |i| self.families().nth(i).into_iter().flat_map(|f| f.series()))
+    }
+
+    /// Owned copies of every series.
+    pub fn to_vec(&self) -> Vec<Series> {
+        self.iter().map(|s| s.to_series()).collect()
+    }
+
+    /// A set holding `series` (for tests and one-off views; collectors go through the store).
+    pub fn from_series(series: impl IntoIterator<Item = Series>) -> SeriesSet {
+        let mut store = super::store::SeriesStore::new(usize::MAX);
+        let now = std::time::Instant::now();
+        let mut rates = Vec::new();
+        for s in series {
+            let labels: Vec<(&str, &str)> = s.labels.iter().map(|(k, v)| (&**k, &**v)).collect();
+            let Some(slot) = store.slot(&s.family, s.help, s.kind, &labels) else { continue };
+            match &s.value {
+                Value::Number(v) => {
+                    store.set(slot, Num::Float(*v), now);
+                }
+                Value::Histogram { buckets, sum, count } => {
+                    let bounds: Vec<f64> = buckets.iter().map(|b| b.0).collect();
+                    let counts: Vec<u64> = buckets.iter().map(|b| b.1).collect();
+                    store.set_hist(slot, &bounds, &counts, *sum, *count);
+                }
+            }
+            rates.push((slot, s.rate));
+        }
+        for (slot, rate) in rates {
+            store.force_rate(slot, rate);
+        }
+        store.publish()
+    }
+}
+
+impl PartialEq for SeriesSet {
+    fn eq(&self, other: &SeriesSet) -> bool {
+        self.len() == other.len()
+            && self.iter().zip(other.iter()).all(|(a, b)| a.to_series() == b.to_series())
+    }
+}
+
+impl FromIterator<Series> for SeriesSet {
+    fn from_iter<I: IntoIterator<Item = Series>>(iter: I) -> SeriesSet {
+        SeriesSet::from_series(iter)
+    }
+}
+
+impl From<Vec<Series>> for SeriesSet {
+    fn from(v: Vec<Series>) -> SeriesSet {
+        SeriesSet::from_series(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn num(v: Num) -> String {
+        let mut s = String::new();
+        push_num(&mut s, v);
+        s
+    }
+
+    #[test]
+    fn integers_are_exact_above_2_pow_53() {
+        assert_eq!(num(Num::Uint(u64::MAX)), "18446744073709551615");
+        assert_eq!(num(Num::Uint((1 << 53) + 1)), "9007199254740993");
+        assert_eq!(num(Num::Int(i64::MIN)), "-9223372036854775808");
+        // Through f64 the same value would have been rounded.
+        assert_ne!(num(Num::Float(((1u64 << 53) + 1) as f64)), "9007199254740993");
+    }
+
+    #[test]
+    fn floats_as_prometheus_spells_them() {
+        assert_eq!(num(Num::Float(1.0)), "1");
+        assert_eq!(num(Num::Float(-3.0)), "-3");
+        assert_eq!(num(Num::Float(12.5)), "12.5");
+        assert_eq!(num(Num::Float(0.1)), "0.1");
+        assert_eq!(num(Num::Float(f64::NAN)), "NaN");
+        assert_eq!(num(Num::Float(f64::INFINITY)), "+Inf");
+        assert_eq!(num(Num::Float(f64::NEG_INFINITY)), "-Inf");
+        assert_eq!(num(Num::Float(1e300)), "1e300");
+        assert_eq!(num(Num::Float(1.5e-7)), "1.5e-7");
+        assert_eq!(num(Num::Float(-0.0)), "-0");
+        assert_eq!(num(Num::Float(0.125)), "0.125");
+        assert_eq!(num(Num::Float(-2.5)), "-2.5");
+        assert_eq!(num(Num::Float(-0.000001)), "-0.000001");
+        assert_eq!(num(Num::Float(0.30000000000000004)), "0.30000000000000004");
+        assert_eq!(num(Num::Float(1234.5678)), "1234.5678");
+        for v in [0.1, 1e300, 1.5e-7, 123456.789, f64::MIN_POSITIVE, 2f64.powi(60)] {
+            assert_eq!(num(Num::Float(v)).parse::<f64>().unwrap(), v, "round trip of {v}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_float_reads_back_exactly(bits in proptest::num::u64::ANY, small in -1e7f64..1e7, decimals in 0u32..7) {
+            for f in [f64::from_bits(bits), small, (small * 10f64.powi(decimals as i32)).round() / 10f64.powi(decimals as i32)] {
+                let text = num(Num::Float(f));
+                if f.is_nan() {
+                    proptest::prop_assert_eq!(text, "NaN");
+                } else {
+                    let back: f64 = text.replace("Inf", "inf").parse().unwrap();
+                    proptest::prop_assert_eq!(back.to_bits(), f.to_bits(), "{} -> {}", f, text);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn label_values_escaped_as_the_exposition_format_says() {
+        let esc = |v: &str| {
+            let mut s = String::new();
+            escape_label_value(&mut s, v);
+            s
+        };
+        assert_eq!(esc("plain"), "plain");
+        assert_eq!(esc(r"a\b"), r"a\\b");
+        assert_eq!(esc("say \"hi\""), r#"say \"hi\""#);
+        assert_eq!(esc("two\nlines"), r"two\nlines");
+        assert_eq!(esc("tab\tand\rcr"), "tab\tand\rcr", "only \\, \" and newline are escaped");
+        assert_eq!(esc("été ∑ 日本 🦀"), "été ∑ 日本 🦀", "UTF-8 that is not ASCII is written as it is");
+        assert_eq!(esc("\\\"\n"), "\\\\\\\"\\n");
+        let set =
+            LabelSet::new(vec![(Arc::from("a"), Arc::from("x\"y")), (Arc::from("b"), Arc::from(""))].into());
+        assert_eq!(set.text(), r#"a="x\"y",b="""#);
+        assert_eq!(set.get("a"), Some("x\"y"));
+        assert_eq!(LabelSet::new(Box::new([])).text(), "");
+    }
+
+    #[test]
+    fn a_set_from_owned_series_round_trips() {
+        let series = vec![
+            Series {
+                family: Arc::from("b_total"),
+                help: "B.",
+                labels: vec![(Arc::from("k"), Arc::from("v"))].into(),
+                kind: MetricKind::Counter,
+                value: Value::Number(3.0),
+                rate: Some(1.5),
+            },
+            Series {
+                family: Arc::from("a_seconds"),
+                help: "A.",
+                labels: vec![].into(),
+                kind: MetricKind::Histogram,
+                value: Value::Histogram { buckets: vec![(0.5, 1), (1.0, 3)], sum: 2.0, count: 4 },
+                rate: None,
+            },
+        ];
+        let set = SeriesSet::from_series(series.clone());
+        assert_eq!(set.len(), 2);
+        let back = set.to_vec();
+        assert_eq!(back, [series[1].clone(), series[0].clone()], "sorted by family");
+        assert_eq!(set.family("b_total").next().map(|s| s.label("k")), Some("v"));
+        assert!(set.family("c").next().is_none());
+    }
+}
