@@ -44,7 +44,13 @@ struct Row {
 }
 
 /// Runs every (protocol, N) pair, prints the table and writes it to `target/fleet-bench.md`.
-pub fn fleet_bench(root: &Path, sizes: &[u32], protocols: &[String], seconds: u64) -> Result<()> {
+pub fn fleet_bench(
+    root: &Path,
+    sizes: &[u32],
+    protocols: &[String],
+    seconds: u64,
+    record: bool,
+) -> Result<()> {
     let mut chosen = Vec::new();
     for p in protocols {
         let Some(known) = PROTOCOLS.iter().find(|k| *k == p) else {
@@ -74,6 +80,7 @@ pub fn fleet_bench(root: &Path, sizes: &[u32], protocols: &[String], seconds: u6
         work: target.join("fleet-bench"),
         seconds: seconds.max(1),
         clk_tck: clock_ticks(),
+        record,
     };
     let mut rows = Vec::new();
     let mut failed = Vec::new();
@@ -174,6 +181,8 @@ struct Bench {
     work: PathBuf,
     seconds: u64,
     clk_tck: f64,
+    /// `telemon serve --record WORK/recordings`.
+    record: bool,
 }
 
 impl Bench {
@@ -255,6 +264,9 @@ impl Bench {
 
         let mut telemon = with_nofile_limit(&self.release.join("telemon"));
         telemon.arg("serve").arg("--config").arg(&config_path);
+        if self.record {
+            telemon.arg("--record").arg(work.join("recordings"));
+        }
         let pid = children.spawn("telemon", &mut telemon, &work.join("telemon.log"))?;
 
         // Every target up, or the deadline.

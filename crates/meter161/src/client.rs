@@ -9,6 +9,7 @@ use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
 use futures::{SinkExt, Stream, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixStream;
 use tokio_util::codec::Framed;
 
@@ -79,6 +80,10 @@ impl ClientConfig {
     }
 }
 
+fn interval_ns_of(config: &ClientConfig) -> Result<Option<u64>, ClientError> {
+    config.interval.map(interval_ns).transpose()
+}
+
 /// The name this type had before 0.2.
 #[deprecated(note = "renamed ClientConfig")]
 pub type Config = ClientConfig;
@@ -88,9 +93,12 @@ pub type Config = ClientConfig;
 /// Per-line problems (a `DATA` row with the wrong field count, an unknown line, a `BAD` reply) are
 /// `Err` items and the stream goes on; after a fatal one ([`ClientError::is_fatal`]) or at EOF it
 /// ends. Keep polling it: a reader that stalls freezes the real sys161 for every client.
+///
+/// `S` is the connection: the meter socket by default, or any stream given to [`Client::over`] (a recording
+/// tap, a replayed recording, an in-memory pipe in tests).
 #[derive(Debug)]
-pub struct Client {
-    framed: Framed<UnixStream, ClientCodec>,
+pub struct Client<S = UnixStream> {
+    framed: Framed<S, ClientCodec>,
     session: Session,
     header: Arc<Header>,
     pending: VecDeque<Result<Sample, ClientError>>,
@@ -107,11 +115,28 @@ impl Client {
     ///
     /// Fails with [`ProtocolError::UnsupportedVersion`] for any `HELLO` other than 2.
     pub async fn connect_path(path: impl AsRef<Path>, config: &ClientConfig) -> Result<Client, ClientError> {
+        Client::connect_path_with(path, config, |stream| stream).await
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
+    /// Like [`Client::connect_path`], with the socket wrapped by `wrap` first (e.g. in a recording tap).
+    pub async fn connect_path_with(
+        path: impl AsRef<Path>,
+        config: &ClientConfig,
+        wrap: impl FnOnce(UnixStream) -> S,
+    ) -> Result<Client<S>, ClientError> {
         let path = path.as_ref();
-        let interval = config.interval.map(interval_ns).transpose()?;
+        interval_ns_of(config)?;
         let stream = UnixStream::connect(path)
             .await
             .map_err(|source| ClientError::Connect { path: path.to_path_buf(), source })?;
+        Client::over(wrap(stream), config).await
+    }
+
+    /// Runs the client over an already connected `stream`: asks for `config.interval` and reads the handshake.
+    pub async fn over(stream: S, config: &ClientConfig) -> Result<Client<S>, ClientError> {
+        let interval = interval_ns_of(config)?;
         let mut framed = Framed::new(stream, ClientCodec::new(config.max_line, config.max_fields));
         if let Some(ns) = interval {
             framed.send(ClientMessage::Interval(ns)).await?;
@@ -192,7 +217,7 @@ impl Client {
     }
 }
 
-impl Stream for Client {
+impl<S: AsyncRead + AsyncWrite + Unpin> Stream for Client<S> {
     type Item = Result<Sample, ClientError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
@@ -232,12 +257,12 @@ pub enum Event {
     Disconnected,
 }
 
-enum WatchState {
+enum WatchState<S> {
     /// Pause for `delay`, then connect.
     Connecting {
         delay: Duration,
     },
-    Connected(Box<Client>),
+    Connected(Box<Client<S>>),
     Finished,
 }
 
@@ -252,17 +277,32 @@ pub fn watch(
     dir: impl AsRef<Path>,
     config: ClientConfig,
 ) -> impl Stream<Item = Result<Event, ClientError>> + Send + 'static {
+    watch_with(dir, config, |stream| stream)
+}
+
+/// Like [`watch`], with each connection's socket wrapped by `wrap` first (e.g. in a recording tap).
+pub fn watch_with<S, W>(
+    dir: impl AsRef<Path>,
+    config: ClientConfig,
+    wrap: W,
+) -> impl Stream<Item = Result<Event, ClientError>> + Send + 'static
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    W: Fn(UnixStream) -> S + Send + Sync + 'static,
+{
     let path = socket_path(dir);
+    let wrap = Arc::new(wrap);
     futures::stream::unfold(WatchState::Connecting { delay: Duration::ZERO }, move |state| {
         let path = path.clone();
         let config = config.clone();
+        let wrap = Arc::clone(&wrap);
         async move {
             match state {
                 WatchState::Finished => None,
                 WatchState::Connecting { delay } => {
                     tokio::time::sleep(delay).await;
                     loop {
-                        match Client::connect_path(&path, &config).await {
+                        match Client::connect_path_with(&path, &config, |s| wrap(s)).await {
                             Ok(client) => {
                                 let header = Arc::clone(client.header());
                                 return Some((

@@ -76,7 +76,7 @@ mod tokio_codec;
 
 #[cfg(feature = "client")]
 #[allow(deprecated)]
-pub use client::{no_simulator, watch, Client, ClientConfig, Config, Event};
+pub use client::{no_simulator, watch, watch_with, Client, ClientConfig, Config, Event};
 pub use codec::{
     decode_command_line, decode_server_line, encode_client, encode_server, strtoul, ClientCodec,
     IntervalRange, ServerCodec,

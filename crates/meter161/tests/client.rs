@@ -120,3 +120,21 @@ async fn an_overlong_line_is_skipped() {
     ));
     assert_eq!(client.next().await.unwrap().unwrap().values(), [2]);
 }
+
+#[tokio::test]
+async fn a_client_runs_over_any_stream() {
+    let (ours, mut sim) = tokio::io::duplex(4096);
+    let config = meter161::ClientConfig::default().interval(std::time::Duration::from_millis(500));
+    let serve = async {
+        let mut asked = [0u8; 20];
+        sim.read_exact(&mut asked).await.unwrap();
+        sim.write_all(b"HELLO 2\r\nHEAD nsec irqs\r\nWIDTH 11 4\r\nDATA 5 6\r\n").await.unwrap();
+        asked
+    };
+    let (client, asked) = tokio::join!(meter161::Client::over(ours, &config), serve);
+    assert_eq!(&asked, b"INTERVAL 500000000\r\n");
+    let mut client = client.unwrap();
+    assert_eq!(client.header().names(), ["nsec", "irqs"]);
+    let sample = client.next().await.unwrap().unwrap();
+    assert_eq!(sample.values(), [5, 6]);
+}

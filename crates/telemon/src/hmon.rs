@@ -16,6 +16,7 @@ use hmon::{
 use tokio::sync::mpsc;
 
 use crate::output::{self, human_bytes, print_json_line, print_line, CliError, CliResult, OutputArgs};
+use crate::recording::RecordArgs;
 
 /// Watch a Dyalog APL interpreter (HMON).
 #[derive(Debug, ClapArgs)]
@@ -67,6 +68,8 @@ struct SessionArgs {
     /// Do the handshake in the Dyalog demo's lock-step order instead of pipelining it.
     #[arg(long)]
     lockstep: bool,
+    #[command(flatten)]
+    record: RecordArgs,
 }
 
 /// The parsed requests of a session.
@@ -149,8 +152,22 @@ async fn connect(addr: String, reconnect: bool, plan: Plan) -> CliResult {
     if countdown.is_done() {
         return Ok(());
     }
-    let (client, events) =
-        Client::connect(addr.clone(), plan.client_config(reconnect)).await.map_err(CliError::peer)?;
+    let recording = plan.args.record.start(&addr, telemon_capture::Protocol::Hmon, &addr)?;
+    let (client, events) = match &recording {
+        None => Client::connect(addr.clone(), plan.client_config(reconnect)).await.map_err(CliError::peer)?,
+        Some(_) if reconnect => {
+            return Err(CliError::Usage(
+                "--record does not follow --reconnect yet: record one connection".into(),
+            ))
+        }
+        Some(rec) => {
+            let stream = tokio::net::TcpStream::connect(&addr)
+                .await
+                .map_err(|e| CliError::Peer(format!("cannot connect to {addr}: {e}")))?;
+            let _ = stream.set_nodelay(true);
+            Client::over(rec.tap(stream), plan.client_config(false)).await.map_err(CliError::peer)?
+        }
+    };
     let (tx, mut rx) = mpsc::channel(256);
     let plan = Arc::new(plan);
     let json = plan.args.output.json;

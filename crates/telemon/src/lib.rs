@@ -6,7 +6,9 @@
 
 #![warn(missing_docs)]
 
+pub mod export;
 pub mod fleet;
+pub mod record;
 pub mod retry;
 pub mod serve;
 pub mod top;

@@ -8,10 +8,14 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
+mod export_cmd;
+mod fleet_record;
 mod hmon;
 mod meter161;
 mod mono;
 mod output;
+mod recording;
+mod replay_cmd;
 mod serve_cmd;
 mod smon;
 mod sysinfo;
@@ -41,6 +45,12 @@ enum Command {
     Serve(serve_cmd::Args),
     /// A live terminal dashboard over the same targets as `serve` (ratatui); `--once` prints one frame.
     Top(top_cmd::Args),
+    /// Collect every target of a config as `serve` does, without serving, and record their connections.
+    Record(serve_cmd::RecordArgs),
+    /// Turn a recording into the timestamped series `serve` would have exported (OpenMetrics or CSV).
+    Export(export_cmd::Args),
+    /// Play a recording (`--record`) back through the decoders into a one-target view.
+    Replay(replay_cmd::Args),
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -75,6 +85,9 @@ async fn main() -> ExitCode {
         Command::Sysinfo(args) => sysinfo::run(args).await,
         Command::Serve(args) => serve_cmd::run(args).await,
         Command::Top(args) => top_cmd::run(args).await,
+        Command::Replay(args) => replay_cmd::run(args).await,
+        Command::Record(args) => serve_cmd::record(args).await,
+        Command::Export(args) => export_cmd::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,13 +6,18 @@
 //! row after a connect). Status and per-line errors go to stderr.
 
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::Arc;
+
+use futures::Stream;
 use std::time::Duration;
+use telemon_capture::{Protocol, Tap};
 
 use ::meter161::{ClientError, Event, Header, Sample};
 use std::io::Write;
 
 use crate::output::{self, CliError, CliResult, OutputArgs, Rows};
+use crate::recording::RecordArgs;
 
 /// stat161 reprints its header when more than this many rows were printed since.
 const ROWS_PER_HEADER: usize = 22;
@@ -32,6 +37,8 @@ pub struct Args {
     /// reconnect, like stat161).
     #[arg(long)]
     once: bool,
+    #[command(flatten)]
+    record: RecordArgs,
 }
 
 fn parse_interval(s: &str) -> Result<Duration, String> {
@@ -42,8 +49,7 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
 
 /// Runs the subcommand.
 pub async fn run(args: Args) -> CliResult {
-    let mut countdown = args.output.countdown();
-    if countdown.is_done() {
+    if args.output.countdown().is_done() {
         return Ok(());
     }
     let config = meter161::ClientConfig {
@@ -53,7 +59,30 @@ pub async fn run(args: Args) -> CliResult {
     };
     let path = meter161::socket_path(&args.dir);
     eprintln!("telemon: meter161: connecting to {}...", path.display());
-    let mut events = std::pin::pin!(meter161::watch(&args.dir, config));
+    let recording = args.record.start(
+        &args.dir.display().to_string(),
+        Protocol::Meter161,
+        &path.display().to_string(),
+    )?;
+    let events: Pin<Box<dyn Stream<Item = Result<Event, ClientError>> + Send>> = match &recording {
+        Some(rec) => {
+            let target = rec.target();
+            Box::pin(meter161::watch_with(&args.dir, config, move |s| Tap::new(s, Arc::clone(&target))))
+        }
+        None => Box::pin(meter161::watch(&args.dir, config)),
+    };
+    show(events, &args.output).await
+}
+
+/// Shows the samples of `events` as stat161's table or JSON lines (`--count` stops early).
+pub async fn show(
+    mut events: Pin<Box<dyn Stream<Item = Result<Event, ClientError>> + Send>>,
+    output: &OutputArgs,
+) -> CliResult {
+    let mut countdown = output.countdown();
+    if countdown.is_done() {
+        return Ok(());
+    }
     let mut table = Table::default();
     let mut rows = Rows::default();
     let mut samples = 0u64;
@@ -66,7 +95,7 @@ pub async fn run(args: Args) -> CliResult {
                 table.reset(header);
             }
             Ok(Event::Sample(sample)) => {
-                if args.output.json {
+                if output.json {
                     rows.json_line(&sample)?;
                 } else {
                     table.print(&sample, &mut rows)?;
@@ -87,7 +116,7 @@ pub async fn run(args: Args) -> CliResult {
     }
     // The watch ended: a wrong version, or (with --once) a failed connect or a disconnect.
     rows.flush()?;
-    match (last_error, args.output.count) {
+    match (last_error, output.count) {
         (Some(e), _) => Err(CliError::peer(e)),
         (None, Some(count)) => {
             Err(CliError::Peer(format!("disconnected after {samples} of {count} samples")))

@@ -8,11 +8,12 @@ use std::time::Duration;
 use clap::{Args as ClapArgs, Subcommand};
 use mono_counters::{
     AddResponse, ClientConfig, ClientError as MonoError, CounterFile, CounterName, CounterTable,
-    CounterValue, DecodeError, Inspector, Limits, Reading, RequestOpcodes, SampleUpdate, Session, Status,
-    Unit, ValueData,
+    CounterValue, DecodeError, Limits, Reading, RequestOpcodes, SampleUpdate, Session, Status, Unit,
+    ValueData,
 };
 
 use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};
+use crate::recording::RecordArgs;
 
 /// Mono counters: listen for an agent (`mono --profile=countersagent:address=…`) or read its file.
 #[derive(Debug, ClapArgs)]
@@ -50,6 +51,8 @@ struct ListenArgs {
     /// Send the gist's request opcodes (List 1, Add 2, Remove 3) for agents built from the gist.
     #[arg(long)]
     gist_opcodes: bool,
+    #[command(flatten)]
+    record: RecordArgs,
 }
 
 #[derive(Debug, ClapArgs)]
@@ -78,15 +81,27 @@ async fn listen(args: ListenArgs) -> CliResult {
         opcodes: if args.gist_opcodes { RequestOpcodes::Gist } else { RequestOpcodes::Agent },
         ..ClientConfig::default()
     };
-    let inspector = Inspector::bind(args.addr, config).await.map_err(CliError::peer)?;
-    eprintln!("telemon: listening for Mono agents on {}", inspector.local_addr()?);
+    let listener = tokio::net::TcpListener::bind(args.addr).await.map_err(CliError::peer)?;
+    eprintln!("telemon: listening for Mono agents on {}", listener.local_addr()?);
+    let recording =
+        args.record.start(&args.addr.to_string(), telemon_capture::Protocol::Mono, &args.addr.to_string())?;
+    // As `Inspector::accept`, each connection through a recording tap with `--record`.
+    let accept = || async {
+        let (stream, peer) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let stream = match &recording {
+            Some(rec) => rec.tap(stream),
+            None => telemon_capture::Tap::off(stream),
+        };
+        Ok::<_, mono_counters::ClientError>((Session::start(stream, config.clone()).await?, peer))
+    };
     let mut countdown = args.output.countdown();
     if countdown.is_done() {
         return Ok(());
     }
     let mut printer = Printer::new(args.output.json);
     loop {
-        let (mut session, peer) = match inspector.accept().await {
+        let (mut session, peer) = match accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
                 eprintln!("telemon: agent rejected: {e}");

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use telemon::fleet::config::{FleetConfig, TargetArgs};
 
+use crate::fleet_record::{self, RotateArgs};
 use crate::output::{CliError, CliResult};
 
 /// Export many targets to Prometheus: `--config FILE` and/or shorthand target flags.
@@ -17,6 +18,11 @@ pub struct Args {
     /// Only check this config file: print what is wrong (file, line, key) and exit 2, or a summary and 0.
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check_config: Option<PathBuf>,
+    /// Record every target's connections (raw bytes, pcapng) into files in DIR; see docs/recordings.md.
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
+    #[command(flatten)]
+    rotate: RotateArgs,
 }
 
 /// Runs `telemon serve` until Ctrl-C or SIGTERM.
@@ -32,12 +38,47 @@ pub async fn run(args: Args) -> CliResult {
             "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
         ));
     }
+    let recording = args.record.map(|dir| args.rotate.start(dir)).transpose()?;
     let server = telemon::serve::start(&config, args.listen.as_deref()).await.map_err(CliError::peer)?;
     eprintln!("telemon: serving {} on http://{}/metrics", config.summary(), server.local_addr());
-    server.run_until(shutdown_signal()).await.map_err(CliError::peer)
+    let result = server.run_until(shutdown_signal()).await.map_err(CliError::peer);
+    if let Some(recording) = &recording {
+        fleet_record::finish(recording);
+    }
+    result
 }
 
-async fn shutdown_signal() {
+/// `telemon record`: collect every target of a config (as `serve` does) without serving, and record it.
+#[derive(Debug, clap::Args)]
+pub struct RecordArgs {
+    #[command(flatten)]
+    targets: TargetArgs,
+    /// The directory of the recordings (created if needed).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    #[command(flatten)]
+    rotate: RotateArgs,
+}
+
+/// Runs `telemon record` until Ctrl-C or SIGTERM.
+pub async fn record(args: RecordArgs) -> CliResult {
+    let config = args.targets.to_config()?;
+    if config.blocks() == 0 {
+        return Err(CliError::Usage(
+            "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
+        ));
+    }
+    let recording = args.rotate.start(args.out.clone())?;
+    let fleet = telemon::fleet::Fleet::start(&config).await.map_err(CliError::peer)?;
+    eprintln!("telemon: recording {}", config.summary());
+    shutdown_signal().await;
+    fleet.shutdown().await;
+    fleet_record::finish(&recording);
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(_) => return std::future::pending().await,

@@ -20,7 +20,9 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};
+use crate::recording::RecordArgs;
 use telemon::retry;
+use telemon_capture::Protocol;
 
 /// Arguments of `telemon smon`.
 #[derive(Debug, clap::Args)]
@@ -72,6 +74,8 @@ struct ViewArgs {
     /// Reject deltas that leave the u64 range instead of wrapping them.
     #[arg(long)]
     strict: bool,
+    #[command(flatten)]
+    record: RecordArgs,
 }
 
 /// Runs `telemon smon ...`.
@@ -91,21 +95,38 @@ async fn read(path: &str, args: ViewArgs, follow: bool, poll: Duration) -> CliRe
     // A file read once is shown once, as a whole table at the end; a followed one live.
     let mut view = View::new(&args, follow);
     let config = decoder_config(&args);
-    let end = if path == "-" {
-        view.consume(UpdateReader::new(tokio::io::stdin(), config)).await?
+    let recording = args.record.start(path, Protocol::Smon, path)?;
+    let input: Box<dyn AsyncRead + Unpin + Send> = if path == "-" {
+        Box::new(tokio::io::stdin())
     } else {
-        let file = tokio::fs::File::open(path).await.map_err(|e| CliError::Peer(format!("{path}: {e}")))?;
-        let reader = UpdateReader::new(file, config);
-        view.consume(if follow { reader.follow(poll) } else { reader }).await?
+        Box::new(tokio::fs::File::open(path).await.map_err(|e| CliError::Peer(format!("{path}: {e}")))?)
     };
+    let input: Box<dyn AsyncRead + Unpin + Send> = match &recording {
+        Some(rec) => Box::new(rec.tap(input)),
+        None => input,
+    };
+    let reader = UpdateReader::new(input, config);
+    let end = view.consume(if follow && path != "-" { reader.follow(poll) } else { reader }).await?;
+    view.finish(end)
+}
+
+/// Shows a replayed stream as `telemon smon read` shows a file (`telemon replay --view smon`).
+pub async fn replay(input: impl AsyncRead + Unpin, output: OutputArgs) -> CliResult {
+    let args = ViewArgs { output, strict: false, record: RecordArgs::default() };
+    let mut view = View::new(&args, true);
+    let end = view.consume(UpdateReader::new(input, decoder_config(&args))).await?;
     view.finish(end)
 }
 
 async fn connect(addr: &str, args: ViewArgs, wait: Duration, reconnect: bool) -> CliResult {
     let mut view = View::new(&args, true);
+    let recording = args.record.start(addr, Protocol::Smon, addr)?;
     loop {
         let stream = connect_with_retry(addr, wait).await?;
-        let end = view.consume(UpdateReader::new(stream, decoder_config(&args))).await?;
+        let end = match &recording {
+            Some(rec) => view.consume(UpdateReader::new(rec.tap(stream), decoder_config(&args))).await?,
+            None => view.consume(UpdateReader::new(stream, decoder_config(&args))).await?,
+        };
         if end == End::Count || !reconnect {
             if end == End::Input && view.countdown_pending() {
                 view.finish(end)?;

@@ -15,6 +15,7 @@ use sysinfo_wire::{
 };
 
 use crate::output::{self, CliError, CliResult, OutputArgs};
+use crate::recording::{OneTarget, RecordArgs};
 use telemon::retry;
 
 /// Ask an rvOS sysinfo service for a report, or parse a saved one.
@@ -41,6 +42,8 @@ pub struct Args {
     /// With `parse`: which report's text it is.
     #[arg(value_name = "KIND")]
     kind: Option<SysinfoCommand>,
+    #[command(flatten)]
+    record: RecordArgs,
 }
 
 /// Runs the subcommand.
@@ -60,8 +63,11 @@ pub async fn run(args: Args) -> CliResult {
         None => Endpoint::Tcp(args.connect),
     };
     let config = ClientConfig { request_timeout: args.timeout, ..ClientConfig::default() };
+    let address = endpoint.to_string();
+    let recording = args.record.start(&address, telemon_capture::Protocol::Sysinfo, &address)?;
+    let recording = recording.as_ref();
     let Some(every) = args.watch else {
-        let mut client = Client::connect(&endpoint, config).await.map_err(CliError::peer)?;
+        let mut client = connect(&endpoint, config, recording).await.map_err(CliError::peer)?;
         let response = client.request(command).await.map_err(CliError::peer)?;
         return show(&response, args.output.json);
     };
@@ -79,7 +85,7 @@ pub async fn run(args: Args) -> CliResult {
         let c = match client.as_mut() {
             Some(c) => c,
             None => client.insert(
-                retry::retry("sysinfo", None, || Client::connect(&endpoint, config.clone()))
+                retry::retry("sysinfo", None, || connect(&endpoint, config.clone(), recording))
                     .await
                     .map_err(CliError::peer)?,
             ),
@@ -103,6 +109,35 @@ pub async fn run(args: Args) -> CliResult {
     }
 }
 
+/// A connection to the service, TCP or Unix.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// Connects to `endpoint`, through a recording tap with `--record`.
+async fn connect(
+    endpoint: &Endpoint,
+    config: ClientConfig,
+    recording: Option<&OneTarget>,
+) -> Result<Client, sysinfo_wire::ClientError> {
+    let Some(recording) = recording else { return Client::connect(endpoint, config).await };
+    let fail = |source| sysinfo_wire::ClientError::Connect { endpoint: endpoint.to_string(), source };
+    let timeout = config.request_timeout;
+    let stream: Box<dyn Io> = tokio::time::timeout(timeout, async {
+        Ok::<Box<dyn Io>, std::io::Error>(match endpoint {
+            Endpoint::Tcp(addr) => {
+                let s = tokio::net::TcpStream::connect(addr.as_str()).await?;
+                s.set_nodelay(true)?;
+                Box::new(s)
+            }
+            Endpoint::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
+        })
+    })
+    .await
+    .map_err(|_| sysinfo_wire::ClientError::Timeout { after: timeout })?
+    .map_err(fail)?;
+    Ok(Client::new(recording.tap(stream), config))
+}
+
 /// What `--json` prints for one request.
 #[derive(serde::Serialize)]
 struct JsonReply<'a> {
@@ -117,7 +152,8 @@ struct JsonReply<'a> {
     report: &'a Report,
 }
 
-fn show(response: &Response, json: bool) -> CliResult {
+/// Shows one reply: the text as the kernel formatted it, or one JSON line with `--json`.
+pub fn show(response: &Response, json: bool) -> CliResult {
     let reply = &response.reply;
     if reply.end == End::Closed {
         eprintln!("telemon: sysinfo: the service closed the channel before the end-of-reply sentinel");

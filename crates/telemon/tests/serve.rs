@@ -193,6 +193,11 @@ every = "300ms"
     })
     .await;
     assert!(value(&m2, "sys161_kernel_instructions_total{").unwrap() > 0.0);
+    // Every target counts the bytes read from it.
+    for p in ["meter161", "hmon", "mono", "smon", "sysinfo"] {
+        let prefix = format!("telemon_target_received_bytes_total{{protocol=\"{p}\"");
+        assert!(value(&m2, &prefix).is_some_and(|b| b > 0.0), "{p}: no bytes received: {m2}");
+    }
 
     // OpenMetrics on request.
     let (status, om) = get(addr, "/metrics", Some("application/openmetrics-text;version=1.0.0")).await;

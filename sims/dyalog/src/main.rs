@@ -49,6 +49,8 @@ struct Args {
     /// given one (which must not be 0), in POLL mode N interpreters dialling the same monitor.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     instances: u32,
+    #[command(flatten)]
+    replay: sim_common::replay::ReplayArgs,
 }
 
 /// Turns `--serve`'s `HOST:PORT` into a bind address: `*` is every interface, an empty host loopback.
@@ -95,6 +97,20 @@ async fn main() -> anyhow::Result<()> {
         return run_instances(mode, &addr, args.instances, config).await;
     }
     let shutdown = sim_common::shutdown_on_ctrl_c();
+    let conversation = sim_common::replay::Mode::Conversation;
+    if let Some(replay) = args.replay.load(sim_common::replay::Protocol::Hmon, conversation)? {
+        match mode {
+            Mode::Serve => {
+                let listener = tokio::net::TcpListener::bind(&addr)
+                    .await
+                    .with_context(|| format!("cannot listen on {addr}"))?;
+                tracing::info!(addr = %listener.local_addr()?, "dyalog-sim serving a recording");
+                sim_common::replay::serve(listener, replay, shutdown).await?;
+            }
+            Mode::Poll => sim_common::replay::dial(&addr, replay, shutdown).await?,
+        }
+        return Ok(());
+    }
     let sim = Sim::new(config);
     match mode {
         Mode::Serve => {

@@ -47,6 +47,8 @@ struct Args {
     /// Run N independent agents in this one process, all dialling the same inspector (TCP only).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     instances: u32,
+    #[command(flatten)]
+    replay: sim_common::replay::ReplayArgs,
 }
 
 #[tokio::main]
@@ -58,6 +60,9 @@ async fn main() -> std::process::ExitCode {
         overrides.set(name, *value);
     }
     let instances = args.instances;
+    if args.replay.replay.is_some() {
+        return replay(&args).await;
+    }
     match configure(args) {
         Ok(config) if instances > 1 => run_instances(config, overrides, instances).await,
         Ok(config) => {
@@ -75,6 +80,33 @@ async fn main() -> std::process::ExitCode {
         Err(e) => {
             eprintln!("mono-agent-sim: {e}");
             std::process::ExitCode::from(2)
+        }
+    }
+}
+
+/// `--replay FILE`: dials the inspector and serves the recorded agent's connections, one after the other.
+async fn replay(args: &Args) -> std::process::ExitCode {
+    let conversation = sim_common::replay::Mode::Conversation;
+    let replay = match args.replay.load(sim_common::replay::Protocol::Mono, conversation) {
+        Ok(Some(r)) => r,
+        Ok(None) => return std::process::ExitCode::from(2),
+        Err(e) => {
+            eprintln!("mono-agent-sim: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let addr = match args.address.as_deref().map(|a| a.strip_prefix("tcp://").unwrap_or(a)) {
+        Some(addr) => addr.to_owned(),
+        None => {
+            eprintln!("mono-agent-sim: --replay needs --address HOST:PORT (the inspector to dial)");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    match sim_common::replay::dial(&addr, replay, sim_common::shutdown_on_ctrl_c()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("mono-agent-sim: {e}");
+            std::process::ExitCode::FAILURE
         }
     }
 }

@@ -55,6 +55,24 @@ struct Args {
     /// --trace-prefill for thousands.
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     instances: u32,
+    #[command(flatten)]
+    replay: sim_common::replay::ReplayArgs,
+}
+
+/// Runs the simulated system on `listener`, or serves the recording of `--replay`.
+async fn run<L: sim_common::Accept>(
+    listener: L,
+    config: Config,
+    replay: Option<std::sync::Arc<sim_common::replay::Replay>>,
+    shutdown: sim_common::Shutdown,
+) -> std::io::Result<()>
+where
+    L::Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    match replay {
+        Some(replay) => sim_common::replay::serve(listener, replay, shutdown).await,
+        None => rvos_sim::run(listener, config, shutdown).await,
+    }
 }
 
 #[tokio::main]
@@ -83,6 +101,8 @@ async fn main() -> anyhow_free::Result {
         }
         return serve_instances(&args.listen, args.instances, config).await;
     }
+    let replay =
+        args.replay.load(sim_common::replay::Protocol::Sysinfo, sim_common::replay::Mode::Conversation)?;
     let shutdown = sim_common::shutdown_on_ctrl_c();
     match args.socket {
         Some(path) => {
@@ -97,7 +117,7 @@ async fn main() -> anyhow_free::Result {
             }
             let listener = tokio::net::UnixListener::bind(&path)?;
             tracing::info!(path = %path.display(), "rvos-sim listening");
-            rvos_sim::run(sim_common::NumberedUnixListener::new(listener), config, shutdown).await?;
+            run(sim_common::NumberedUnixListener::new(listener), config, replay, shutdown).await?;
             let _ = std::fs::remove_file(&path);
         }
         None => {
@@ -115,7 +135,7 @@ async fn main() -> anyhow_free::Result {
             }
             let listener = tokio::net::TcpListener::bind(addr).await?;
             tracing::info!(addr = %listener.local_addr()?, "rvos-sim listening");
-            rvos_sim::run(listener, config, shutdown).await?;
+            run(listener, config, replay, shutdown).await?;
         }
     }
     Ok(())

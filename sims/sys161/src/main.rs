@@ -42,6 +42,8 @@ struct Args {
     /// DIR/N-1/.sockets/meter (the folders are created as needed).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     instances: u32,
+    #[command(flatten)]
+    replay: sim_common::replay::ReplayArgs,
 }
 
 #[tokio::main]
@@ -63,6 +65,13 @@ async fn main() -> anyhow::Result<()> {
     }
     let (listener, path) =
         sys161_sim::bind(&args.dir).with_context(|| format!("cannot serve {}", args.dir.display()))?;
+    if let Some(replay) =
+        args.replay.load(sim_common::replay::Protocol::Meter161, sim_common::replay::Mode::Stream)?
+    {
+        tracing::info!(socket = %path.display(), "sys161-sim serving a recording");
+        let listener = sim_common::NumberedUnixListener::new(listener);
+        return Ok(sim_common::replay::serve(listener, replay, sim_common::shutdown_on_ctrl_c()).await?);
+    }
     tracing::info!(socket = %path.display(), mode = ?config.mode, speed = config.speed, "sys161-sim listening");
     sys161_sim::run(listener, config, sim_common::shutdown_on_ctrl_c()).await?;
     Ok(())

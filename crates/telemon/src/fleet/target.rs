@@ -157,6 +157,12 @@ impl Publisher {
         &self.received
     }
 
+    /// Counts the bytes read from the target in `received` from now on (a connection accepted before
+    /// its target had a publisher).
+    pub fn count_received_in(&mut self, received: Arc<AtomicU64>) {
+        self.received = received;
+    }
+
     /// The target's cap on series.
     pub fn series_limit(&self) -> usize {
         self.store.limit()

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use crate::fleet::config::HmonTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
 use crate::fleet::target::{Failure, Publisher};
+use crate::record;
 
 /// The facts polled when a target does not list its own: the ones exported as metrics.
 pub const DEFAULT_FACTS: [FactKind; 4] =
@@ -99,8 +101,27 @@ pub async fn run_connect(mut p: Publisher, addr: String, plan: Plan) {
     }
 }
 
+/// Connects to `addr` (SERVE mode, no reconnecting: [`Retry`] does that), the stream wrapped in a recording
+/// tap (see [`record::tap`]), and does the handshake.
+async fn connect(
+    addr: &str,
+    config: hmon::ClientConfig,
+    name: &str,
+    received: Arc<AtomicU64>,
+) -> Result<Connection, ClientError> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
+    let _ = stream.set_nodelay(true);
+    Connection::over(record::tap(stream, name, record::Protocol::Hmon, addr, received), config).await
+}
+
 async fn connect_session(p: &mut Publisher, addr: &str, plan: &Plan) -> Failure {
-    let connected = within(CONNECT_TIMEOUT * 2, "connect", Connection::connect(addr, plan.client_config()));
+    let connected = within(
+        CONNECT_TIMEOUT * 2,
+        "connect",
+        connect(addr, plan.client_config(), p.name(), p.received().clone()),
+    );
     let mut conn = match connected.await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return fail(e),
@@ -244,6 +265,22 @@ fn last_known_state(p: &mut Publisher, state: &hmon::LastKnownState) {
             ts.unix_millis() as f64 / 1000.0,
         );
     }
+}
+
+/// Runs the collector over an already connected `stream` (a replayed recording: `telemon export`) until the
+/// connection ends.
+pub async fn over<S>(p: &mut Publisher, stream: S, plan: &Plan) -> Failure
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, mut events) =
+        match within(CONNECT_TIMEOUT * 2, "handshake", Client::over(stream, plan.client_config())).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return fail(e),
+            Err(f) => return f,
+        };
+    p.up();
+    collect(p, &client, &mut events, plan).await
 }
 
 /// POLL mode: binds the block's `listen` address and returns the accept loop. Each interpreter

@@ -11,6 +11,7 @@ use crate::fleet::model::{ErrorKind, MetricKind};
 use crate::fleet::series::Num;
 use crate::fleet::store::{SlotId, Unwrap32};
 use crate::fleet::target::{Failure, Publisher};
+use crate::record;
 
 /// The `HEAD` fields that are sums of `uint32_t` counters and wrap at 2^32 (meter161 notes, item 10).
 const WRAPPING: [&str; 6] = ["irqs", "exns", "disk", "con", "emu", "net"];
@@ -55,11 +56,23 @@ pub async fn run(mut p: Publisher, dir: PathBuf, interval: Duration) {
 }
 
 async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failure {
-    let mut client = match within(CONNECT_TIMEOUT, "connect", Client::connect_path(path, config)).await {
+    let (name, address, received) = (p.name().clone(), path.display().to_string(), p.received().clone());
+    let tap = |s| record::tap(s, &name, record::Protocol::Meter161, &address, received);
+    let client = match within(CONNECT_TIMEOUT, "connect", Client::connect_path_with(path, config, tap)).await
+    {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return Failure::new(kind(&e), e),
         Err(f) => return f,
     };
+    collect(p, client).await
+}
+
+/// Reads samples from a connected client until the connection fails (also used to replay a recording
+/// through this collector).
+pub async fn collect<S>(p: &mut Publisher, mut client: Client<S>) -> Failure
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     p.up();
     // A new connection is a new simulator run: its counters start afresh.
     let mut fields = Fields::default();

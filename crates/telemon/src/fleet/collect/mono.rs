@@ -2,6 +2,7 @@
 //! become the `mono_runtime*` families by variance and unit.
 
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
 use crate::fleet::series::Num;
 use crate::fleet::target::{Failure, Publisher};
+use crate::record;
 
 fn kind(e: &ClientError) -> ErrorKind {
     match e {
@@ -74,6 +76,10 @@ pub async fn listen(
             let _ = stream.set_nodelay(true);
             let (dial, add, config, labels) = (dial.clone(), add.clone(), config.clone(), labels.clone());
             let target = format!("{name}/{peer}");
+            // The stream wrapped in a recording tap (see [`record::tap`]) as the target `NAME/PEER`.
+            let received = Arc::new(AtomicU64::new(0));
+            let stream =
+                record::tap(stream, &target, record::Protocol::Mono, &peer.to_string(), received.clone());
             sessions.spawn(async move {
                 let mut session = match Session::start(stream, config).await {
                     Ok(s) => s,
@@ -87,6 +93,7 @@ pub async fn listen(
                 else {
                     return;
                 };
+                p.count_received_in(received);
                 p.up();
                 let failure = collect(&mut p, &mut session, &add).await;
                 p.down(&failure);

@@ -12,6 +12,7 @@ use tokio::io::AsyncRead;
 use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind, TargetState};
 use crate::fleet::target::{Failure, Publisher};
+use crate::record;
 
 /// How often a followed file is checked for growth.
 pub const FOLLOW_POLL: Duration = Duration::from_millis(250);
@@ -38,13 +39,23 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
     match source {
         Source::Connect(addr) => {
             match within(CONNECT_TIMEOUT, "connect", tokio::net::TcpStream::connect(addr)).await {
-                Ok(Ok(stream)) => collect(p, UpdateReader::new(stream, DecoderConfig::default())).await,
+                Ok(Ok(stream)) => {
+                    let stream = record::tap(
+                        stream,
+                        &p.name().clone(),
+                        record::Protocol::Smon,
+                        addr,
+                        p.received().clone(),
+                    );
+                    collect(p, UpdateReader::new(stream, DecoderConfig::default())).await
+                }
                 Ok(Err(e)) => Failure::new(ErrorKind::Connect, format!("{addr}: {e}")),
                 Err(f) => f,
             }
         }
         Source::File(path) => match tokio::fs::File::open(path).await {
             Ok(file) => {
+                let file = record::Counted::new(file, p.received().clone());
                 collect(p, UpdateReader::new(file, DecoderConfig::default()).follow(FOLLOW_POLL)).await
             }
             Err(e) => Failure::new(ErrorKind::Connect, format!("{}: {e}", path.display())),
@@ -52,8 +63,9 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
     }
 }
 
-/// Reads updates until the stream fails; the target is up from its first decoded update.
-async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
+/// Reads updates until the stream fails; the target is up from its first decoded update (also used to
+/// replay a recording through this collector).
+pub async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
     // The current text of each (name, index), so that a new string replaces the old series.
     let mut texts: HashMap<(Arc<str>, Box<str>), Box<str>> = HashMap::new();
     let mut index_text = String::new();

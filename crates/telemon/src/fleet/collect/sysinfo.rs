@@ -6,6 +6,8 @@
 
 use std::hash::BuildHasher;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sysinfo_wire::report::{Channels, Histogram, Kstat, Memstat, Ps, Watchdog};
@@ -16,6 +18,7 @@ use super::{within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::config::SysinfoTarget;
 use crate::fleet::model::{ErrorKind, MetricKind};
 use crate::fleet::target::{Failure, Publisher};
+use crate::record;
 
 /// The reports collected by default: every one that maps onto metrics.
 pub const DEFAULT_REPORTS: [SysinfoCommand; 7] = [
@@ -168,13 +171,45 @@ impl Schedule {
     }
 }
 
-async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, plan: &Plan) -> Failure {
-    let mut client = match within(CONNECT_TIMEOUT, "connect", Client::connect(endpoint, config.clone())).await
-    {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Failure::new(kind(&e), e),
-        Err(f) => return f,
+/// A connection to the service, TCP or Unix.
+trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
+
+/// Connects to `endpoint`, the stream wrapped in a recording tap (see [`record::tap`]).
+async fn connect(
+    endpoint: &Endpoint,
+    config: &ClientConfig,
+    name: &str,
+    received: Arc<AtomicU64>,
+) -> Result<Client, ClientError> {
+    let fail = |source| ClientError::Connect { endpoint: endpoint.to_string(), source };
+    let stream: Box<dyn Io> = match endpoint {
+        Endpoint::Tcp(addr) => {
+            let s = tokio::net::TcpStream::connect(addr.as_str()).await.map_err(fail)?;
+            let _ = s.set_nodelay(true);
+            Box::new(s)
+        }
+        Endpoint::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await.map_err(fail)?),
     };
+    let stream = record::tap(stream, name, record::Protocol::Sysinfo, &endpoint.to_string(), received);
+    Ok(Client::new(stream, config.clone()))
+}
+
+async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, plan: &Plan) -> Failure {
+    let client =
+        match within(CONNECT_TIMEOUT, "connect", connect(endpoint, config, p.name(), p.received().clone()))
+            .await
+        {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Failure::new(kind(&e), e),
+            Err(f) => return f,
+        };
+    poll(p, client, plan).await
+}
+
+/// Asks for the reports of `plan` on a connected client until the connection fails (also used to
+/// replay a recording through this collector).
+pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure {
     // Up once the service answers (a peer that accepts and then says nothing is not up).
     let mut answered = false;
     let mut schedule = Schedule::new(plan, Instant::now());

@@ -1,0 +1,94 @@
+//! [`Tap`]: an `AsyncRead + AsyncWrite` that records what passes through it.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::format::{Direction, RecordKind};
+use crate::recorder::TargetRecorder;
+
+/// Wraps a connection and records each read (inbound) and each write (outbound) through a
+/// [`TargetRecorder`], which never blocks: a full queue counts the bytes as lost instead. Creating the tap
+/// records the connection's start, dropping it the connection's end. A tap without a recorder
+/// ([`Tap::off`]) passes everything through, so that code can use one stream type whether it records or not.
+#[derive(Debug)]
+pub struct Tap<S> {
+    inner: S,
+    recorder: Option<Arc<TargetRecorder>>,
+}
+
+impl<S> Tap<S> {
+    /// Starts recording `inner` (records an [`RecordKind::Open`]).
+    pub fn new(inner: S, recorder: Arc<TargetRecorder>) -> Self {
+        Tap::maybe(inner, Some(recorder))
+    }
+
+    /// Records `inner` if there is a recorder; passes it through otherwise.
+    pub fn maybe(inner: S, recorder: Option<Arc<TargetRecorder>>) -> Self {
+        if let Some(r) = &recorder {
+            r.record(RecordKind::Open);
+        }
+        Tap { inner, recorder }
+    }
+
+    /// Passes `inner` through without recording.
+    pub fn off(inner: S) -> Self {
+        Tap { inner, recorder: None }
+    }
+
+    /// The wrapped stream.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+}
+
+impl<S> Drop for Tap<S> {
+    fn drop(&mut self) {
+        if let Some(r) = &self.recorder {
+            r.record(RecordKind::Close);
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Tap<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = &poll {
+            let new = &buf.filled()[before..];
+            if let (Some(r), false) = (&this.recorder, new.is_empty()) {
+                r.data(Direction::Inbound, new);
+            }
+        }
+        poll
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tap<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        let poll = Pin::new(&mut this.inner).poll_write(cx, buf);
+        if let Poll::Ready(Ok(n)) = &poll {
+            if let (Some(r), true) = (&this.recorder, *n > 0) {
+                r.data(Direction::Outbound, &buf[..*n]);
+            }
+        }
+        poll
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,262 @@
+//! Replaying recordings through the fleet collectors, on a fake clock: what `telemon serve` would have
+//! exported, at the times it would have changed (`telemon export`).
+//!
+//! Each recorded connection is served to its protocol's collector as a [`ReplayStream`] at the recorded
+//! pace, in a current-thread runtime whose clock is paused: tokio advances it to the next timer whenever
+//! everything waits, so an hour of recording replays in the time its decoding takes, and every change the
+//! collector publishes is seen at its recorded time.
+
+use std::time::Duration;
+
+use telemon_capture::{Connection, Protocol, ReplayStream, Speed};
+
+use crate::fleet::collect;
+use crate::fleet::render::{render, Format};
+use crate::fleet::{self, Publisher, Registry};
+
+/// One exposition of the replayed fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scrape {
+    /// When (ns since the Unix epoch, from the recording).
+    pub time_ns: u64,
+    /// The OpenMetrics text `/metrics` would have served then.
+    pub text: String,
+}
+
+/// The most series one replayed target may have (as `[serve] series_limit`'s default).
+const SERIES_LIMIT: usize = 10_000;
+
+/// Replays `connections` (all of one target or several; in order of start) through the collectors and
+/// returns an exposition after each published change. Connections of protocols whose collector cannot
+/// replay yet are skipped with a warning on stderr.
+pub fn replay(connections: Vec<Connection>) -> std::io::Result<Vec<Scrape>> {
+    std::thread::spawn(move || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build()?;
+        Ok(runtime.block_on(replay_all(connections)))
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the replay thread panicked"))?
+}
+
+async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
+    let registry = Registry::new();
+    let mut publishers: std::collections::HashMap<String, Publisher> = Default::default();
+    let mut scrapes = Vec::new();
+    for connection in connections {
+        let protocol = match connection.target.protocol {
+            Protocol::Meter161 => fleet::Protocol::Meter161,
+            Protocol::Smon => fleet::Protocol::Smon,
+            Protocol::Sysinfo => fleet::Protocol::Sysinfo,
+            Protocol::Hmon => fleet::Protocol::Hmon,
+            other => {
+                eprintln!(
+                    "telemon: export: {}: the {other} collector cannot replay recordings yet; skipped",
+                    connection.target.name
+                );
+                continue;
+            }
+        };
+        let name = connection.target.name.clone();
+        let p = publishers
+            .entry(name.clone())
+            .or_insert_with(|| Publisher::new(&registry, name.as_str(), protocol, vec![], SERIES_LIMIT));
+        let mut changed = registry.changed();
+        changed.borrow_and_update();
+        let stream = ReplayStream::new(&connection, Speed::Times(1.0));
+        // A change is stamped with the recorded time of the bytes that caused it.
+        let clock = stream.clock();
+        let time_ns = || connection.start_ns + clock.last_read().as_nanos() as u64;
+        {
+            let collector = drive(p, connection.target.protocol, stream);
+            let mut collector = std::pin::pin!(collector);
+            loop {
+                tokio::select! {
+                    biased;
+                    Ok(()) = changed.changed() => {
+                        changed.borrow_and_update();
+                        let text = render(&registry.snapshot(), Format::OpenMetrics);
+                        scrapes.push(Scrape { time_ns: time_ns(), text });
+                    }
+                    failure = &mut collector => {
+                        tracing::debug!(target = %name, ?failure, "replay ended");
+                        break;
+                    }
+                }
+            }
+        }
+        // What the collector held back for its next publication when the stream ended (a live target would
+        // publish it with its next change or as it goes down).
+        p.flush_if_dirty();
+        if changed.has_changed().unwrap_or(false) {
+            let text = render(&registry.snapshot(), Format::OpenMetrics);
+            scrapes.push(Scrape { time_ns: time_ns(), text });
+        }
+    }
+    scrapes
+}
+
+/// Runs the collector of `protocol` over a replayed connection until it ends.
+async fn drive(p: &mut Publisher, protocol: Protocol, stream: ReplayStream) -> fleet::Failure {
+    let fail = |e: &dyn std::fmt::Display| fleet::Failure::new(fleet::ErrorKind::Protocol, e);
+    match protocol {
+        Protocol::Meter161 => {
+            let config = meter161::ClientConfig::default().reconnect(false);
+            match meter161::Client::over(stream, &config).await {
+                Ok(client) => collect::meter161::collect(p, client).await,
+                Err(e) => fail(&e),
+            }
+        }
+        Protocol::Smon => {
+            let reader = smon_codec::UpdateReader::new(stream, smon_codec::DecoderConfig::default());
+            collect::smon::collect(p, reader).await
+        }
+        Protocol::Sysinfo => {
+            // The collector's requests go nowhere; the recorded replies come in their recorded order, so
+            // the recording must have been made with the default reports.
+            let client = sysinfo_wire::Client::new(stream, sysinfo_wire::ClientConfig::default());
+            let every = Duration::from_millis(1);
+            let plan = collect::sysinfo::Plan::every(&collect::sysinfo::DEFAULT_REPORTS, every);
+            collect::sysinfo::poll(p, client, &plan).await
+        }
+        // The plan of a `[[hmon]]` block without options: the requests go nowhere, the recorded answers
+        // come in their recorded order.
+        Protocol::Hmon => collect::hmon::over(p, stream, &collect::hmon::Plan::default()).await,
+        other => fail(&format!("no collector replays {other}")),
+    }
+}
+
+/// One series' samples, in time order: (time in ns, value text).
+type Points = Vec<(u64, String)>;
+
+/// Turns expositions into one OpenMetrics text with timestamps (in seconds): each family once, its series
+/// one after the other, each in time order, ending with `# EOF` — what `promtool tsdb create-blocks-from openmetrics` reads.
+pub fn openmetrics(scrapes: &[Scrape]) -> String {
+    let families = gather(scrapes);
+    let mut out = String::new();
+    for family in &families {
+        out.push_str(&family.meta);
+        for (series, points) in &family.series {
+            for (t, v) in points {
+                out.push_str(&format!("{series} {v} {}\n", seconds(*t)));
+            }
+        }
+    }
+    out.push_str("# EOF\n");
+    out
+}
+
+/// The same samples as CSV: a `time` column (seconds) and one column per series, one row per scrape,
+/// each cell the series' value at that time (empty before its first sample).
+pub fn csv(scrapes: &[Scrape]) -> String {
+    let families = gather(scrapes);
+    let columns: Vec<(&String, &Points)> =
+        families.iter().flat_map(|f| f.series.iter().map(|(n, p)| (n, p))).collect();
+    let mut out = String::from("time");
+    for (name, _) in &columns {
+        out.push(',');
+        out.push_str(&csv_cell(name));
+    }
+    out.push('\n');
+    let mut cursor = vec![0usize; columns.len()];
+    let mut current: Vec<Option<&str>> = vec![None; columns.len()];
+    let mut times: Vec<u64> = scrapes.iter().map(|s| s.time_ns).collect();
+    times.dedup();
+    for t in times {
+        out.push_str(&seconds(t));
+        for (i, (_, points)) in columns.iter().enumerate() {
+            while cursor[i] < points.len() && points[cursor[i]].0 <= t {
+                current[i] = Some(&points[cursor[i]].1);
+                cursor[i] += 1;
+            }
+            out.push(',');
+            out.push_str(current[i].unwrap_or(""));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// Nanoseconds as seconds with millisecond precision (`1700000000.123`).
+fn seconds(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1_000_000_000, (ns / 1_000_000) % 1000)
+}
+
+struct FamilyPoints {
+    /// The `# TYPE`, `# HELP` and `# UNIT` lines.
+    meta: String,
+    /// Series (name and labels as exposed) in order of first appearance, with their points.
+    series: Vec<(String, Points)>,
+}
+
+/// Parses each exposition and gathers the points of each series (every scrape's value, as a scraper
+/// would have stored them).
+fn gather(scrapes: &[Scrape]) -> Vec<FamilyPoints> {
+    let mut families: Vec<FamilyPoints> = Vec::new();
+    let mut family_index: std::collections::HashMap<String, usize> = Default::default();
+    let mut series_index: std::collections::HashMap<String, (usize, usize)> = Default::default();
+    for scrape in scrapes {
+        let mut family: Option<usize> = None;
+        for line in scrape.text.lines() {
+            if line == "# EOF" || line.is_empty() {
+                continue;
+            }
+            if let Some(meta) = line.strip_prefix("# ") {
+                let mut words = meta.splitn(3, ' ');
+                let (kind, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                let i = *family_index.entry(name.to_owned()).or_insert_with(|| {
+                    families.push(FamilyPoints { meta: String::new(), series: Vec::new() });
+                    families.len() - 1
+                });
+                if kind == "TYPE" && families[i].meta.contains(&format!("# TYPE {name} ")) {
+                    // Metadata of a family already gathered.
+                } else if !families[i].meta.contains(&format!("# {kind} {name} ")) {
+                    families[i].meta.push_str(line);
+                    families[i].meta.push('\n');
+                }
+                family = Some(i);
+                continue;
+            }
+            let (Some(f), Some((series, value))) = (family, line.rsplit_once(' ')) else { continue };
+            let (f, s) = *series_index.entry(series.to_owned()).or_insert_with(|| {
+                families[f].series.push((series.to_owned(), Vec::new()));
+                (f, families[f].series.len() - 1)
+            });
+            families[f].series[s].1.push((scrape.time_ns, value.to_owned()));
+        }
+    }
+    families
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrape(t: u64, text: &str) -> Scrape {
+        Scrape { time_ns: t * 1_000_000_000, text: text.to_owned() }
+    }
+
+    #[test]
+    fn families_are_written_once_with_their_series_in_time_order() {
+        let a = "# TYPE x counter\n# HELP x An x.\nx_total{a=\"1\"} 1\nx_total{a=\"2\"} 5\n# TYPE y gauge\ny 0.5\n# EOF\n";
+        let b = "# TYPE x counter\n# HELP x An x.\nx_total{a=\"1\"} 2\nx_total{a=\"2\"} 5\n# TYPE y gauge\ny 0.5\n# EOF\n";
+        let out = openmetrics(&[scrape(10, a), scrape(20, b)]);
+        assert_eq!(
+            out,
+            "# TYPE x counter\n# HELP x An x.\nx_total{a=\"1\"} 1 10.000\nx_total{a=\"1\"} 2 20.000\n\
+             x_total{a=\"2\"} 5 10.000\nx_total{a=\"2\"} 5 20.000\n# TYPE y gauge\ny 0.5 10.000\ny 0.5 20.000\n# EOF\n"
+        );
+        assert_eq!(
+            csv(&[scrape(10, a), scrape(20, b)]),
+            "time,\"x_total{a=\"\"1\"\"}\",\"x_total{a=\"\"2\"\"}\",y\n10.000,1,5,0.5\n20.000,2,5,0.5\n"
+        );
+    }
+}

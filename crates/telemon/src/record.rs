@@ -1,0 +1,143 @@
+//! Recording what the collectors read and write (pcapng, see docs/recordings.md and the
+//! `telemon-capture` crate), for `telemon record`, `telemon serve --record` and the one-target
+//! subcommands' `--record`.
+//!
+//! A fleet records through one process-wide [`Recording`], installed once ([`install`]) before the fleet
+//! starts. Each collector wraps the stream of each connection it makes with [`tap`]; without an
+//! installed recording the tap passes everything through.
+
+use std::collections::HashMap;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use telemon_capture::{Recorder, RecorderStats, Tap, Target, TargetRecorder};
+
+pub use telemon_capture::Protocol;
+
+/// `shb_userappl` of telemon's recordings: `telemon <version>`.
+pub fn application() -> String {
+    format!("telemon {}", env!("CARGO_PKG_VERSION"))
+}
+
+/// A recorder and the targets registered with it (one interface per target, however often it reconnects).
+#[derive(Debug)]
+pub struct Recording {
+    recorder: Recorder,
+    targets: Mutex<HashMap<Target, Arc<TargetRecorder>>>,
+}
+
+impl Recording {
+    /// Records through `recorder`.
+    pub fn new(recorder: Recorder) -> Self {
+        Recording { recorder, targets: Mutex::new(HashMap::new()) }
+    }
+
+    /// The handle of a target, registered on first use.
+    pub fn target(&self, target: Target) -> Arc<TargetRecorder> {
+        let mut targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = targets.get(&target) {
+            return Arc::clone(t);
+        }
+        let t = self.recorder.target(target.clone());
+        targets.insert(target, Arc::clone(&t));
+        t
+    }
+
+    /// What the recorder did so far.
+    pub fn stats(&self) -> RecorderStats {
+        self.recorder.stats()
+    }
+
+    /// Writes what is queued and stops the writer.
+    pub fn finish(&self) -> RecorderStats {
+        self.recorder.finish()
+    }
+}
+
+static RECORDING: OnceLock<Arc<Recording>> = OnceLock::new();
+
+/// Makes `recording` the process's fleet recording; fails if one is installed already.
+pub fn install(recording: Arc<Recording>) -> Result<(), Arc<Recording>> {
+    RECORDING.set(recording)
+}
+
+/// The process's fleet recording, if one is installed.
+pub fn installed() -> Option<&'static Arc<Recording>> {
+    RECORDING.get()
+}
+
+/// Wraps a collector's connection to the target `name` (speaking `protocol` at `address`) in a tap that
+/// records it when a fleet recording is installed, and passes it through otherwise.
+///
+/// The bytes read are added to `received` (the target's `telemon_target_received_bytes_total`).
+pub fn tap<S>(
+    stream: S,
+    name: &str,
+    protocol: Protocol,
+    address: &str,
+    received: Arc<AtomicU64>,
+) -> Tap<Counted<S>> {
+    let recorder = installed().map(|r| r.target(Target::new(name, protocol, address)));
+    Tap::maybe(Counted::new(stream, received), recorder)
+}
+
+/// A stream that adds the number of bytes read from it to a shared counter.
+#[derive(Debug)]
+pub struct Counted<S> {
+    inner: S,
+    received: Arc<AtomicU64>,
+}
+
+impl<S> Counted<S> {
+    /// Counts what is read from `inner` into `received`.
+    pub fn new(inner: S, received: Arc<AtomicU64>) -> Self {
+        Counted { inner, received }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        if read > 0 {
+            self.received.fetch_add(read as u64, Ordering::Relaxed);
+        }
+        poll
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}

@@ -1,0 +1,159 @@
+//! Backfill: `telemon export` of a one-hour meter161 recording made five hours ago (written with a fake
+//! clock), loaded with `promtool tsdb create-blocks-from openmetrics`, and queried from a real Prometheus
+//! started on that data directory (`/api/v1/query_range` returns the recorded values at the recorded times).
+//!
+//! Without `prometheus` or `promtool` on `PATH` the test fails when `CI=true`, and elsewhere prints
+//! `SKIPPED: ...` and passes.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use telemon_capture::{Direction, Protocol, Record, RecordKind, Target, Writer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+mod support;
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
+}
+
+fn tools() -> Option<(PathBuf, PathBuf)> {
+    match (on_path("prometheus"), on_path("promtool")) {
+        (Some(p), Some(t)) => Some((p, t)),
+        _ if matches!(std::env::var("CI").as_deref(), Ok("true" | "1")) => {
+            panic!(
+                "prometheus or promtool is not on PATH, and CI=true: install Debian's `prometheus` package"
+            )
+        }
+        _ => {
+            eprintln!(
+                "SKIPPED: backfill: prometheus or promtool is not on PATH (Debian's `prometheus` package)"
+            );
+            None
+        }
+    }
+}
+
+const STEP_S: u64 = 15;
+const SAMPLES: u64 = 241; // one hour, both ends included
+
+/// A meter161 recording: the handshake, then a DATA row every 15 s for an hour from `start_s`; the
+/// simulator's `irqs` rise by 10 a row.
+fn recording(start_s: u64) -> Vec<u8> {
+    let mut w = Writer::new(Vec::new(), "test fake clock").unwrap();
+    let i = w.interface(&Target::new("os161", Protocol::Meter161, "/home/ta/os161/.sockets/meter")).unwrap();
+    let at = |s: u64| s * 1_000_000_000;
+    let mut rec =
+        |t: u64, kind: RecordKind| w.record(&Record { interface: i, time_ns: t, dropped: 0, kind }).unwrap();
+    rec(at(start_s) - 1, RecordKind::Open);
+    let names = meter161::SYS161_FIELDS.join(" ");
+    let widths = vec!["10"; meter161::SYS161_FIELDS.len()].join(" ");
+    let hello = format!("HELLO 2\r\nHEAD {names}\r\nWIDTH {widths}\r\n");
+    rec(at(start_s) - 1, RecordKind::Data { direction: Direction::Inbound, bytes: hello.into_bytes() });
+    for n in 0..SAMPLES {
+        let values: Vec<String> = meter161::SYS161_FIELDS
+            .iter()
+            .map(|f| match *f {
+                "nsec" => (n * STEP_S * 1_000_000_000).to_string(),
+                "irqs" => (10 * n).to_string(),
+                _ => n.to_string(),
+            })
+            .collect();
+        let line = format!("DATA {}\r\n", values.join(" "));
+        rec(
+            at(start_s + n * STEP_S),
+            RecordKind::Data { direction: Direction::Inbound, bytes: line.into_bytes() },
+        );
+    }
+    rec(at(start_s + SAMPLES * STEP_S), RecordKind::Close);
+    w.into_inner()
+}
+
+async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await?;
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    assert!(!head.to_ascii_lowercase().contains("chunked"), "a chunked answer: {head}");
+    Ok((status, body.to_owned()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_recording_backfills_prometheus() {
+    let Some((prometheus, promtool)) = tools() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+    let start_s = (now - 5 * 3600) / 60 * 60;
+    let rec = dir.path().join("os161.pcapng");
+    std::fs::write(&rec, recording(start_s)).unwrap();
+
+    let out = support::run(&["export", rec.to_str().unwrap(), "--format", "openmetrics"], None).await;
+    assert_eq!(support::code(&out), 0, "{}", support::stderr(&out));
+    let om = support::stdout(&out);
+    assert!(om.ends_with("# EOF\n"));
+    let line = om.lines().find(|l| l.starts_with("sys161_interrupts_total")).unwrap();
+    assert_eq!(
+        line,
+        format!("sys161_interrupts_total{{target=\"os161\"}} 0 {start_s}.000"),
+        "seconds, not milliseconds"
+    );
+    let om_file = dir.path().join("out.om");
+    std::fs::write(&om_file, &om).unwrap();
+
+    let data = dir.path().join("data");
+    let status = std::process::Command::new(&promtool)
+        .args(["tsdb", "create-blocks-from", "openmetrics"])
+        .arg(&om_file)
+        .arg(&data)
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "promtool tsdb create-blocks-from openmetrics failed");
+
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(&config, "global:\n  scrape_interval: 1m\n").unwrap();
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+    let mut child = tokio::process::Command::new(&prometheus)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", data.display()))
+        .arg(format!("--web.listen-address={addr}"))
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let end_s = start_s + (SAMPLES - 1) * STEP_S;
+    let query =
+        format!("/api/v1/query_range?query=sys161_interrupts_total&start={start_s}&end={end_s}&step=60");
+    let body = support::within("Prometheus to answer the query", async {
+        loop {
+            assert!(child.try_wait().unwrap().is_none(), "Prometheus exited; see its log");
+            if let Ok((200, body)) = http_get(addr, &query).await {
+                if body.contains("\"values\"") {
+                    return body;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let values = v["data"]["result"][0]["values"].as_array().unwrap().clone();
+    assert_eq!(values.len(), 61, "one point a minute for the hour: {body}");
+    for (k, point) in values.iter().enumerate() {
+        let t = point[0].as_f64().unwrap() as u64;
+        let value: f64 = point[1].as_str().unwrap().parse().unwrap();
+        assert_eq!(t, start_s + 60 * k as u64);
+        // At minute k the last row is row 4k, whose irqs were 40k.
+        assert_eq!(value, 40.0 * k as f64, "at {t}");
+    }
+    child.kill().await.unwrap();
+}

@@ -1,0 +1,301 @@
+//! `telemon record --config FILE --out DIR`: every collector's connections recorded, files rotated by size,
+//! the total bounded, a SIGKILL leaving readable files, and `telemon replay DIR` playing a target back.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sim_common::Shutdown;
+use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
+use telemon_capture::{Capture, Limits, Protocol};
+
+mod support;
+use support::{code, run, stderr, stdout, within, Telemon};
+
+struct Cpus(u64);
+
+impl Source for Cpus {
+    fn sample(&mut self) -> Vec<smon_codec::Sample> {
+        self.0 += 1;
+        vec![smon_codec::Sample::new("linux.cpu.idle", [0], 1000 + self.0)]
+    }
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut f: Vec<_> =
+        std::fs::read_dir(dir).map(|d| d.map(|e| e.unwrap().path()).collect()).unwrap_or_default();
+    f.sort();
+    f
+}
+
+struct Sims {
+    _sys161_dir: tempfile::TempDir,
+    sys161: sys161_sim::Running,
+    shutdown: Shutdown,
+    config: String,
+}
+
+async fn sims() -> Sims {
+    let sys161_dir = tempfile::tempdir().unwrap();
+    let sys161 = sys161_sim::Running::spawn(sys161_dir.path(), sys161_sim::Config::default()).unwrap();
+    let shutdown = Shutdown::new();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let smon_addr = l.local_addr().unwrap();
+    tokio::spawn(smon_sim::serve(
+        l,
+        Cpus(0),
+        SmonConfig { interval: MIN_INTERVAL, ..SmonConfig::default() },
+        shutdown.clone(),
+    ));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let rvos_addr = l.local_addr().unwrap();
+    tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hmon_addr = l.local_addr().unwrap();
+    tokio::spawn(dyalog_sim::Sim::new(dyalog_sim::Config::default()).serve(l, shutdown.clone()));
+    let mono_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut agent = mono_agent_sim::AgentConfig::from_options(&format!(
+        "address={mono_addr},counters=Mono JIT/Compiled methods,interval=100"
+    ))
+    .unwrap();
+    agent.backoff =
+        mono_agent_sim::Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
+    tokio::spawn(mono_agent_sim::run(agent, shutdown.clone()));
+    let config = format!(
+        "[[meter161]]\nname = \"os161\"\ndir = \"{}\"\ninterval = \"10ms\"\n\
+         [[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
+         [[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos_addr}\"\nevery = \"200ms\"\n\
+         [[hmon]]\nname = \"dyalog\"\nconnect = \"{hmon_addr}\"\npoll = \"500ms\"\n\
+         [[mono_listen]]\nname = \"mono\"\nlisten = \"{mono_addr}\"\n",
+        sys161_dir.path().display()
+    );
+    Sims { _sys161_dir: sys161_dir, sys161, shutdown, config }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_rotates_survives_a_kill_and_replays_each_target() {
+    let sims = sims().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, &sims.config).unwrap();
+    let out = dir.path().join("rec");
+    let telemon = Telemon::spawn(&[
+        "record",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--record-max-bytes",
+        "4000",
+    ]);
+    // Wait for three files and every target in them (a safety net, not a timing assertion).
+    let capture = within("three rotated files with a target of each protocol", async {
+        loop {
+            if files(&out).len() >= 3 {
+                let (capture, _) = Capture::from_dir(&out, Limits::default()).unwrap();
+                let protocols: Vec<Protocol> = capture.targets().iter().map(|t| t.protocol).collect();
+                if [Protocol::Meter161, Protocol::Smon, Protocol::Sysinfo]
+                    .iter()
+                    .all(|p| protocols.contains(p))
+                {
+                    return capture;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    telemon.kill().await;
+    sims.shutdown.cancel();
+    sims.sys161.stop().await.unwrap();
+    // Each file stands alone, and no file but (perhaps) the last is cut.
+    let all = files(&out);
+    for f in &all[..all.len() - 1] {
+        let c = Capture::from_file(f, Limits::default()).unwrap();
+        assert_eq!(c.warning, None, "{}", f.display());
+        assert!(f.metadata().unwrap().len() < 4000 + 70_000, "rotated by size");
+    }
+    let os161 = capture.targets().into_iter().find(|t| t.protocol == Protocol::Meter161).unwrap().clone();
+    assert_eq!(os161.name, "os161");
+
+    // The replay of the directory shows one row per DATA line the recording holds, in order.
+    let (capture, _) = Capture::from_dir(&out, Limits::default()).unwrap();
+    let inbound = capture.connections(Some("os161"))[0].inbound();
+    let data_lines = String::from_utf8_lossy(&inbound).matches("\r\nDATA ").count();
+    let run_out = run(&["replay", out.to_str().unwrap(), "--target", "os161", "--json"], None).await;
+    assert_eq!(code(&run_out), 0, "{}", stderr(&run_out));
+    let rows = support::json_lines(&stdout(&run_out));
+    assert!(
+        rows.len() >= data_lines.saturating_sub(1) && rows.len() <= data_lines,
+        "{} rows, {data_lines} DATA lines",
+        rows.len()
+    );
+    let nsec: Vec<u64> = rows.iter().map(|r| r["nsec"].as_u64().unwrap()).collect();
+    assert!(nsec.windows(2).all(|w| w[1] > w[0]), "{nsec:?}");
+
+    let run_out = run(&["replay", out.to_str().unwrap(), "--target", "box", "--json"], None).await;
+    assert_eq!(code(&run_out), 0, "{}", stderr(&run_out));
+    let values = support::json_lines(&stdout(&run_out));
+    assert!(!values.is_empty());
+    let run_out = run(&["replay", out.to_str().unwrap()], None).await;
+    assert_eq!(code(&run_out), 2, "several targets need --target: {}", stderr(&run_out));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_total_on_disk_is_bounded_by_deleting_the_oldest_files() {
+    let sims = sims().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, &sims.config).unwrap();
+    let out = dir.path().join("rec");
+    let telemon = Telemon::spawn(&[
+        "record",
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--record-max-bytes",
+        "3000",
+        "--record-max-total",
+        "12000",
+    ]);
+    within("the first file deleted", async {
+        loop {
+            let f = files(&out);
+            if f.len() >= 2 && !f[0].to_string_lossy().ends_with("-000001.pcapng") {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    telemon.kill().await;
+    sims.shutdown.cancel();
+    sims.sys161.stop().await.unwrap();
+    let total: u64 = files(&out).iter().map(|f| f.metadata().unwrap().len()).sum();
+    // The bound is checked when a file starts: the current file may have grown to about one more file.
+    assert!(total <= 12_000 + 3_000 + 70_000, "total {total}");
+}
+
+/// The first recording's connection of `target`, as the sims' `--replay` serves it.
+fn first_connection(dir: &Path, target: &str) -> telemon_capture::Connection {
+    let (capture, _) = Capture::from_dir(dir, Limits::default()).unwrap();
+    capture
+        .connections(Some(target))
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| panic!("no connection of {target}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
+    use sim_common::replay::{Mode, Replay, Speed};
+    // 1. Record every protocol from the live sims.
+    let sims = sims().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, &sims.config).unwrap();
+    let first = dir.path().join("first");
+    let telemon =
+        Telemon::spawn(&["record", "--config", config.to_str().unwrap(), "--out", first.to_str().unwrap()]);
+    within("a second sysinfo round and a few hmon polls recorded", async {
+        loop {
+            if let Ok((capture, _)) = Capture::from_dir(&first, Limits::default()) {
+                let bytes =
+                    |name: &str| capture.connections(Some(name)).first().map_or(0, |c| c.inbound().len());
+                if bytes("vm") > 4000 && bytes("dyalog") > 2000 && bytes("os161") > 2000 && bytes("box") > 100
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    telemon.kill().await;
+    sims.shutdown.cancel();
+    sims.sys161.stop().await.unwrap();
+
+    // 2. Serve those recordings from the sims' replay (what `--replay FILE` runs), at ten times the pace.
+    let shutdown = Shutdown::new();
+    let replay = |protocol, mode| Replay::load(&first, protocol, None, mode, Speed::Times(10.0)).unwrap();
+    let sys161_dir = tempfile::tempdir().unwrap();
+    let (l, _) = sys161_sim::bind(sys161_dir.path()).unwrap();
+    let l = sim_common::NumberedUnixListener::new(l);
+    tokio::spawn(sim_common::replay::serve(l, replay(Protocol::Meter161, Mode::Stream), shutdown.clone()));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let smon_addr = l.local_addr().unwrap();
+    tokio::spawn(sim_common::replay::serve(l, replay(Protocol::Smon, Mode::Stream), shutdown.clone()));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let rvos_addr = l.local_addr().unwrap();
+    tokio::spawn(sim_common::replay::serve(
+        l,
+        replay(Protocol::Sysinfo, Mode::Conversation),
+        shutdown.clone(),
+    ));
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hmon_addr = l.local_addr().unwrap();
+    tokio::spawn(sim_common::replay::serve(l, replay(Protocol::Hmon, Mode::Conversation), shutdown.clone()));
+
+    // 3. A fresh telemon with the same blocks records what the replaying sims serve.
+    let config2 = format!(
+        "[[meter161]]\nname = \"os161\"\ndir = \"{}\"\ninterval = \"10ms\"\n\
+         [[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
+         [[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos_addr}\"\nevery = \"200ms\"\n\
+         [[hmon]]\nname = \"dyalog\"\nconnect = \"{hmon_addr}\"\npoll = \"500ms\"\n",
+        sys161_dir.path().display()
+    );
+    let config2_file = dir.path().join("fleet2.toml");
+    std::fs::write(&config2_file, config2).unwrap();
+    let second = dir.path().join("second");
+    let telemon = Telemon::spawn(&[
+        "record",
+        "--config",
+        config2_file.to_str().unwrap(),
+        "--out",
+        second.to_str().unwrap(),
+    ]);
+    let targets = ["os161", "box", "vm", "dyalog"];
+    let expected: Vec<Vec<u8>> = targets.iter().map(|t| first_connection(&first, t).inbound()).collect();
+    within("the second recording to hold every byte the first did", async {
+        loop {
+            if let Ok((capture, _)) = Capture::from_dir(&second, Limits::default()) {
+                let done = targets.iter().zip(&expected).all(|(t, want)| {
+                    capture.connections(Some(t)).first().is_some_and(|c| c.inbound().len() >= want.len())
+                });
+                if done {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    telemon.kill().await;
+    shutdown.cancel();
+    for (t, want) in targets.iter().zip(&expected) {
+        let got = first_connection(&second, t).inbound();
+        assert_eq!(&got[..want.len()], &want[..], "{t}: the replaying sim served the recorded bytes");
+        // The requests telemon sent the second time are those of the first (the conversation matched).
+        let asked = first_connection(&second, t).bytes(telemon_capture::Direction::Outbound);
+        let recorded = first_connection(&first, t).bytes(telemon_capture::Direction::Outbound);
+        let n = asked.len().min(recorded.len());
+        assert_eq!(asked[..n], recorded[..n], "{t}");
+    }
+
+    // 4. Through the exporter's collectors, both connections end with the same series and values (telemon's
+    // own bookkeeping, such as connect counts, aside).
+    let last_values = |conn: telemon_capture::Connection| {
+        let scrapes = telemon::export::replay(vec![conn]).unwrap();
+        let text = &scrapes.last().expect("a publication").text;
+        text.lines()
+            .filter(|l| !l.starts_with('#') && !l.starts_with("telemon_"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    for t in targets {
+        let before = last_values(first_connection(&first, t));
+        let again = last_values(first_connection(&second, t));
+        assert!(before.len() > 1, "{t}: {before:?}");
+        assert_eq!(before, again, "{t}");
+    }
+}
