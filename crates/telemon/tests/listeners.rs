@@ -422,3 +422,35 @@ fn the_http_cap_is_bounded_by_a_share_of_the_open_file_limit() {
     let e = FleetConfig::parse("t.toml", "[serve]\nmax_connections = 0\n").unwrap_err();
     assert_eq!((e.line, e.key.as_str()), (2, "serve.max_connections"), "{e}");
 }
+
+/// A keep-alive connection idle after its request is closed after `idle_timeout`, as is one that
+/// never completes its headers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_keep_alive_and_slow_header_connections_are_closed() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let config = FleetConfig::parse("t.toml", "[serve]\nidle_timeout = \"1s\"\n").unwrap();
+    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let addr = server.local_addr();
+    let mut kept = tokio::net::TcpStream::connect(addr).await.unwrap();
+    kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHo").await.unwrap();
+    let mut answer = Vec::new();
+    support::within("the answer, then the close of the idle connection", async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match kept.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    assert!(String::from_utf8_lossy(&answer).starts_with("HTTP/1.1 200"), "{answer:?}");
+    support::within("the close of the slow connection", async {
+        let mut buf = [0u8; 1024];
+        while slow.read(&mut buf).await.is_ok_and(|n| n > 0) {}
+    })
+    .await;
+    server.shutdown().await;
+}
