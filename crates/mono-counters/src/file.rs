@@ -55,7 +55,8 @@ impl<R: AsyncRead + Unpin> CounterFile<R> {
         &self.hello
     }
 
-    /// The next record with the full state after it; `Ok(None)` at the end of the file.
+    /// The next record with the full state after it (every record, also one with no value: its
+    /// `changed` is empty); `Ok(None)` at the end of the file.
     pub async fn next_sample(&mut self) -> Result<Option<SampleUpdate>, ClientError> {
         match self.framed.next().await {
             None => Ok(None),
@@ -67,6 +68,7 @@ impl<R: AsyncRead + Unpin> CounterFile<R> {
                     changed,
                     table: Arc::clone(&self.table),
                     missed: 0,
+                    empty: 0,
                 }))
             }
             Some(Ok(other)) => Err(ClientError::Unexpected(other.kind())),

@@ -34,8 +34,10 @@ pub struct ClientConfig {
     pub request_timeout: Duration,
     /// How long a new connection may take to send Hello.
     pub hello_timeout: Duration,
-    /// Samples buffered for [`Session::next_sample`]; when the reader falls further behind, samples
-    /// are counted in [`SampleUpdate::missed`] instead (the table stays exact).
+    /// Updates buffered for [`Session::next_sample`]. When the consumer falls further behind, the
+    /// reader merges the samples that follow into one held update (counted in
+    /// [`SampleUpdate::missed`]), queued as soon as there is room: no changed value is lost, and
+    /// responses to requests are still read.
     pub sample_queue: usize,
 }
 
@@ -75,17 +77,40 @@ impl ClientConfig {
 #[deprecated(note = "renamed ClientConfig")]
 pub type InspectorConfig = ClientConfig;
 
-/// One decoded sample and the full state after it.
+/// One decoded sample that carried values, and the full state after it.
+///
+/// A sample with no value (the agent without `interval=` sends one whenever nothing changed) is
+/// applied and counted in the next update's [`SampleUpdate::empty`], never queued on its own.
 #[derive(Debug, Clone)]
 pub struct SampleUpdate {
     /// The sample's timestamp (100 ns ticks, relative).
     pub timestamp: i64,
-    /// The indexes whose value this sample carried.
+    /// The indexes whose value this sample carried (with [`SampleUpdate::missed`] samples merged
+    /// in: the indexes any of them carried).
     pub changed: Vec<i16>,
     /// Every counter with its latest value, after this sample.
     pub table: Arc<CounterTable>,
-    /// Samples applied to the table but not handed out, because the consumer fell behind.
+    /// Earlier samples with values merged into this update because the consumer fell behind (their
+    /// values are in `table` and their indexes in `changed`).
     pub missed: u64,
+    /// Samples with no value received since the previous update.
+    pub empty: u64,
+}
+
+impl SampleUpdate {
+    /// Folds a later update into this one (the consumer is behind): the later state, every index
+    /// either carried.
+    fn merge(&mut self, later: SampleUpdate) {
+        self.timestamp = later.timestamp;
+        for i in later.changed {
+            if !self.changed.contains(&i) {
+                self.changed.push(i);
+            }
+        }
+        self.table = later.table;
+        self.missed += 1 + later.missed;
+        self.empty += later.empty;
+    }
 }
 
 /// A TCP server for Mono agents (`address=host:port` on the agent side).
@@ -332,9 +357,23 @@ async fn read_loop<R: AsyncRead + Unpin>(
     mut table: Arc<CounterTable>,
     samples: mpsc::Sender<Result<SampleUpdate, ClientError>>,
 ) {
-    let mut missed = 0u64;
+    // Samples with no value since the last update.
+    let mut empty = 0u64;
+    // An update that did not fit in the queue; later samples merge into it until there is room.
+    let mut held: Option<SampleUpdate> = None;
     let failure = loop {
-        let msg = match framed.next().await {
+        let next = tokio::select! {
+            biased;
+            permit = samples.reserve(), if held.is_some() => {
+                match (permit, held.take()) {
+                    (Ok(permit), Some(update)) => permit.send(Ok(update)),
+                    _ => held = None, // the consumer is gone
+                }
+                continue;
+            }
+            next = framed.next() => next,
+        };
+        let msg = match next {
             None => break None,
             Some(Err(e)) => break Some(e),
             Some(Ok(msg)) => msg,
@@ -343,13 +382,26 @@ async fn read_loop<R: AsyncRead + Unpin>(
         match msg {
             AgentMessage::Sampling(sample) => {
                 drop(pending);
+                if sample.values.is_empty() {
+                    empty += 1;
+                    continue;
+                }
                 let changed = Arc::make_mut(&mut table).apply(&sample);
-                let update =
-                    SampleUpdate { timestamp: sample.timestamp, changed, table: Arc::clone(&table), missed };
+                let update = SampleUpdate {
+                    timestamp: sample.timestamp,
+                    changed,
+                    table: Arc::clone(&table),
+                    missed: 0,
+                    empty: std::mem::take(&mut empty),
+                };
+                if let Some(h) = held.as_mut() {
+                    h.merge(update);
+                    continue;
+                }
                 match samples.try_send(Ok(update)) {
-                    Ok(()) => missed = 0,
-                    Err(mpsc::error::TrySendError::Full(_)) => missed += 1,
-                    Err(mpsc::error::TrySendError::Closed(_)) => {}
+                    Ok(()) => {}
+                    Err(mpsc::error::TrySendError::Full(Ok(update))) => held = Some(update),
+                    Err(_) => {}
                 }
             }
             AgentMessage::List(entries) => match pending.list.pop_front() {
@@ -387,6 +439,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
     {
         let mut pending = shared.pending.lock().unwrap_or_else(|e| e.into_inner());
         *pending = Pending { closed: true, ..Pending::default() };
+    }
+    if let Some(update) = held {
+        let _ = samples.send(Ok(update)).await;
     }
     if let Some(e) = failure {
         let _ = samples.send(Err(e)).await;

@@ -74,6 +74,7 @@ async fn responses_match_requests_fifo_per_kind_between_samples() {
             AgentMessage::Add(AddResponse::NotFound),
             AgentMessage::Remove(Status::Ok),
             sample(3, &[]),
+            sample(4, &[(1, CounterValue::Long(8))]),
         ]))
         .await
         .unwrap();
@@ -89,7 +90,8 @@ async fn responses_match_requests_fifo_per_kind_between_samples() {
     assert_eq!(second.table.len(), 2);
     let third = session.next_sample().await.unwrap().unwrap();
     assert_eq!(third.table.len(), 1, "index 0 removed");
-    assert_eq!(third.table.get(1).unwrap().value, Some(CounterValue::Long(7).into()), "last value kept");
+    assert_eq!(third.table.get(1).unwrap().value, Some(CounterValue::Long(8).into()));
+    assert_eq!((third.timestamp, third.empty), (4, 1), "the empty sample is counted, not queued");
     // The earlier snapshots were not changed by later samples.
     assert_eq!(first.table.len(), 1);
 }
@@ -144,7 +146,7 @@ async fn the_first_message_must_be_hello() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_slow_consumer_misses_samples_but_not_state() {
+async fn a_slow_consumer_gets_merged_samples_and_the_state() {
     let config = ClientConfig { sample_queue: 2, ..ClientConfig::default() };
     let (mut session, mut agent) = started(config).await;
     let mut msgs: Vec<_> = (0..10).map(|n| sample(n, &[(0, CounterValue::Int(n as i32))])).collect();
@@ -160,13 +162,13 @@ async fn a_slow_consumer_misses_samples_but_not_state() {
     let a = session.next_sample().await.unwrap().unwrap();
     let b = session.next_sample().await.unwrap().unwrap();
     assert_eq!((a.timestamp, b.timestamp), (0, 1));
-    agent.write_all(&bytes(&[sample(10, &[])])).await.unwrap();
+    // The other eight were merged into one update, queued as soon as there was room.
     let c = session.next_sample().await.unwrap().unwrap();
-    assert_eq!(c.missed, 8);
+    assert_eq!((c.timestamp, c.missed, c.changed.clone()), (9, 7, vec![0]));
     assert_eq!(
         c.table.get(0).unwrap().value,
         Some(CounterValue::Int(9).into()),
-        "state includes missed samples"
+        "state includes merged samples"
     );
 }
 
@@ -180,4 +182,63 @@ async fn a_request_the_agent_never_reads_times_out() {
     let long = "x".repeat(500);
     let err = session.add("Mono GC", long).await.unwrap_err();
     assert!(matches!(err, ClientError::Timeout { request: "add", .. }), "{err}");
+}
+
+/// Issue 18's burst: five samples with values, 1,250 empty samples before each of the last four,
+/// written 64 messages at a time. Returns the writes.
+fn burst() -> Vec<Vec<u8>> {
+    let mut msgs = vec![sample(1, &[(0, CounterValue::Int(100))])];
+    for v in 1..5 {
+        msgs.extend((0..1250).map(|t| sample(10 * v + t, &[])));
+        msgs.push(sample(10 * v + 5000, &[(0, CounterValue::Int(100 + v as i32))]));
+    }
+    msgs.chunks(64).map(bytes).collect()
+}
+
+/// Writes the whole burst while the consumer reads nothing, then closes.
+async fn send_burst(mut agent: DuplexStream) {
+    for w in burst() {
+        agent.write_all(&w).await.unwrap();
+    }
+    agent.shutdown().await.unwrap();
+}
+
+fn value(update: &SampleUpdate) -> Option<CounterValue> {
+    update.table.readings().next().and_then(|r| match &r.value {
+        Some(ValueData::Typed(v)) => Some(*v),
+        _ => None,
+    })
+}
+
+#[tokio::test]
+async fn a_burst_of_empty_samples_loses_no_sample_with_values() {
+    let (mut session, agent) = started(ClientConfig::default()).await;
+    send_burst(agent).await;
+    let mut updates = Vec::new();
+    while let Some(u) = session.next_sample().await.unwrap() {
+        updates.push(u);
+    }
+    let values: Vec<_> = updates.iter().map(value).collect();
+    let want: Vec<_> = (0..5).map(|v| Some(CounterValue::Int(100 + v))).collect();
+    assert_eq!(values, want, "every sample with a value is a row, in order");
+    let empties: Vec<u64> = updates.iter().map(|u| u.empty).collect();
+    assert_eq!(empties, [0, 1250, 1250, 1250, 1250], "empty samples are counted, not queued");
+    assert!(updates.iter().all(|u| u.missed == 0 && u.changed == [0]));
+}
+
+#[tokio::test]
+async fn a_consumer_behind_gets_merged_updates_and_the_final_state() {
+    let config = ClientConfig { sample_queue: 2, ..ClientConfig::default() };
+    let (mut session, agent) = started(config).await;
+    send_burst(agent).await;
+    let mut updates = Vec::new();
+    while let Some(u) = session.next_sample().await.unwrap() {
+        updates.push(u);
+    }
+    // Two fit in the queue; the other three are merged into one held update, queued at the end.
+    let rows: u64 = updates.iter().map(|u| 1 + u.missed).sum();
+    let empty: u64 = updates.iter().map(|u| u.empty).sum();
+    assert_eq!((rows, empty), (5, 5000), "{updates:?}");
+    assert_eq!(value(updates.last().unwrap()), Some(CounterValue::Int(104)), "the last value is never lost");
+    assert!(updates.len() < 5);
 }

@@ -161,7 +161,7 @@ async fn watch(
     }
     while let Some(update) = session.next_sample().await.map_err(CliError::peer)? {
         if update.missed > 0 {
-            eprintln!("telemon: {} samples not shown (output too slow)", update.missed);
+            eprintln!("telemon: {} samples merged into the next row (output too slow)", update.missed);
         }
         if printer.sample(&update)? && countdown.tick() {
             printer.finish();
@@ -244,6 +244,8 @@ impl Printer {
 
     /// Shows `update`, unless it changed nothing; returns whether it was shown.
     fn sample(&mut self, update: &SampleUpdate) -> Result<bool, CliError> {
+        // The inspector counts empty samples in `empty`; a file yields them one by one.
+        self.coalesced += update.empty;
         if update.changed.is_empty() {
             self.coalesced += 1;
             return Ok(false);

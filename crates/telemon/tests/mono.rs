@@ -171,3 +171,24 @@ async fn usage_errors_exit_2() {
     let (code, _, _) = telemon(&["mono", "listen", "127.0.0.1:0", "--add", "no-slash"]).finish().await;
     assert_eq!(code, 2);
 }
+
+/// Issue 18: a burst of empty samples between samples with values used to fill the reader's queue,
+/// so that `--count 5` printed one row and never finished.
+#[tokio::test]
+async fn listen_shows_every_sample_with_values_after_a_burst_of_empty_ones() {
+    use tokio::io::AsyncWriteExt;
+    let mut t = telemon(&["mono", "listen", "127.0.0.1:0", "--count", "5", "--json"]);
+    let addr = listening_on(&mut t).await;
+    let mut agent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    for write in support::mono_burst() {
+        agent.write_all(&write).await.unwrap();
+    }
+    let (code, out, err) = t.finish().await;
+    assert_eq!(code, 0, "stderr: {err:?}");
+    let rows = support::json_lines(&out.join("\n"));
+    let values: Vec<i64> =
+        rows.iter().map(|r| r["values"]["Mono System/Working Set"].as_i64().unwrap()).collect();
+    assert_eq!(values, [100, 101, 102, 103, 104], "{out:?}");
+    let coalesced: Vec<u64> = rows.iter().map(|r| r["coalesced"].as_u64().unwrap_or(0)).collect();
+    assert_eq!(coalesced, [0, 1250, 1250, 1250, 1250]);
+}

@@ -32,6 +32,10 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     })
 }
 
+fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
+}
+
 fn one_second() -> Duration {
     Duration::from_secs(1)
 }
@@ -119,6 +123,26 @@ pub struct ServeSection {
     /// Per-target cap on series.
     #[serde(default = "default_series_limit")]
     pub series_limit: usize,
+    /// The most HTTP connections open at once; more are refused at once (and counted). The cap
+    /// in force is also bounded by a share of the open-file limit, see `telemon::serve`.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// How long an HTTP connection may take to send a request's headers, and may stay idle
+    /// between requests (keep-alive).
+    #[serde(default = "default_idle_timeout", deserialize_with = "duration")]
+    pub idle_timeout: Duration,
+}
+
+/// The default `[serve] max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// The default `[serve] idle_timeout`.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn default_max_connections() -> usize {
+    DEFAULT_MAX_CONNECTIONS
+}
+fn default_idle_timeout() -> Duration {
+    DEFAULT_IDLE_TIMEOUT
 }
 
 fn default_listen() -> String {
@@ -130,7 +154,12 @@ fn default_series_limit() -> usize {
 
 impl Default for ServeSection {
     fn default() -> Self {
-        ServeSection { listen: default_listen(), series_limit: default_series_limit() }
+        ServeSection {
+            listen: default_listen(),
+            series_limit: default_series_limit(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+        }
     }
 }
 
@@ -169,6 +198,16 @@ pub struct HmonTarget {
     pub poll: Duration,
     /// Notifications to subscribe to (default all).
     pub subscribe: Option<Vec<String>>,
+    /// Dial-in listeners only: the most targets kept (live and remembered; default
+    /// [`DEFAULT_MAX_TARGETS`]).
+    pub max_targets: Option<usize>,
+    /// Dial-in listeners only: the source networks accepted (`"10.0.0.0/8"`, `"127.0.0.1"`;
+    /// default: any).
+    pub allow: Option<Vec<String>>,
+    /// Dial-in listeners only: how long a new connection may take to complete its Hello or
+    /// handshake (default [`DEFAULT_HELLO_TIMEOUT`]).
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub hello_timeout: Option<Duration>,
     /// Labels added to every series.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -185,6 +224,16 @@ pub struct MonoTarget {
     /// Counters added to every agent, e.g. `Mono System/Working Set`.
     #[serde(default)]
     pub add: Vec<String>,
+    /// Dial-in listeners only: the most targets kept (live and remembered; default
+    /// [`DEFAULT_MAX_TARGETS`]).
+    pub max_targets: Option<usize>,
+    /// Dial-in listeners only: the source networks accepted (`"10.0.0.0/8"`, `"127.0.0.1"`;
+    /// default: any).
+    pub allow: Option<Vec<String>>,
+    /// Dial-in listeners only: how long a new connection may take to complete its Hello or
+    /// handshake (default [`DEFAULT_HELLO_TIMEOUT`]).
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub hello_timeout: Option<Duration>,
     /// Labels added to every series.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
@@ -227,6 +276,69 @@ pub struct SysinfoTarget {
     /// Labels added to every series.
     #[serde(default)]
     pub labels: BTreeMap<String, String>,
+}
+
+/// The default `max_targets` of a dial-in listener.
+pub const DEFAULT_MAX_TARGETS: usize = 1000;
+/// The default `hello_timeout` of a dial-in listener.
+pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The bounds of a dial-in listener (`[[mono_listen]]`, `[[hmon_listen]]`), from its block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListenerLimits {
+    /// The most targets kept, live and remembered.
+    pub max_targets: usize,
+    /// The source networks accepted; empty: any.
+    pub allow: Vec<ipnet::IpNet>,
+    /// The deadline for a new connection's Hello or handshake.
+    pub hello_timeout: Duration,
+}
+
+impl ListenerLimits {
+    /// The limits of a block's keys; `Err((key, message))` names what is wrong.
+    pub fn new(
+        max_targets: Option<usize>,
+        allow: Option<&[String]>,
+        hello_timeout: Option<Duration>,
+    ) -> Result<ListenerLimits, (&'static str, String)> {
+        let max_targets = max_targets.unwrap_or(DEFAULT_MAX_TARGETS);
+        if max_targets == 0 {
+            return Err(("max_targets", "must be above zero".into()));
+        }
+        let hello_timeout = hello_timeout.unwrap_or(DEFAULT_HELLO_TIMEOUT);
+        if hello_timeout.is_zero() {
+            return Err(("hello_timeout", "must be above zero".into()));
+        }
+        let mut nets = Vec::new();
+        for a in allow.unwrap_or_default() {
+            let net = match (a.parse::<ipnet::IpNet>(), a.parse::<std::net::IpAddr>()) {
+                (Ok(net), _) => net.trunc(),
+                (_, Ok(ip)) => ipnet::IpNet::from(ip),
+                _ => {
+                    let message = format!("{a:?} is neither a network (\"10.0.0.0/8\") nor an address");
+                    return Err(("allow", message));
+                }
+            };
+            nets.push(net);
+        }
+        Ok(ListenerLimits { max_targets, allow: nets, hello_timeout })
+    }
+}
+
+impl HmonTarget {
+    /// The listener bounds of a `[[hmon_listen]]` block (checked with the config).
+    pub fn listener_limits(&self) -> ListenerLimits {
+        ListenerLimits::new(self.max_targets, self.allow.as_deref(), self.hello_timeout)
+            .unwrap_or_else(|_| ListenerLimits::new(None, None, None).expect("the defaults are valid"))
+    }
+}
+
+impl MonoTarget {
+    /// The listener bounds of a `[[mono_listen]]` block (checked with the config).
+    pub fn listener_limits(&self) -> ListenerLimits {
+        ListenerLimits::new(self.max_targets, self.allow.as_deref(), self.hello_timeout)
+            .unwrap_or_else(|_| ListenerLimits::new(None, None, None).expect("the defaults are valid"))
+    }
 }
 
 /// The whole fleet configuration.
@@ -481,6 +593,39 @@ impl FleetConfig {
                 ));
             }
         }
+        let key_err = |name: &Spanned<String>, key: &str, message: String| ConfigError {
+            file: file.into(),
+            line: match key_line(text, name.span().start, key) {
+                0 => line_of(text, name.span().start),
+                l => l,
+            },
+            key: key.into(),
+            message,
+        };
+        for t in &self.hmon {
+            let keys = [
+                ("max_targets", t.max_targets.is_some()),
+                ("allow", t.allow.is_some()),
+                ("hello_timeout", t.hello_timeout.is_some()),
+            ];
+            if let Some((key, _)) = keys.iter().find(|(_, given)| *given) {
+                return Err(key_err(&t.name, key, "only for [[hmon_listen]] and [[mono_listen]]".into()));
+            }
+        }
+        let listeners = self
+            .hmon_listen
+            .iter()
+            .map(|t| (&t.name, t.max_targets, t.allow.as_deref(), t.hello_timeout))
+            .chain(
+                self.mono_listen
+                    .iter()
+                    .map(|t| (&t.name, t.max_targets, t.allow.as_deref(), t.hello_timeout)),
+            );
+        for (name, max_targets, allow, hello_timeout) in listeners {
+            if let Err((key, message)) = ListenerLimits::new(max_targets, allow, hello_timeout) {
+                return Err(key_err(name, key, message));
+            }
+        }
         for t in &self.hmon.iter().chain(&self.hmon_listen).collect::<Vec<_>>() {
             if t.poll.is_zero() {
                 return Err(err(&t.name, "poll", "must be above zero".into()));
@@ -542,6 +687,18 @@ impl FleetConfig {
             if t.timeout.is_zero() {
                 return Err(err(&t.name, "timeout", "must be above zero".into()));
             }
+        }
+        let serve_key_err = |key: &str, message: &str| ConfigError {
+            file: file.into(),
+            line: text.lines().position(|l| l.trim_start().starts_with(key)).map_or(0, |i| i + 1),
+            key: format!("serve.{key}"),
+            message: message.into(),
+        };
+        if self.serve.max_connections == 0 {
+            return Err(serve_key_err("max_connections", "must be above zero"));
+        }
+        if self.serve.idle_timeout.is_zero() {
+            return Err(serve_key_err("idle_timeout", "must be above zero"));
         }
         if self.serve.listen.parse::<SocketAddr>().is_err() && !self.serve.listen.contains(':') {
             return Err(ConfigError {
@@ -628,6 +785,33 @@ reports = ["ps"]
         let c = FleetConfig::parse("README.md", body).unwrap();
         assert_eq!(c.meter161.len() + c.hmon.len() + c.hmon_listen.len(), 4);
         assert_eq!((c.mono_listen.len(), c.smon.len(), c.sysinfo.len()), (1, 2, 2));
+    }
+
+    #[test]
+    fn listener_bounds_parse_and_bad_ones_are_rejected_at_their_line() {
+        let text = "[[mono_listen]]\nname = \"m\"\nlisten = \"x:1\"\nmax_targets = 5\n\
+                    allow = [\"10.0.0.0/8\", \"127.0.0.1\", \"::1\"]\nhello_timeout = \"2s\"\n";
+        let c = FleetConfig::parse("f.toml", text).unwrap();
+        let l = c.mono_listen[0].listener_limits();
+        assert_eq!((l.max_targets, l.hello_timeout, l.allow.len()), (5, Duration::from_secs(2), 3));
+        assert!(l.allow[1].contains(&"127.0.0.1".parse::<std::net::IpAddr>().unwrap()));
+        let defaults =
+            FleetConfig::parse("f.toml", "[[hmon_listen]]\nname = \"h\"\nlisten = \"x:1\"\n").unwrap();
+        let l = defaults.hmon_listen[0].listener_limits();
+        assert_eq!(
+            (l.max_targets, l.hello_timeout, l.allow.len()),
+            (DEFAULT_MAX_TARGETS, DEFAULT_HELLO_TIMEOUT, 0)
+        );
+        let cases = [
+            ("[[mono_listen]]\nname = \"m\"\nlisten = \"x:1\"\n\nallow = [\"10.0.0.0/33\"]\n", 5, "allow"),
+            ("[[hmon_listen]]\nname = \"h\"\nlisten = \"x:1\"\nmax_targets = 0\n", 4, "max_targets"),
+            ("[[hmon_listen]]\nname = \"h\"\nlisten = \"x:1\"\nhello_timeout = \"0s\"\n", 4, "hello_timeout"),
+            ("[[hmon]]\nname = \"h\"\nconnect = \"x:1\"\nallow = [\"::1\"]\n", 4, "allow"),
+        ];
+        for (text, line, key) in cases {
+            let e = FleetConfig::parse("f.toml", text).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
+        }
     }
 
     #[test]
@@ -792,6 +976,9 @@ impl TargetArgs {
             facts: None,
             poll: one_second(),
             subscribe: None,
+            max_targets: None,
+            allow: None,
+            hello_timeout: None,
             labels: BTreeMap::new(),
         };
         cfg.hmon.extend(self.hmon.iter().map(|a| hmon(a, true)));
@@ -800,6 +987,9 @@ impl TargetArgs {
             name: name(a),
             listen: a.clone(),
             add: Vec::new(),
+            max_targets: None,
+            allow: None,
+            hello_timeout: None,
             labels: BTreeMap::new(),
         }));
         for a in &self.smon {

@@ -15,6 +15,7 @@
 pub mod collect;
 pub mod config;
 pub mod model;
+pub mod own;
 pub mod registry;
 pub mod render;
 pub mod series;

@@ -58,11 +58,24 @@ enum Own {
     Dropped,
     LastUpdate,
     Received,
+    /// Not per target: [`super::own`]'s dial-in refusals.
+    ListenerRefused,
+    /// Not per target: [`super::own`]'s HTTP refusals.
+    HttpRefused,
 }
 
 impl Own {
-    const ALL: [Own; 7] =
-        [Own::Build, Own::Up, Own::Connects, Own::Errors, Own::Dropped, Own::LastUpdate, Own::Received];
+    const ALL: [Own; 9] = [
+        Own::Build,
+        Own::Up,
+        Own::Connects,
+        Own::Errors,
+        Own::Dropped,
+        Own::LastUpdate,
+        Own::Received,
+        Own::ListenerRefused,
+        Own::HttpRefused,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -73,6 +86,8 @@ impl Own {
             Own::Dropped => "telemon_target_dropped_series_total",
             Own::LastUpdate => "telemon_target_last_update_timestamp_seconds",
             Own::Received => "telemon_target_received_bytes_total",
+            Own::ListenerRefused => "telemon_listener_refused_total",
+            Own::HttpRefused => "telemon_http_refused_connections_total",
         }
     }
 
@@ -85,13 +100,22 @@ impl Own {
             Own::Dropped => "Series not kept because the target reached its series limit.",
             Own::LastUpdate => "Unix time of the last value received from the target.",
             Own::Received => "Bytes read from the target.",
+            Own::ListenerRefused => {
+                "Connections a dial-in listener closed without making them a target, by reason."
+            }
+            Own::HttpRefused => "HTTP connections refused at once because [serve] max_connections were open.",
         }
     }
 
     fn kind(self) -> MetricKind {
         match self {
             Own::Build => MetricKind::Info,
-            Own::Connects | Own::Errors | Own::Dropped | Own::Received => MetricKind::Counter,
+            Own::Connects
+            | Own::Errors
+            | Own::Dropped
+            | Own::Received
+            | Own::ListenerRefused
+            | Own::HttpRefused => MetricKind::Counter,
             Own::Up | Own::LastUpdate => MetricKind::Gauge,
         }
     }
@@ -129,6 +153,9 @@ impl Chunks {
     pub fn new(snapshot: FleetSnapshot, format: Format) -> Chunks {
         let mut plan: BTreeMap<Arc<str>, Source> = BTreeMap::new();
         for own in Own::ALL {
+            if own == Own::ListenerRefused && super::own::listener_refusals().is_empty() {
+                continue;
+            }
             plan.insert(Arc::from(own.name()), Source::Own(own));
         }
         for (ti, t) in snapshot.targets.iter().enumerate() {
@@ -212,6 +239,31 @@ impl Chunks {
                     buf.push_str("telemon_build_info{version=\"");
                     buf.push_str(env!("CARGO_PKG_VERSION"));
                     buf.push_str("\"} 1\n");
+                    *member = usize::MAX;
+                }
+                Source::Own(Own::ListenerRefused) => {
+                    for (listener, reason, n) in super::own::listener_refusals() {
+                        buf.push_str("telemon_listener_refused_total{listener=\"");
+                        for c in listener.chars() {
+                            match c {
+                                '\\' => buf.push_str("\\\\"),
+                                '"' => buf.push_str("\\\""),
+                                '\n' => buf.push_str("\\n"),
+                                c => buf.push(c),
+                            }
+                        }
+                        buf.push_str("\",reason=\"");
+                        buf.push_str(reason.as_str());
+                        buf.push_str("\"} ");
+                        push_num(buf, Num::Uint(n));
+                        buf.push('\n');
+                    }
+                    *member = usize::MAX;
+                }
+                Source::Own(Own::HttpRefused) => {
+                    buf.push_str("telemon_http_refused_connections_total ");
+                    push_num(buf, Num::Uint(super::own::http_refusals()));
+                    buf.push('\n');
                     *member = usize::MAX;
                 }
                 Source::Own(own) => {
@@ -344,7 +396,7 @@ fn write_own(out: &mut String, name: &str, own: Own, t: &TargetSnapshot) {
         out.push('\n');
     };
     match own {
-        Own::Build => {}
+        Own::Build | Own::ListenerRefused | Own::HttpRefused => {}
         Own::Up => own_line(None, Num::Uint(u64::from(t.is_up()))),
         Own::Connects => own_line(None, Num::Uint(t.connects)),
         Own::Errors => {

@@ -78,6 +78,11 @@ impl Telemon {
         Telemon { child, stdout, stderr }
     }
 
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
     /// The next line on stdout.
     pub async fn stdout_line(&mut self) -> String {
         within("a line on stdout", self.stdout.next_line()).await.unwrap().expect("stdout closed")
@@ -123,4 +128,43 @@ impl Telemon {
         let status = within("telemon to exit", self.child.wait()).await.unwrap();
         (status.code().unwrap_or(-1), out, err)
     }
+}
+
+/// A fake Mono agent's bytes for issue 18's burst: a Hello with one counter
+/// (`Mono System/Working Set`, bytes, variable), then five samples with values (100, 101, ...,
+/// 104), with 1,250 empty samples before each of the last four; cut into writes of 64 messages.
+pub fn mono_burst() -> Vec<Vec<u8>> {
+    use mono_counters::*;
+    let hello = Hello {
+        version: PROTOCOL_VERSION,
+        headers: vec![Header {
+            category: Category::System,
+            name: "Working Set".into(),
+            kind: CounterType::Long,
+            unit: Unit::Bytes,
+            variance: Variance::Variable,
+            index: 0,
+        }],
+    };
+    let sample = |timestamp: i64, value: Option<i64>| {
+        AgentMessage::Sampling(Sample {
+            timestamp,
+            values: value
+                .map(|v| SampleValue { index: 0, data: CounterValue::Long(v).into() })
+                .into_iter()
+                .collect(),
+        })
+    };
+    let mut msgs = vec![AgentMessage::Hello(hello), sample(1_000_000, Some(100))];
+    for v in 1..5 {
+        msgs.extend((0..1250).map(|t| sample(1_000_000 * (v + 1) + t, None)));
+        msgs.push(sample(1_000_000 * (v + 1) + 5000, Some(100 + v)));
+    }
+    msgs.chunks(64)
+        .map(|chunk| {
+            let mut out = bytes::BytesMut::new();
+            chunk.iter().for_each(|m| encode_agent_message(m, &mut out).unwrap());
+            out.to_vec()
+        })
+        .collect()
 }

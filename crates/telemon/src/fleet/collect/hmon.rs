@@ -12,12 +12,13 @@ use std::time::Duration;
 use futures::StreamExt;
 use hmon::{
     Client, ClientConfig, ClientError, Connection, Event, EventKind, Events, FactKind, FactValue,
-    GetLastKnownState, IdOrName, Incoming, Listener, Message as _, Request, Response, Subscribe,
+    GetLastKnownState, IdOrName, Incoming, Message as _, Request, Response, Subscribe,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
-use super::{flush_due, within, AbortOnDrop, Claims, Retry, CONNECT_TIMEOUT};
+use super::dialin::{Admitted, DialIn, EXPIRE_EVERY};
+use super::{flush_due, within, AbortOnDrop, Retry, ACCEPT_ERROR_PAUSE, CONNECT_TIMEOUT};
 use crate::fleet::config::HmonTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
@@ -282,10 +283,11 @@ where
     collect(p, &client, &mut events, plan).await
 }
 
-/// POLL mode: binds the block's `listen` address and returns the accept loop. Each interpreter is a
-/// target named `NAME/HOST` after its Host fact (or `NAME/PEER` when it has no name or the name is
-/// taken by a connected interpreter). A target stays listed as down for `linger` after its
-/// interpreter leaves, unless it comes back. Dropping the loop ends every session.
+/// POLL mode: binds the block's `listen` address and returns the accept loop. Each interpreter
+/// that passes the block's `allow`, `hello_timeout` and `max_targets` (see [`DialIn`]) is a target
+/// named `NAME/HOST` after its Host fact, or `NAME/PEER` when it has no name or a live
+/// interpreter holds that name (decided atomically). A target stays listed as down for `linger`
+/// after its interpreter leaves, unless it comes back. Dropping the loop ends every session.
 pub async fn listen(
     registry: Registry,
     block: &HmonTarget,
@@ -294,42 +296,61 @@ pub async fn listen(
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     let plan = Arc::new(Plan::new(block));
     let addr = block.listen.clone().unwrap_or_default();
-    let mut listener = Listener::bind(&addr, plan.client_config()).await?;
+    let limits = block.listener_limits();
+    let config = ClientConfig { handshake_timeout: limits.hello_timeout, ..plan.client_config() };
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
     let labels = crate::fleet::labels(&block.labels);
     let name = block.name.get_ref().clone();
-    let claims = Claims::default();
+    let dial = DialIn::new(&name, limits, registry, linger);
     Ok(async move {
         let mut sessions = JoinSet::new();
+        let mut expire = tokio::time::interval(EXPIRE_EVERY);
         loop {
             let accepted = tokio::select! {
                 a = listener.accept() => a,
                 Some(_) = sessions.join_next() => continue,
-            };
-            let (client, mut events, peer) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(%addr, error = %e, "an interpreter failed to connect");
+                _ = expire.tick() => {
+                    dial.expire();
                     continue;
                 }
             };
-            let (registry, plan, labels, name, claims) =
-                (registry.clone(), plan.clone(), labels.clone(), name.clone(), claims.clone());
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, most likely: let sessions end before accepting again.
+                    tracing::warn!(%addr, error = %e, "cannot accept an interpreter");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            };
+            let Ok(pending) = dial.screen(peer) else { continue };
+            let _ = stream.set_nodelay(true);
+            let (dial, plan, labels, name, config) =
+                (dial.clone(), plan.clone(), labels.clone(), name.clone(), config.clone());
             sessions.spawn(async move {
+                let (client, mut events) = match Client::over(stream, config).await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "no handshake");
+                        return pending.failed();
+                    }
+                };
                 let host = match within(CONNECT_TIMEOUT, "Host", client.get_facts([FactKind::Host])).await {
                     Ok(Ok(facts)) => host_name(&facts),
                     _ => None,
                 };
-                let mut target = format!("{name}/{}", host.as_deref().unwrap_or(&peer.to_string()));
-                if registry.snapshot().get(&target).is_some_and(|t| t.is_up()) {
-                    target = format!("{name}/{peer}");
-                }
-                let mut p = Publisher::new(&registry, target, Protocol::Hmon, labels, series_limit);
-                let claim = claims.claim(p.name());
+                let mut names: Vec<String> = host.iter().map(|h| format!("{name}/{h}")).collect();
+                names.push(format!("{name}/{peer}"));
+                let Ok(Admitted { publisher: mut p, claim }) =
+                    dial.admit(pending, &names, Protocol::Hmon, labels, series_limit)
+                else {
+                    return;
+                };
                 p.up();
                 let failure = collect(&mut p, &client, &mut events, &plan).await;
                 p.down(&failure);
                 drop(client);
-                claims.linger_then_remove(&registry, p.name(), claim, linger).await;
+                dial.ended(p.name(), claim);
             });
         }
     })
@@ -660,5 +681,39 @@ mod serve_mode_tests {
         shutdown.cancel();
         let t = target_when(&registry, |t| !t.is_up()).await;
         assert!(t.errors.get(ErrorKind::Connect) >= 1, "{t:?}");
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FACTS: &str = r##"["Facts",{"Facts":[
+        {"ID":1,"Name":"Host","Value":{"Machine":{"Name":"box","User":"apl","PID":1,"Desc":"","AccessLevel":2},"Interpreter":{"Version":"19.0.1","BitWidth":64,"IsUnicode":true,"IsRuntime":false,"SessionUUID":"u"}}},
+        {"ID":3,"Name":"Workspace","Value":{"WSID":"CLEAR WS","Available":1,"Used":2,"Compactions":3,"GarbageCollections":4,"GarbagePockets":5,"FreePockets":6,"UsedPockets":7,"Sediment":8,"Allocation":9,"AllocationHWM":10,"TrapReserveWanted":11,"TrapReserveActual":12}},
+        {"ID":2,"Name":"AccountInformation","Value":{"UserIdentification":1001,"ComputeTime":10,"ConnectTime":20,"KeyingTime":0}},
+        {"ID":6,"Name":"ThreadCount","Value":{"Total":3,"Suspended":1}}]}]"##;
+
+    proptest! {
+        /// The polled facts with their numbers replaced by arbitrary ones (as an interpreter could
+        /// send) map to finite values without a panic.
+        #[test]
+        fn any_numbers_in_the_facts_map_to_finite_values(
+            numbers in proptest::collection::vec(super::super::testing::any_number(), 1..30),
+        ) {
+            use super::super::testing::{check_rendered, publisher, with_numbers};
+            let json = with_numbers(FACTS, &numbers);
+            let Ok(response) = hmon::decode_message::<Response>(json.as_bytes()) else { return Ok(()) };
+            let (reg, mut p) = publisher(Protocol::Hmon);
+            let (mut info, mut counts) = (Info::default(), HashMap::new());
+            message(&mut p, response, &mut info, &mut counts);
+            prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
+        }
+    }
+
+    #[test]
+    fn the_facts_template_decodes() {
+        assert!(hmon::decode_message::<Response>(FACTS.as_bytes()).is_ok());
     }
 }

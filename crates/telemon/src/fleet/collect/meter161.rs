@@ -426,6 +426,31 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// Any HEAD (known and unknown fields) with any DATA values maps to finite values, wrapping
+        /// fields unwrapped, without a panic.
+        #[test]
+        fn any_data_maps_to_finite_values(
+            names in proptest::collection::vec(proptest::sample::select(
+                vec!["nsec", "kinsns", "uinsns", "udud", "idle", "irqs", "exns", "disk", "con", "emu", "net", "x-1", "Field"]),
+                1..12),
+            rows in proptest::collection::vec(proptest::collection::vec(proptest::prelude::any::<u64>(), 12), 1..4),
+        ) {
+            use super::super::testing::{check_rendered, publisher};
+            use meter161::ServerMessage;
+            let (reg, mut p) = publisher(crate::fleet::Protocol::Meter161);
+            let mut session = meter161::Session::new();
+            let mut fields = Fields::default();
+            let _ = session.handle(ServerMessage::Hello(1));
+            let _ = session.handle(ServerMessage::Head(names.iter().map(|n| n.to_string()).collect()));
+            for row in rows {
+                let values = row[..names.len()].to_vec();
+                if let Ok(Some(meter161::Update::Sample(sample))) = session.handle(ServerMessage::Data(values)) {
+                    record(&mut p, &sample, &mut fields);
+                }
+            }
+            proptest::prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
+        }
+
         #[test]
         fn path_escaping_is_lossless(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
             proptest::prop_assert_eq!(unescape(&escape_path_bytes(&bytes)), bytes);

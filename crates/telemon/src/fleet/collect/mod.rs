@@ -5,15 +5,14 @@
 //! that ended it; [`Retry::after`] marks the target down, backs off (exponentially, with jitter) and
 //! starts the next session.
 
+pub mod dialin;
 pub mod hmon;
 pub mod meter161;
 pub mod mono;
 pub mod smon;
 pub mod sysinfo;
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::model::ErrorKind;
@@ -22,6 +21,8 @@ use crate::retry::Backoff;
 
 /// How long a connection (and its handshake) may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// The pause after a listener failed to accept (e.g. out of descriptors), so that it does not spin.
+pub const ACCEPT_ERROR_PAUSE: Duration = Duration::from_millis(100);
 /// The first pause after a failed session.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(250);
 /// The longest pause between two sessions.
@@ -69,44 +70,6 @@ pub async fn flush_due(due: Option<tokio::time::Instant>) {
     }
 }
 
-/// Who owns a dial-in target's name: an agent or interpreter that comes back under the same name
-/// takes the entry over, and the old session's linger then leaves it alone.
-#[derive(Debug, Clone, Default)]
-pub struct Claims {
-    inner: Arc<Mutex<ClaimTable>>,
-}
-
-/// The last claim handed out, and the current claim of each name.
-type ClaimTable = (u64, HashMap<Arc<str>, u64>);
-
-impl Claims {
-    /// Claims `name` for a new session; returns the claim.
-    pub fn claim(&self, name: &Arc<str>) -> u64 {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.0 += 1;
-        let id = g.0;
-        g.1.insert(name.clone(), id);
-        id
-    }
-
-    /// Keeps the (down) target listed for `linger`, then removes it unless a newer session claimed
-    /// its name meanwhile.
-    pub async fn linger_then_remove(
-        &self,
-        registry: &super::Registry,
-        name: &Arc<str>,
-        claim: u64,
-        linger: Duration,
-    ) {
-        tokio::time::sleep(linger).await;
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if g.1.get(name) == Some(&claim) {
-            g.1.remove(name);
-            registry.remove(name);
-        }
-    }
-}
-
 /// A task that is aborted when this handle is dropped.
 #[derive(Debug)]
 pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
@@ -114,5 +77,72 @@ pub struct AbortOnDrop(pub tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+/// What the collectors' property tests share: a publisher on its own registry, and a check of
+/// every value in the rendered exposition.
+#[cfg(test)]
+pub(crate) mod testing {
+    use crate::fleet::render::{render, Format};
+    use crate::fleet::{Protocol, Publisher, Registry};
+
+    /// A publisher of one target `t` on a fresh registry.
+    pub fn publisher(protocol: Protocol) -> (Registry, Publisher) {
+        let reg = Registry::new();
+        let p = Publisher::new(&reg, "t", protocol, vec![], 10_000);
+        (reg, p)
+    }
+
+    /// Publishes `p`, renders the registry and checks that every sample value is a number, finite
+    /// unless its family is one of `non_finite_ok` (families whose NaN or ±Inf is documented).
+    pub fn check_rendered(reg: &Registry, p: &mut Publisher, non_finite_ok: &[&str]) -> Result<(), String> {
+        p.flush();
+        for format in [Format::Text004, Format::OpenMetrics] {
+            let text = render(&reg.snapshot(), format);
+            for line in text.lines().filter(|l| !l.starts_with('#') && !l.is_empty()) {
+                let value = line.rsplit(' ').next().unwrap_or("");
+                let finite = match value {
+                    "NaN" | "+Inf" | "-Inf" => false,
+                    v => v.parse::<f64>().map_err(|e| format!("{line:?}: {e}"))?.is_finite(),
+                };
+                let family = line.split(['{', ' ']).next().unwrap_or("");
+                if !finite && !non_finite_ok.iter().any(|f| family.starts_with(f)) {
+                    return Err(format!("{line:?} is not finite"));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `text` with its runs of digits replaced, in turn, by `numbers` (cycling).
+    pub fn with_numbers(text: &str, numbers: &[String]) -> String {
+        let mut out = String::with_capacity(text.len());
+        let mut k = 0;
+        let mut in_digits = false;
+        for c in text.chars() {
+            if c.is_ascii_digit() {
+                if !in_digits && !numbers.is_empty() {
+                    out.push_str(&numbers[k % numbers.len()]);
+                    k += 1;
+                }
+                in_digits = true;
+            } else {
+                in_digits = false;
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    /// A number as a peer might print it: small, any `u64`, or any `i64`.
+    pub fn any_number() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0u64..1000).prop_map(|v| v.to_string()),
+            any::<u64>().prop_map(|v| v.to_string()),
+            any::<i64>().prop_map(|v| v.to_string()),
+            Just(u64::MAX.to_string()),
+        ]
     }
 }

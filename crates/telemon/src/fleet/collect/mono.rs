@@ -7,12 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mono_counters::{
-    ClientConfig, ClientError, CounterName, CounterTable, Reading, Unit, ValueData, Variance,
+    ClientConfig, ClientError, CounterName, CounterTable, Reading, Session, Unit, ValueData, Variance,
 };
 
+use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 
-use super::{flush_due, within, Claims, CONNECT_TIMEOUT};
+use super::dialin::{Admitted, DialIn, EXPIRE_EVERY};
+use super::{flush_due, within, ACCEPT_ERROR_PAUSE, CONNECT_TIMEOUT};
 use crate::fleet::config::MonoTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
@@ -31,67 +33,71 @@ fn kind(e: &ClientError) -> ErrorKind {
     }
 }
 
-/// Waits for the next agent and its Hello (as [`mono_counters::Inspector::accept`]), the stream wrapped in a recording
-/// tap (see [`record::tap`]) as the target `NAME/PEER`.
-async fn accept(
-    listener: &tokio::net::TcpListener,
-    config: &ClientConfig,
-    name: &str,
-) -> Result<(mono_counters::Session, std::net::SocketAddr, Arc<AtomicU64>), ClientError> {
-    let (stream, peer) = listener.accept().await?;
-    let _ = stream.set_nodelay(true);
-    let received = Arc::new(AtomicU64::new(0));
-    let target = format!("{name}/{peer}");
-    let stream = record::tap(stream, &target, record::Protocol::Mono, &peer.to_string(), received.clone());
-    Ok((mono_counters::Session::start(stream, config.clone()).await?, peer, received))
-}
-
-/// Binds the block's address and returns the accept loop: every agent that connects is collected
-/// in its own task and stays listed as down for `linger` after it leaves. Dropping the loop ends
-/// every session.
+/// Binds the block's address and returns the accept loop: every agent that connects (and passes
+/// the block's `allow`, `hello_timeout` and `max_targets`, see [`DialIn`]) is collected in its own
+/// task and stays listed as down for `linger` after it leaves. Dropping the loop ends every session.
 pub async fn listen(
     registry: Registry,
     block: &MonoTarget,
     series_limit: usize,
     linger: Duration,
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
-    let config = ClientConfig::default().request_timeout(CONNECT_TIMEOUT);
-    let listener = tokio::net::TcpListener::bind(&block.listen).await?;
+    let limits = block.listener_limits();
+    let config = ClientConfig { hello_timeout: limits.hello_timeout, ..ClientConfig::default() }
+        .request_timeout(CONNECT_TIMEOUT);
+    let listener = TcpListener::bind(&block.listen).await?;
     let labels = crate::fleet::labels(&block.labels);
     let add: Arc<[CounterName]> = block.add.iter().filter_map(|c| CounterName::parse(c)).collect();
     let name = block.name.get_ref().clone();
     let addr = block.listen.clone();
-    let claims = Claims::default();
+    let dial = DialIn::new(&name, limits, registry, linger);
     Ok(async move {
         let mut sessions = JoinSet::new();
+        let mut expire = tokio::time::interval(EXPIRE_EVERY);
         loop {
             let accepted = tokio::select! {
-                a = accept(&listener, &config, &name) => a,
+                a = listener.accept() => a,
                 Some(_) = sessions.join_next() => continue,
-            };
-            let (mut session, peer, received) = match accepted {
-                Ok(a) => a,
-                Err(e) => {
-                    tracing::warn!(%addr, error = %e, "an agent failed to connect");
+                _ = expire.tick() => {
+                    dial.expire();
                     continue;
                 }
             };
-            let (registry, add, claims) = (registry.clone(), add.clone(), claims.clone());
-            let mut p = Publisher::new(
-                &registry,
-                format!("{name}/{peer}"),
-                Protocol::Mono,
-                labels.clone(),
-                series_limit,
-            );
-            p.count_received_in(received);
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, most likely: let sessions end before accepting again.
+                    tracing::warn!(%addr, error = %e, "cannot accept an agent");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            };
+            let Ok(pending) = dial.screen(peer) else { continue };
+            let _ = stream.set_nodelay(true);
+            let (dial, add, config, labels) = (dial.clone(), add.clone(), config.clone(), labels.clone());
+            let target = format!("{name}/{peer}");
+            // The stream wrapped in a recording tap (see [`record::tap`]) as the target `NAME/PEER`.
+            let received = Arc::new(AtomicU64::new(0));
+            let stream =
+                record::tap(stream, &target, record::Protocol::Mono, &peer.to_string(), received.clone());
             sessions.spawn(async move {
-                let claim = claims.claim(p.name());
+                let mut session = match Session::start(stream, config).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "no Hello");
+                        return pending.failed();
+                    }
+                };
+                let Ok(Admitted { publisher: mut p, claim }) =
+                    dial.admit(pending, &[target], Protocol::Mono, labels, series_limit)
+                else {
+                    return;
+                };
+                p.count_received_in(received);
                 p.up();
                 let failure = collect(&mut p, &mut session, &add).await;
                 p.down(&failure);
-                drop(session);
-                claims.linger_then_remove(&registry, p.name(), claim, linger).await;
+                dial.ended(p.name(), claim);
             });
         }
     })
@@ -203,5 +209,49 @@ fn exact_num(v: &mono_counters::CounterValue) -> Num {
         }
         mono_counters::CounterValue::Long(i) | mono_counters::CounterValue::Word64(i) => Num::Int(i),
         _ => Num::Float(v.as_f64()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use mono_counters::{Category, CounterType, CounterValue, Header};
+    use proptest::prelude::*;
+
+    fn counter_value() -> impl Strategy<Value = CounterValue> {
+        prop_oneof![
+            any::<i32>().prop_map(CounterValue::Int),
+            any::<i64>().prop_map(CounterValue::Long),
+            any::<i64>().prop_map(CounterValue::Word64),
+            any::<f64>().prop_map(CounterValue::Double),
+            Just(CounterValue::Double(f64::NAN)),
+            Just(CounterValue::Double(f64::INFINITY)),
+        ]
+    }
+
+    proptest! {
+        /// Any value of any unit and variance maps to a series; only a DOUBLE the agent sent as
+        /// NaN or ±Inf renders as such (documented in metrics.md).
+        #[test]
+        fn any_reading_maps_to_a_number(
+            value in counter_value(),
+            unit in 0u8..5,
+            variance in 0u8..4,
+            name in "[ -~]{0,40}",
+        ) {
+            let (reg, mut p) = super::super::testing::publisher(Protocol::Mono);
+            let header = Header {
+                category: Category::Custom,
+                name,
+                kind: CounterType::Double,
+                unit: Unit::from_raw(i32::from(unit)),
+                variance: Variance::from_raw(i32::from(variance)),
+                index: 0,
+            };
+            let finite = !matches!(value, CounterValue::Double(v) if !v.is_finite());
+            reading(&mut p, &Reading { header, value: Some(ValueData::Typed(value)) });
+            let allowed: &[&str] = if finite { &[] } else { &["mono_runtime"] };
+            prop_assert_eq!(super::super::testing::check_rendered(&reg, &mut p, allowed), Ok(()));
+        }
     }
 }

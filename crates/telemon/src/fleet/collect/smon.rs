@@ -148,3 +148,28 @@ fn record(
         }
     }
 }
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any number or text at any index path maps to a finite value without a panic.
+        #[test]
+        fn any_value_maps_to_a_finite_value(
+            name in "[ -~]{0,30}",
+            index in proptest::collection::vec(any::<u64>(), 0..4),
+            number in any::<u64>(),
+            text in proptest::collection::vec(any::<u8>(), 0..40),
+        ) {
+            use super::super::testing::{check_rendered, publisher};
+            let (reg, mut p) = publisher(crate::fleet::Protocol::Smon);
+            let (mut texts, mut index_text) = (HashMap::new(), String::new());
+            let name: Arc<str> = Arc::from(name.as_str());
+            record(&mut p, &mut texts, &mut index_text, name.clone(), &index, Value::Unsigned(number));
+            record(&mut p, &mut texts, &mut index_text, name, &index, Value::Text(text.into()));
+            prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
+        }
+    }
+}

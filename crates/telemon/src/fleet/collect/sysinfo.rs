@@ -278,6 +278,15 @@ pub fn record(p: &mut Publisher, report: &Report) {
     }
 }
 
+/// `kib` in bytes. A count that does not fit in 64 bits (the peer's number is wrong) is a decode
+/// error, counted; the series then holds the saturated value.
+fn kib_to_bytes(p: &mut Publisher, what: &str, kib: u64) -> u64 {
+    kib.checked_mul(1024).unwrap_or_else(|| {
+        p.error(&Failure::new(ErrorKind::Decode, format!("{what}: {kib} KiB is more than 2^64 bytes")));
+        u64::MAX
+    })
+}
+
 fn record_ps(p: &mut Publisher, ps: &Ps) {
     // Processes come and go: what the report no longer lists is swept after it.
     let round = p.begin_round();
@@ -294,7 +303,7 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
                 share.fraction(),
             );
         }
-        let mem = (row.mem_kib * 1024) as f64;
+        let mem = kib_to_bytes(p, "ps mem", row.mem_kib);
         p.put(
             "rvos_process_memory_bytes",
             "Physical memory owned by the process.",
@@ -318,12 +327,13 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
 fn record_memstat(p: &mut Publisher, m: &Memstat) {
     if let Some(h) = &m.heap {
         for (state, kib) in [("total", h.total_kib), ("used", h.used_kib), ("free", h.free_kib)] {
+            let bytes = kib_to_bytes(p, "memstat heap", kib);
             p.put(
                 "rvos_kernel_heap_bytes",
                 "Kernel heap bytes, by state.",
                 MetricKind::Gauge,
                 &[("state", state)],
-                (kib * 1024) as f64,
+                bytes,
             );
         }
     }
@@ -332,7 +342,8 @@ fn record_memstat(p: &mut Publisher, m: &Memstat) {
         for (kind, kib) in [("current", t.current_kib), ("peak", t.peak_kib)] {
             let l = [("tag", t.tag.as_str()), ("kind", kind)];
             let help = "Kernel heap bytes per allocation tag, current and peak.";
-            p.put("rvos_kernel_heap_tag_bytes", help, MetricKind::Gauge, &l, (kib * 1024) as f64);
+            let bytes = kib_to_bytes(p, "memstat tag", kib);
+            p.put("rvos_kernel_heap_tag_bytes", help, MetricKind::Gauge, &l, bytes);
         }
         let help = "Live kernel heap allocations per tag.";
         let l = [("tag", t.tag.as_str())];
@@ -458,6 +469,44 @@ mod tests {
         assert_eq!(report_by_name("sched_latency"), Some(SysinfoCommand::SchedLatency));
         assert_eq!(report_by_name("PS"), Some(SysinfoCommand::Ps));
         assert_eq!(report_by_name("trace_clear"), None);
+    }
+
+    #[test]
+    fn kib_beyond_64_bits_of_bytes_is_a_decode_error_not_a_panic() {
+        use super::super::testing::{check_rendered, publisher, with_numbers};
+        let (reg, mut p) = publisher(crate::fleet::Protocol::Sysinfo);
+        let mut sys = rvos_sim::system::System::new(rvos_sim::system::SystemConfig::default(), 0);
+        for command in [SysinfoCommand::Ps, SysinfoCommand::Memstat] {
+            let text = with_numbers(&sys.render(command, 0), &[u64::MAX.to_string()]);
+            record(&mut p, &Report::parse(command, &text));
+        }
+        check_rendered(&reg, &mut p, &[]).unwrap();
+        let snap = reg.snapshot();
+        let t = snap.get("t").unwrap();
+        assert!(t.errors.get(ErrorKind::Decode) > 0, "the overflow is counted");
+        assert!(
+            t.series
+                .iter()
+                .any(|s| s.family() == "rvos_kernel_heap_bytes" && s.number() == Some(u64::MAX as f64)),
+            "saturated"
+        );
+    }
+
+    proptest::proptest! {
+        /// Every report, with its numbers replaced by arbitrary ones (as a peer could send), maps
+        /// to series without a panic, and every rendered value is finite.
+        #[test]
+        fn any_numbers_in_any_report_map_to_finite_values(
+            numbers in proptest::collection::vec(super::super::testing::any_number(), 1..40),
+            command in proptest::sample::select(DEFAULT_REPORTS.to_vec()),
+        ) {
+            use super::super::testing::{check_rendered, publisher, with_numbers};
+            let (reg, mut p) = publisher(crate::fleet::Protocol::Sysinfo);
+            let mut sys = rvos_sim::system::System::new(rvos_sim::system::SystemConfig::default(), 5_000_000);
+            let text = with_numbers(&sys.render(command, 5_000_000), &numbers);
+            record(&mut p, &Report::parse(command, &text));
+            proptest::prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
+        }
     }
 
     #[test]
