@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod fleet;
+pub mod push;
 pub mod retry;
 pub mod serve;
 pub mod top;

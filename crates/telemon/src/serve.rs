@@ -26,8 +26,10 @@ use serde::Deserialize;
 
 use crate::fleet::collect::{self, AbortOnDrop};
 use crate::fleet::config::FleetConfig;
+use crate::fleet::config::Shard;
 use crate::fleet::render::{render, Format};
 use crate::fleet::{Fleet, FleetSnapshot, Protocol, Publisher, Registry, TargetSnapshot};
+use crate::push::{Push, Stats as PushStats};
 
 /// A probe target not asked for this long is dropped, with its connection.
 pub const PROBE_IDLE: Duration = Duration::from_secs(600);
@@ -47,6 +49,7 @@ pub struct Server {
     stop: tokio::sync::watch::Sender<bool>,
     http: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    push: Option<Push>,
 }
 
 /// Starts every target of `config` and serves HTTP on `listen` (`config.serve.listen` when `None`).
@@ -58,11 +61,16 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let fleet = Arc::new(Fleet::start(config).await?);
+    let instance = format!("{}:{}", hostname(), addr.port());
+    let push = Push::start(config, fleet.registry(), &instance)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let runtime = tokio::runtime::Handle::current();
     let state = AppState {
         fleet: fleet.clone(),
         probes: Arc::new(Probes::new(config.serve.series_limit, runtime.clone())),
         started: Instant::now(),
+        push: push.stats().into(),
+        shard: config.serve.shard,
     };
     let app = Router::new()
         .route("/", get(index))
@@ -92,7 +100,7 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
         });
         let _ = done_tx.send(served);
     })?;
-    Ok(Server { addr, fleet, stop, http, thread: Some(thread) })
+    Ok(Server { addr, fleet, stop, http, thread: Some(thread), push: Some(push) })
 }
 
 impl Server {
@@ -116,9 +124,18 @@ impl Server {
         result
     }
 
-    /// Stops serving and stops every target.
+    /// The push senders' stats (`[[remote_write]]` then `[[otlp]]`, in config order).
+    pub fn push_stats(&self) -> Vec<Arc<PushStats>> {
+        self.push.as_ref().map(Push::stats).unwrap_or_default()
+    }
+
+    /// Stops serving, flushes the push senders (within [`crate::push::SHUTDOWN_DEADLINE`]) and
+    /// stops every target.
     pub async fn shutdown(mut self) {
         self.stop.send_replace(true);
+        if let Some(push) = self.push.take() {
+            push.shutdown(crate::push::SHUTDOWN_DEADLINE).await;
+        }
         let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.http).await;
         if let Some(t) = self.thread.take() {
             if t.is_finished() {
@@ -134,6 +151,18 @@ struct AppState {
     fleet: Arc<Fleet>,
     probes: Arc<Probes>,
     started: Instant,
+    push: Arc<[Arc<PushStats>]>,
+    shard: Option<Shard>,
+}
+
+/// This host's name (for OTLP's `service.instance.id`), `localhost` when unknown.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 async fn index() -> impl IntoResponse {
@@ -153,7 +182,18 @@ fn exposition(snapshot: &FleetSnapshot, headers: &HeaderMap) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    exposition(&state.fleet.snapshot(), &headers)
+    if state.push.is_empty() {
+        return exposition(&state.fleet.snapshot(), &headers);
+    }
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::from_accept(accept);
+    let mut body = render(&state.fleet.snapshot(), format);
+    let own = crate::push::stats::render(&state.push, format == Format::OpenMetrics);
+    match body.strip_suffix("# EOF\n").map(str::len) {
+        Some(end) if format == Format::OpenMetrics => body.insert_str(end, &own),
+        _ => body.push_str(&own),
+    }
+    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
 }
 
 /// One target as `/targets` shows it.
@@ -181,6 +221,7 @@ async fn targets(State(state): State<AppState>) -> Response {
     let snapshot = state.fleet.snapshot();
     let body = serde_json::json!({
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
+        "shard": state.shard.map(|s| s.to_string()),
         "targets": snapshot.targets.iter().map(target_json).collect::<Vec<_>>(),
         "probes": state.probes.snapshot().iter().map(target_json).collect::<Vec<_>>(),
     });

@@ -25,14 +25,14 @@ pub struct ConfigError {
     pub message: String,
 }
 
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     humantime::parse_duration(&s).map_err(|e| {
         serde::de::Error::custom(format!("bad duration {s:?} ({e}); write e.g. \"1s\" or \"250ms\""))
     })
 }
 
-fn one_second() -> Duration {
+pub(super) fn one_second() -> Duration {
     Duration::from_secs(1)
 }
 
@@ -46,6 +46,9 @@ pub struct ServeSection {
     /// Per-target cap on series.
     #[serde(default = "default_series_limit")]
     pub series_limit: usize,
+    /// This instance's share of the targets (`"2/4"`); `None` takes every target.
+    #[serde(default, deserialize_with = "shard_option")]
+    pub shard: Option<Shard>,
 }
 
 fn default_listen() -> String {
@@ -57,7 +60,7 @@ fn default_series_limit() -> usize {
 
 impl Default for ServeSection {
     fn default() -> Self {
-        ServeSection { listen: default_listen(), series_limit: default_series_limit() }
+        ServeSection { listen: default_listen(), series_limit: default_series_limit(), shard: None }
     }
 }
 
@@ -177,9 +180,15 @@ pub struct FleetConfig {
     /// `[[sysinfo]]` blocks.
     #[serde(default)]
     pub sysinfo: Vec<SysinfoTarget>,
+    /// `[[remote_write]]` blocks: Prometheus remote write 1.0 senders.
+    #[serde(default)]
+    pub remote_write: Vec<PushSection>,
+    /// `[[otlp]]` blocks: OTLP/HTTP protobuf senders.
+    #[serde(default)]
+    pub otlp: Vec<PushSection>,
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
+pub(super) fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
@@ -358,6 +367,7 @@ impl FleetConfig {
                 return Err(err(&t.name, "every", "must be above zero".into()));
             }
         }
+        validate_push(self, file, text)?;
         if self.serve.listen.parse::<SocketAddr>().is_err() && !self.serve.listen.contains(':') {
             return Err(ConfigError {
                 file: file.into(),
@@ -369,6 +379,9 @@ impl FleetConfig {
         Ok(())
     }
 }
+
+use super::push_config::shard_option;
+pub use super::push_config::{validate_push, BasicAuth, PushSection, Shard, TlsSection};
 
 #[cfg(test)]
 mod tests {

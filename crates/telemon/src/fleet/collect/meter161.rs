@@ -119,6 +119,8 @@ pub struct GlobBlock {
     pub series_limit: usize,
     /// The interval asked of each simulator.
     pub interval: Duration,
+    /// This instance's shard: only the matches whose target name it owns are watched.
+    pub shard: Option<crate::fleet::config::Shard>,
 }
 
 /// Watches every directory matching the glob that holds a meter socket: a match is picked up when
@@ -132,6 +134,7 @@ pub async fn run_glob(registry: crate::fleet::Registry, block: GlobBlock, rescan
             Ok(paths) => paths
                 .filter_map(Result::ok)
                 .filter(|d| meter161::socket_path(d).exists())
+                .filter(|d| block.shard.is_none_or(|s| s.owns(&format!("{}/{}", block.name, d.display()))))
                 .take(MAX_GLOB_TARGETS)
                 .collect(),
             Err(e) => {
