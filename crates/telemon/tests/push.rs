@@ -218,6 +218,13 @@ external_labels = {{ cluster = "lab" }}
         "{metrics}"
     );
     assert!(!all.iter().any(|s| is_stale(s.2)), "no stale marker while the target is up");
+    eprintln!(
+        "errors: 503 twice then 204: {} samples retried, {} accepted, 0 lost; 400: {} requests, {} samples dropped, 0 retried",
+        flaky_stats.retried(),
+        accepted.len(),
+        bad_seen.len(),
+        bad_stats.dropped("http_400")
+    );
 }
 
 /// This process's resident set, in bytes.
@@ -275,6 +282,12 @@ queue_bytes = "1MiB"
     assert!(max_queue > (1 << 19) as f64, "the queue filled: {max_queue}");
     // Tens of thousands of samples dropped since; memory did not follow them.
     assert!(grown < 32 << 20, "RSS grew by {grown} bytes");
+    eprintln!(
+        "bounds: queue at most {max_queue} bytes of {}, {} dropped, RSS grew {} KiB meanwhile",
+        1 << 20,
+        stats.dropped("queue_full"),
+        grown >> 10
+    );
     assert_eq!(stats.sent(), 0);
     assert!(stats.retried() > 0, "connection errors are retried");
     server.shutdown().await;

@@ -397,6 +397,7 @@ async fn remote_write_values_reach_prometheus_and_victoriametrics_and_a_stopped_
         })
         .await;
         assert!(checked >= 3);
+        eprintln!("{name}: sys161 checked exactly at {checked} timestamps");
         // smon: the two CPUs' values keep the source's relation at every timestamp.
         let idle = r.query("smon_value{target=\"smon\",name=\"linux.cpu.idle\"}[1m]").await;
         let by_index: BTreeMap<String, BTreeMap<i64, f64>> =
@@ -496,7 +497,16 @@ async fn a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate() {
         let gaps: Vec<i64> = ts.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 1_500).collect();
         assert!(gaps.is_empty(), "{labels:?}: gaps {gaps:?} in {ts:?}");
         assert!(ts.len() >= 22, "{labels:?}: {} samples", ts.len());
+        let widest = ts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        eprintln!(
+            "outage: {} {}: {} samples, none twice, widest step {widest} ms, {} during the outage",
+            labels["__name__"],
+            labels.get("index").map(String::as_str).unwrap_or(""),
+            ts.len(),
+            ts.iter().filter(|t| **t > stopped && **t < restarted).count()
+        );
     }
+    eprintln!("outage: {} samples retried, {} dropped", stats.retried(), stats_dropped);
     assert_eq!(stats_dropped, 0);
     vm.stop().await;
 }
@@ -576,6 +586,7 @@ async fn two_shards_over_40_targets_push_each_target_exactly_once() {
         counts.push(names.len());
     }
     assert!(counts.iter().all(|n| *n > 0), "both shards have targets: {counts:?}");
+    eprintln!("shards: {counts:?} targets, union {}", per_target.len());
     for s in servers {
         s.shutdown().await;
     }
@@ -615,6 +626,7 @@ async fn otlp_through_rotel_arrives_as_sums_gauges_and_histograms() {
         .arg("0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
+        .stderr(Stdio::null())
         .kill_on_drop(true)
         .spawn()
         .expect("the Python receiver starts");
@@ -666,7 +678,13 @@ async fn otlp_through_rotel_arrives_as_sums_gauges_and_histograms() {
             .unwrap_or_else(|_| panic!("{what} never arrived"));
         };
     read_until(&mut seen, "sys161 sums and rvOS histograms", &|s: &[serde_json::Value]| {
-        points_of(s, "sys161_kernel_instructions_total").len() >= 3
+        let times = |name: &str| -> BTreeSet<u64> {
+            points_of(s, name).iter().filter_map(|p| p["time"].as_u64()).collect()
+        };
+        times("sys161_kernel_instructions_total")
+            .intersection(&times("sys161_simulated_seconds_total"))
+            .count()
+            >= 3
             && points_of(s, "rvos_scheduler_latency_seconds").iter().any(|p| p["count"].as_u64() > Some(0))
             && !points_of(s, "rvos_process_memory_bytes").is_empty()
     })

@@ -68,6 +68,23 @@ pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
     Some(at.duration_since(now).unwrap_or(Duration::ZERO).min(RETRY_AFTER_MAX))
 }
 
+/// The most of a reply body read (the rest is ignored): a receiver cannot make telemon buffer
+/// more than this per request.
+pub const MAX_REPLY: usize = 64 << 10;
+
+/// Reads at most `max` bytes of `resp`'s body.
+async fn read_capped(mut resp: reqwest::Response, max: usize) -> reqwest::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        let room = max - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() == max {
+            break;
+        }
+    }
+    Ok(body)
+}
+
 /// One POST of `body`.
 pub(crate) async fn post<W: Wire>(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Attempt {
     let mut req = client.post(url).header(reqwest::header::CONTENT_TYPE, W::CONTENT_TYPE);
@@ -87,8 +104,8 @@ pub(crate) async fn post<W: Wire>(client: &reqwest::Client, url: &str, body: Vec
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| retry_after(v, SystemTime::now()));
-    let body = match resp.bytes().await {
-        Ok(b) => b.to_vec(),
+    let body = match read_capped(resp, MAX_REPLY).await {
+        Ok(b) => b,
         Err(e) if (200..300).contains(&status) => {
             // The receiver said yes; the body is only for partial_success.
             tracing::debug!(error = %e, "reading a 2xx reply");
