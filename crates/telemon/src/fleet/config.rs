@@ -205,6 +205,14 @@ impl FleetConfig {
 
     /// `2 meter161, 1 hmon, ...`: the blocks per kind, for people.
     pub fn summary(&self) -> String {
+        let mut s = self.target_summary();
+        if !self.remote_write.is_empty() || !self.otlp.is_empty() {
+            s += &format!("; pushing to {} remote_write, {} otlp", self.remote_write.len(), self.otlp.len());
+        }
+        s
+    }
+
+    fn target_summary(&self) -> String {
         format!(
             "{} meter161, {} hmon, {} hmon_listen, {} mono_listen, {} smon, {} sysinfo",
             self.meter161.len(),

@@ -404,6 +404,30 @@ endpoint = "http://collector:4318/"
     }
 
     #[test]
+    fn the_readme_push_example_and_every_deploy_push_config_parse() {
+        let readme = include_str!("../../../../README.md");
+        let start = readme.find("<!-- telemon-push.toml").expect("the README marks its push example");
+        let block = &readme[start..];
+        let body = &block[block.find("```toml\n").expect("a toml block") + 8..];
+        let body = &body[..body.find("```").expect("the block ends")];
+        let c = FleetConfig::parse("README.md", body).unwrap();
+        assert_eq!((c.remote_write.len(), c.otlp.len()), (1, 1));
+        assert_eq!(c.serve.shard, Some(Shard { index: 1, count: 2 }));
+
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/push");
+        let mut n = 0;
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let c = FleetConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(c.remote_write.len() + c.otlp.len(), 1, "{}", path.display());
+                n += 1;
+            }
+        }
+        assert!(n >= 6, "{n} configs in deploy/push");
+    }
+
+    #[test]
     fn label_names_follow_the_prometheus_rule() {
         for ok in ["a", "_a", "cluster_1", "A9"] {
             check_external_label(ok).unwrap();

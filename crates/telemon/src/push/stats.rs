@@ -248,7 +248,7 @@ mod tests {
         s.add_dropped(reason::QUEUE_FULL, 2);
         s.observe(Duration::from_millis(20));
         s.set_queue(77, None);
-        let text = render(&[s.clone()], false);
+        let text = render(std::slice::from_ref(&s), false);
         for want in [
             "telemon_push_samples_sent_total{sender=\"vm\",format=\"remote_write\"} 10\n",
             "telemon_push_samples_retried_total{sender=\"vm\",format=\"remote_write\"} 4\n",
