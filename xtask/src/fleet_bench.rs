@@ -5,6 +5,10 @@
 //! are up and a warm-up has passed, the measured window records telemon's CPU time, and a scrape of
 //! `/metrics` every second. Everything runs under `target/fleet-bench/PROTOCOL-N/` (config, logs,
 //! sys161 socket folders), which is kept for a look after the run.
+//!
+//! With `--push`, each (protocol, N) also runs with a `[[remote_write]]` sender pushing every series
+//! each second to a sink in this process (a minimal HTTP server answering 204), so the table shows
+//! the sender's cost beside the same fleet without one.
 
 use std::fmt::Write as _;
 use std::io::{Read, Write};
@@ -35,6 +39,7 @@ const NOFILE: u32 = 20_000;
 struct Row {
     protocol: &'static str,
     n: u32,
+    push: bool,
     cpu_percent: f64,
     peak_rss_mib: f64,
     p50_ms: f64,
@@ -44,7 +49,7 @@ struct Row {
 }
 
 /// Runs every (protocol, N) pair, prints the table and writes it to `target/fleet-bench.md`.
-pub fn fleet_bench(root: &Path, sizes: &[u32], protocols: &[String], seconds: u64) -> Result<()> {
+pub fn fleet_bench(root: &Path, sizes: &[u32], protocols: &[String], seconds: u64, push: bool) -> Result<()> {
     let mut chosen = Vec::new();
     for p in protocols {
         let Some(known) = PROTOCOLS.iter().find(|k| *k == p) else {
@@ -79,12 +84,15 @@ pub fn fleet_bench(root: &Path, sizes: &[u32], protocols: &[String], seconds: u6
     let mut failed = Vec::new();
     for &protocol in &chosen {
         for &n in sizes {
-            eprintln!("[xtask] {protocol} x {n}");
-            match bench.run(protocol, n) {
-                Ok(row) => rows.push(row),
-                Err(e) => {
-                    eprintln!("[xtask] {protocol} x {n} failed: {e:#}");
-                    failed.push(format!("{protocol} x {n}"));
+            for with_push in if push { &[false, true][..] } else { &[false][..] } {
+                let what = if *with_push { " + remote_write" } else { "" };
+                eprintln!("[xtask] {protocol} x {n}{what}");
+                match bench.run(protocol, n, *with_push) {
+                    Ok(row) => rows.push(row),
+                    Err(e) => {
+                        eprintln!("[xtask] {protocol} x {n}{what} failed: {e:#}");
+                        failed.push(format!("{protocol} x {n}{what}"));
+                    }
                 }
             }
         }
@@ -117,14 +125,22 @@ fn clock_ticks() -> f64 {
 
 fn table(rows: &[Row]) -> String {
     let mut t = String::from(
-        "| protocol | N | telemon CPU (% of a core) | peak RSS (MiB) | scrape p50 (ms) | scrape p99 (ms) | scrape size (bytes) | up |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| protocol | N | push | telemon CPU (% of a core) | peak RSS (MiB) | scrape p50 (ms) | scrape p99 (ms) | scrape size (bytes) | up |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let _ = writeln!(
             t,
-            "| {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} |",
-            r.protocol, r.n, r.cpu_percent, r.peak_rss_mib, r.p50_ms, r.p99_ms, r.scrape_bytes, r.up
+            "| {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.2} | {} | {} |",
+            r.protocol,
+            r.n,
+            if r.push { "remote_write" } else { "none" },
+            r.cpu_percent,
+            r.peak_rss_mib,
+            r.p50_ms,
+            r.p99_ms,
+            r.scrape_bytes,
+            r.up
         );
     }
     t
@@ -177,8 +193,8 @@ struct Bench {
 }
 
 impl Bench {
-    fn run(&self, protocol: &'static str, n: u32) -> Result<Row> {
-        let work = self.work.join(format!("{protocol}-{n}"));
+    fn run(&self, protocol: &'static str, n: u32, push: bool) -> Result<Row> {
+        let work = self.work.join(format!("{protocol}-{n}{}", if push { "-push" } else { "" }));
         if work.exists() {
             std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
         }
@@ -250,6 +266,17 @@ impl Bench {
                 children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?;
             }
         }
+        let _sink = if push {
+            let sink = Sink::start()?;
+            let _ = write!(
+                config,
+                "\n[[remote_write]]\nurl = \"http://{}/api/v1/write\"\nbatch = \"1s\"\n",
+                sink.addr
+            );
+            Some(sink)
+        } else {
+            None
+        };
         let config_path = work.join("telemon.toml");
         std::fs::write(&config_path, config)?;
 
@@ -303,6 +330,7 @@ impl Bench {
         Ok(Row {
             protocol,
             n,
+            push,
             cpu_percent: ticks as f64 / self.clk_tck / elapsed * 100.0,
             peak_rss_mib,
             p50_ms: percentile(&latencies, 50.0),
@@ -310,6 +338,56 @@ impl Bench {
             scrape_bytes,
             up,
         })
+    }
+}
+
+/// A remote write receiver that reads each request and answers 204: what a fast receiver costs
+/// telemon, without a receiver's own CPU in the way (it runs in xtask, not in telemon).
+struct Sink {
+    addr: std::net::SocketAddr,
+}
+
+impl Sink {
+    fn start() -> Result<Sink> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                std::thread::spawn(move || Sink::serve(conn));
+            }
+        });
+        Ok(Sink { addr })
+    }
+
+    /// Keep-alive HTTP/1.1: headers, a `Content-Length` body, `204`; until the peer closes.
+    fn serve(mut conn: TcpStream) {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+                continue;
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            buf.drain(..end + 4 + len);
+            if conn.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").is_err() {
+                return;
+            }
+        }
     }
 }
 

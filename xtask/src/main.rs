@@ -16,9 +16,10 @@
 //! * `cargo xtask soak --fleet [--minutes N]` runs `telemon serve` (release) over 200 sims of the five
 //!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
 //!   every up/down caused against those seen (see `sims/fleet-soak`).
-//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S]` measures `telemon serve` (release) watching
+//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--push]` measures `telemon serve` (release) watching
 //!   N sim targets of each protocol (N = 10, 100, 1000 unless given) and prints one table: CPU, peak RSS, scrape
-//!   latency and size, targets up (also written to `target/fleet-bench.md`).
+//!   latency and size, targets up (also written to `target/fleet-bench.md`); `--push` adds a row per size with a
+//!   remote write sender, for its cost.
 //! * `cargo xtask ci` runs `.ci/run`.
 
 mod bench_table;
@@ -108,6 +109,9 @@ enum Task {
         /// Seconds measured per run, after every target is up and a 5 s warm-up.
         #[arg(long, default_value_t = 20)]
         seconds: u64,
+        /// Also run each size with a remote write sender (to a sink in xtask), for the sender's cost.
+        #[arg(long)]
+        push: bool,
     },
     /// Run the CI script, `.ci/run`.
     Ci,
@@ -137,8 +141,8 @@ fn main() -> Result<()> {
         }
         Task::Soak { fleet: true, minutes, .. } => soak_fleet(&root, minutes),
         Task::Soak { minutes, clients, sims, .. } => soak(&root, minutes, clients, &sims),
-        Task::FleetBench { sizes, protocols, seconds } => {
-            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds)
+        Task::FleetBench { sizes, protocols, seconds, push } => {
+            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, push)
         }
         Task::Ci => run(Command::new("bash").arg(".ci/run")),
     }

@@ -382,3 +382,104 @@ pub fn rejected_points(body: &[u8]) -> u64 {
         .and_then(|r| r.partial_success)
         .map_or(0, |p| p.rejected_data_points.max(0) as u64)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::{Protocol, Series, TargetSnapshot, TargetState};
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsPartialSuccess;
+
+    fn snapshot(connects: u64, kinsns: f64) -> FleetSnapshot {
+        let mut t = TargetSnapshot::new("vm", Protocol::Sysinfo, vec![("room".into(), "b12".into())]);
+        t.state = TargetState::Up;
+        t.connects = connects;
+        let s = |family: &str, kind, value| Series {
+            family: family.into(),
+            help: "h",
+            labels: vec![(Arc::from("cpu"), Arc::from("0"))].into(),
+            kind,
+            value,
+            rate: None,
+        };
+        t.series = vec![
+            s("a_total", MetricKind::Counter, Value::Number(kinsns)),
+            s("b_bytes", MetricKind::Gauge, Value::Number(5.0)),
+            s(
+                "lat_seconds",
+                MetricKind::Histogram,
+                Value::Histogram { buckets: vec![(0.5, 1), (1.0, 3)], sum: 2.5, count: 4 },
+            ),
+        ]
+        .into();
+        FleetSnapshot { targets: vec![t] }
+    }
+
+    #[test]
+    fn kinds_units_attributes_and_start_times() {
+        let mut o = Otlp::new("host:9464", &[("site".into(), "lab".into())]);
+        let mut out = Vec::new();
+        o.sample(&snapshot(1, 10.0), 1_000, &mut out);
+        o.sample(&snapshot(1, 20.0), 2_000, &mut out);
+        let req = Otlp::request(&o.resource, &out);
+        let rm = &req.resource_metrics[0];
+        let res: Vec<(&str, &str)> = rm
+            .resource
+            .as_ref()
+            .unwrap()
+            .attributes
+            .iter()
+            .map(|kv| match &kv.value.as_ref().unwrap().value {
+                Some(any_value::Value::StringValue(v)) => (kv.key.as_str(), v.as_str()),
+                _ => (kv.key.as_str(), ""),
+            })
+            .collect();
+        assert!(
+            res.contains(&("service.name", "telemon")) && res.contains(&("service.instance.id", "host:9464"))
+        );
+        assert!(res.contains(&("site", "lab")));
+        let metrics = &rm.scope_metrics[0].metrics;
+        let by_name = |n: &str| metrics.iter().find(|m| m.name == n).unwrap();
+        let Some(metric::Data::Sum(sum)) = &by_name("a_total").data else { panic!("a sum") };
+        assert!(sum.is_monotonic && sum.aggregation_temporality == AggregationTemporality::Cumulative as i32);
+        assert_eq!(sum.data_points.len(), 2);
+        assert_eq!(sum.data_points[0].start_time_unix_nano, 1_000_000_000);
+        assert_eq!(sum.data_points[1].start_time_unix_nano, 1_000_000_000, "the same window");
+        assert_eq!(by_name("a_total").unit, "{count}");
+        let keys: Vec<&str> = sum.data_points[0].attributes.iter().map(|kv| kv.key.as_str()).collect();
+        assert_eq!(keys, ["target", "cpu", "room"]);
+        let Some(metric::Data::Gauge(g)) = &by_name("b_bytes").data else { panic!("a gauge") };
+        assert_eq!((g.data_points[0].start_time_unix_nano, by_name("b_bytes").unit.as_str()), (0, "By"));
+        let Some(metric::Data::Histogram(h)) = &by_name("lat_seconds").data else { panic!("a histogram") };
+        let p = &h.data_points[0];
+        assert_eq!(
+            (p.explicit_bounds.as_slice(), p.bucket_counts.as_slice()),
+            (&[0.5, 1.0][..], &[1, 2, 1][..])
+        );
+        assert_eq!((p.count, p.sum), (4, Some(2.5)));
+        let Some(metric::Data::Gauge(up)) = &by_name(UP_FAMILY).data else { panic!("up is a gauge") };
+        assert_eq!(up.data_points.len(), 2);
+
+        // The value goes down: a reset, a new window; a reconnect too.
+        let mut out = Vec::new();
+        o.sample(&snapshot(1, 3.0), 3_000, &mut out);
+        let start = |out: &[OtlpPoint]| out.iter().find(|p| &*p.series.family == "a_total").unwrap().start_ns;
+        assert_eq!(start(&out), 2_999_999_999);
+        out.clear();
+        o.sample(&snapshot(2, 4.0), 4_000, &mut out);
+        assert_eq!(start(&out), 3_999_999_999);
+    }
+
+    #[test]
+    fn partial_success_counts_rejected_points() {
+        let reply = ExportMetricsServiceResponse {
+            partial_success: Some(ExportMetricsPartialSuccess {
+                rejected_data_points: 7,
+                error_message: "no".into(),
+            }),
+        };
+        assert_eq!(rejected_points(&prost::Message::encode_to_vec(&reply)), 7);
+        assert_eq!(rejected_points(&[]), 0);
+        assert_eq!(rejected_points(b"\xff\xff"), 0);
+        assert!(OtlpWire::retryable(503) && OtlpWire::retryable(429) && !OtlpWire::retryable(500));
+    }
+}

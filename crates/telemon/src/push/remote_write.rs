@@ -82,11 +82,14 @@ pub struct MetricMetadata {
 pub const HEADERS: [(&str, &str); 2] =
     [("Content-Encoding", "snappy"), ("X-Prometheus-Remote-Write-Version", "0.1.0")];
 
-/// One wire series: its sorted labels, shared by every sample of it.
+/// One wire series: its sorted labels, shared by every sample of it, and their protobuf encoding
+/// (done once, when the series first appears).
 #[derive(Debug, PartialEq)]
 pub struct WireSeries {
     /// `__name__` first, then by name.
     pub labels: Vec<Label>,
+    /// The `labels` fields of a `TimeSeries`, encoded.
+    encoded: Vec<u8>,
     bytes: usize,
 }
 
@@ -102,8 +105,12 @@ impl WireSeries {
         }
         sorted.sort_by(|a, b| a.name.cmp(&b.name));
         sorted.insert(0, Label { name: "__name__".into(), value: name.to_owned() });
-        let bytes = sorted.iter().map(|l| l.name.len() + l.value.len() + 4).sum();
-        WireSeries { labels: sorted, bytes }
+        let mut encoded = Vec::new();
+        for l in &sorted {
+            prost::encoding::message::encode(1, l, &mut encoded);
+        }
+        let bytes = encoded.len();
+        WireSeries { labels: sorted, encoded, bytes }
     }
 }
 
@@ -143,12 +150,57 @@ pub fn write_request(batch: &[RwSample]) -> WriteRequest {
     WriteRequest { timeseries, metadata: Vec::new() }
 }
 
-/// Encodes and snappy-compresses (block format) a write request.
+/// Encodes and snappy-compresses (block format) a write request: the reference path (prost
+/// messages built, then encoded), which [`encode_batch`] must equal once decoded.
 pub fn encode_request(req: &WriteRequest) -> Vec<u8> {
-    let raw = prost::Message::encode_to_vec(req);
-    // Compressing a Vec we just built cannot fail except over snap's 4 GiB limit, far above any
-    // max_samples_per_send; fall back to an empty body rather than panicking.
-    snap::raw::Encoder::new().compress_vec(&raw).unwrap_or_default()
+    compress(&prost::Message::encode_to_vec(req))
+}
+
+fn compress(raw: &[u8]) -> Vec<u8> {
+    // Compressing cannot fail below snap's 4 GiB limit, far above any max_samples_per_send; fall
+    // back to an empty body (which a receiver rejects) rather than panicking.
+    snap::raw::Encoder::new().compress_vec(raw).unwrap_or_default()
+}
+
+/// The request body of `batch` (what [`encode_request`]`(&`[`write_request`]`(batch))` decodes
+/// to), written straight from the series' pre-encoded labels: no label is copied per sample.
+///
+/// Unlike prost, a value of 0.0 and a timestamp of 0 are written out rather than left to their
+/// proto3 defaults (both decode the same, except that -0.0 keeps its sign).
+pub fn encode_batch(batch: &[RwSample]) -> Vec<u8> {
+    use prost::encoding::{encode_varint, encoded_len_varint};
+    // Per series, in order of first appearance: its samples, in the order they came.
+    let mut index: HashMap<*const WireSeries, usize> = HashMap::new();
+    let mut groups: Vec<(&WireSeries, Vec<&RwSample>)> = Vec::new();
+    for s in batch {
+        let i = *index.entry(Arc::as_ptr(&s.series)).or_insert_with(|| {
+            groups.push((&s.series, Vec::new()));
+            groups.len() - 1
+        });
+        groups[i].1.push(s);
+    }
+    let sample_len = |s: &RwSample| 9 + 1 + encoded_len_varint(s.timestamp_ms as u64);
+    let mut raw =
+        Vec::with_capacity(batch.len() * 24 + groups.iter().map(|g| g.0.encoded.len() + 8).sum::<usize>());
+    for (series, samples) in &groups {
+        let len = series.encoded.len()
+            + samples
+                .iter()
+                .map(|s| 1 + encoded_len_varint(sample_len(s) as u64) + sample_len(s))
+                .sum::<usize>();
+        raw.push(0x0a); // WriteRequest.timeseries = 1, length-delimited
+        encode_varint(len as u64, &mut raw);
+        raw.extend_from_slice(&series.encoded);
+        for s in samples {
+            raw.push(0x12); // TimeSeries.samples = 2, length-delimited
+            encode_varint(sample_len(s) as u64, &mut raw);
+            raw.push(0x09); // Sample.value = 1, fixed64
+            raw.extend_from_slice(&s.value.to_bits().to_le_bytes());
+            raw.push(0x10); // Sample.timestamp = 2, varint
+            encode_varint(s.timestamp_ms as u64, &mut raw);
+        }
+    }
+    compress(&raw)
 }
 
 /// Decodes a request body (snappy block + protobuf): what a receiver does; for tests and fuzzing.
@@ -265,9 +317,12 @@ impl RemoteWrite {
             seen.up = Some(up);
             for s in t.series.iter() {
                 let key = (s.family.clone(), s.labels.clone());
-                let values = values(&s.value);
+                let n_values = match &s.value {
+                    Value::Number(_) => 1,
+                    Value::Histogram { buckets, .. } => buckets.len() + 3,
+                };
                 let entry = match seen.series.get_mut(&key) {
-                    Some(e) if e.wire.len() == values.len() => e,
+                    Some(e) if e.wire.len() == n_values => e,
                     other => {
                         // New, or a histogram whose buckets changed: the old wire series go stale.
                         if let Some(old) = other {
@@ -279,8 +334,20 @@ impl RemoteWrite {
                     }
                 };
                 entry.tick = tick;
-                for (w, v) in entry.wire.iter().zip(values) {
-                    out.push(RwSample { series: w.clone(), timestamp_ms: now_ms, value: v });
+                match &s.value {
+                    Value::Number(v) => {
+                        out.push(RwSample { series: entry.wire[0].clone(), timestamp_ms: now_ms, value: *v });
+                    }
+                    Value::Histogram { buckets, sum, count } => {
+                        let values = buckets.iter().map(|(_, n)| *n as f64).chain([
+                            *count as f64,
+                            *sum,
+                            *count as f64,
+                        ]);
+                        for (w, v) in entry.wire.iter().zip(values) {
+                            out.push(RwSample { series: w.clone(), timestamp_ms: now_ms, value: v });
+                        }
+                    }
                 }
             }
             seen.series.retain(|_, e| {
@@ -314,18 +381,6 @@ fn stale(wire: &[Arc<WireSeries>], now_ms: i64, out: &mut Vec<RwSample>) {
     }
 }
 
-/// A value's samples, in the order of [`RemoteWrite::wire_series`].
-fn values(v: &Value) -> Vec<f64> {
-    match v {
-        Value::Number(n) => vec![*n],
-        Value::Histogram { buckets, sum, count } => {
-            let mut out: Vec<f64> = buckets.iter().map(|(_, n)| *n as f64).collect();
-            out.extend([*count as f64, *sum, *count as f64]);
-            out
-        }
-    }
-}
-
 /// An `le` bound as the exposition writes it.
 pub fn fmt_le(v: f64) -> String {
     if v == f64::INFINITY {
@@ -347,7 +402,7 @@ impl Wire for RemoteWrite {
         RemoteWrite::sample(self, snapshot, now_ms, out);
     }
     fn encode(_: &(), batch: &[RwSample]) -> Vec<u8> {
-        encode_request(&write_request(batch))
+        encode_batch(batch)
     }
     fn retryable(status: u16) -> bool {
         status == 429 || status >= 500
@@ -493,6 +548,8 @@ mod tests {
                 .collect();
             let back = decode_request(&RemoteWrite::encode(&(), &batch)).unwrap();
             let want = write_request(&batch);
+            let reference = decode_request(&encode_request(&want)).unwrap();
+            proptest::prop_assert_eq!(reference.timeseries.len(), want.timeseries.len());
             proptest::prop_assert_eq!(back.timeseries.len(), want.timeseries.len());
             for (b, w) in back.timeseries.iter().zip(&want.timeseries) {
                 proptest::prop_assert_eq!(&b.labels, &w.labels);
