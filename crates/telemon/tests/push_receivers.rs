@@ -476,6 +476,8 @@ async fn a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate() {
     let stopped = telemon_ms();
     // The outage itself: 20 s of a receiver that is not there (the scenario, not a synchronisation).
     tokio::time::sleep(Duration::from_secs(20)).await;
+    let oldest = stats.oldest_unsent_ms().expect("samples wait for the receiver");
+    assert!(oldest <= stopped + 2_000, "the oldest unsent sample dates from the stop: {}", oldest - stopped);
     let vm = Receiver::vm(&bin, &dir, Some(addr)).await;
     let restarted = telemon_ms();
     until("the backlog sent and two samples more", async || {

@@ -111,6 +111,7 @@ struct Seen {
 #[derive(Debug)]
 pub struct Otlp {
     resource: Vec<KeyValue>,
+    up_family: Arc<str>,
     seen: HashMap<SeriesKey, Seen>,
     tick: u64,
 }
@@ -124,7 +125,7 @@ impl Otlp {
             kv("service.version", env!("CARGO_PKG_VERSION")),
         ];
         resource.extend(external.iter().map(|(k, v)| kv(k, v)));
-        Otlp { resource, seen: HashMap::new(), tick: 0 }
+        Otlp { resource, up_family: Arc::from(UP_FAMILY), seen: HashMap::new(), tick: 0 }
     }
 
     /// The points of `snapshot` at `now_ms`.
@@ -134,7 +135,7 @@ impl Otlp {
         let now_ns = (now_ms.max(0) as u64) * 1_000_000;
         let up_labels: Arc<[(Arc<str>, Arc<str>)]> = Arc::from(Vec::new());
         for t in view::targets(snapshot) {
-            let target_labels = &t.labels;
+            let target_labels = t.labels;
             let name = &t.name;
             let attrs = |extra: &mut dyn Iterator<Item = (&str, &str)>| -> Vec<KeyValue> {
                 let mut a = vec![kv("target", name)];
@@ -152,7 +153,7 @@ impl Otlp {
                 a
             };
             // telemon_target_up, with the protocol.
-            let key: SeriesKey = (t.name.clone(), Arc::from(UP_FAMILY), up_labels.clone());
+            let key: SeriesKey = (t.name.clone(), self.up_family.clone(), up_labels.clone());
             let e = self.seen.entry(key).or_insert_with(|| {
                 let attributes = attrs(&mut std::iter::once(("protocol", t.protocol.as_str())));
                 Seen {

@@ -249,6 +249,10 @@ type SeriesKey = (Arc<str>, Arc<[(Arc<str>, Arc<str>)]>);
 struct TargetSeen {
     series: HashMap<SeriesKey, Seen>,
     up: Option<Arc<WireSeries>>,
+    /// The last tick's series in the store's order, with their wire series. When the store hands
+    /// out the same series (the same `Arc`s, in the same order) again, which is the common case,
+    /// a tick is pointer compares and pushes, without hashing a label.
+    aligned: Vec<(SeriesKey, Vec<Arc<WireSeries>>)>,
 }
 
 #[derive(Debug)]
@@ -271,41 +275,17 @@ impl RemoteWrite {
         RemoteWrite { external, targets: HashMap::new(), tick: 0 }
     }
 
-    fn wire_series(&self, t: &PushTarget, s: &Series) -> Vec<Arc<WireSeries>> {
-        let base: Vec<(&str, &str)> = std::iter::once(("target", &*t.name))
-            .chain(s.labels.iter().map(|(k, v)| (&**k, &**v)))
-            .chain(t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .chain(self.external.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-            .collect();
-        let one = |suffix: &str, le: Option<&str>| {
-            let name = format!("{}{suffix}", s.family);
-            let le = le.map(|v| ("le", v));
-            Arc::new(WireSeries::new(&name, le.into_iter().chain(base.iter().copied())))
-        };
-        match &s.value {
-            Value::Number(_) => vec![one("", None)],
-            Value::Histogram { buckets, .. } => {
-                let mut v: Vec<_> =
-                    buckets.iter().map(|(le, _)| one("_bucket", Some(&fmt_le(*le)))).collect();
-                v.push(one("_bucket", Some("+Inf")));
-                v.push(one("_sum", None));
-                v.push(one("_count", None));
-                v
-            }
-        }
-    }
-
     /// The samples of `snapshot` at `now_ms`, then stale markers for what vanished since the last
     /// call.
     pub fn sample(&mut self, snapshot: &FleetSnapshot, now_ms: i64, out: &mut Vec<RwSample>) {
         self.tick += 1;
         let tick = self.tick;
         for t in view::targets(snapshot) {
-            let mut seen = self.targets.remove(&t.name).unwrap_or_default();
+            let mut seen = self.targets.remove(t.name).unwrap_or_default();
             let up = match seen.up.take() {
                 Some(w) => w,
                 None => {
-                    let base = std::iter::once(("target", &*t.name))
+                    let base = std::iter::once(("target", &**t.name))
                         .chain(std::iter::once(("protocol", t.protocol.as_str())))
                         .chain(t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                         .chain(self.external.iter().map(|(k, v)| (k.as_str(), v.as_str())));
@@ -315,48 +295,44 @@ impl RemoteWrite {
             let v = if t.up { 1.0 } else { 0.0 };
             out.push(RwSample { series: up.clone(), timestamp_ms: now_ms, value: v });
             seen.up = Some(up);
-            for s in t.series.iter() {
-                let key = (s.family.clone(), s.labels.clone());
-                let n_values = match &s.value {
-                    Value::Number(_) => 1,
-                    Value::Histogram { buckets, .. } => buckets.len() + 3,
-                };
-                let entry = match seen.series.get_mut(&key) {
-                    Some(e) if e.wire.len() == n_values => e,
-                    other => {
-                        // New, or a histogram whose buckets changed: the old wire series go stale.
-                        if let Some(old) = other {
-                            stale(&old.wire, now_ms, out);
-                        }
-                        let wire = self.wire_series(&t, s);
-                        seen.series.insert(key.clone(), Seen { wire, tick });
-                        seen.series.get_mut(&key).expect("inserted above")
-                    }
-                };
-                entry.tick = tick;
-                match &s.value {
-                    Value::Number(v) => {
-                        out.push(RwSample { series: entry.wire[0].clone(), timestamp_ms: now_ms, value: *v });
-                    }
-                    Value::Histogram { buckets, sum, count } => {
-                        let values = buckets.iter().map(|(_, n)| *n as f64).chain([
-                            *count as f64,
-                            *sum,
-                            *count as f64,
-                        ]);
-                        for (w, v) in entry.wire.iter().zip(values) {
-                            out.push(RwSample { series: w.clone(), timestamp_ms: now_ms, value: v });
-                        }
-                    }
+            let same = seen.aligned.len() == t.series.len()
+                && seen.aligned.iter().zip(t.series).all(|((key, wire), s)| {
+                    Arc::ptr_eq(&key.0, &s.family)
+                        && Arc::ptr_eq(&key.1, &s.labels)
+                        && wire.len() == wire_len(&s.value)
+                });
+            if same {
+                for ((_, wire), s) in seen.aligned.iter().zip(t.series) {
+                    push_values(wire, &s.value, now_ms, out);
                 }
+            } else {
+                seen.aligned.clear();
+                for s in t.series {
+                    let key = (s.family.clone(), s.labels.clone());
+                    let entry = match seen.series.get_mut(&key) {
+                        Some(e) if e.wire.len() == wire_len(&s.value) => e,
+                        other => {
+                            // New, or a histogram whose buckets changed: the old wire series go stale.
+                            if let Some(old) = other {
+                                stale(&old.wire, now_ms, out);
+                            }
+                            let wire = wire_series(&self.external, &t, s);
+                            seen.series.insert(key.clone(), Seen { wire, tick });
+                            seen.series.get_mut(&key).expect("inserted above")
+                        }
+                    };
+                    entry.tick = tick;
+                    push_values(&entry.wire, &s.value, now_ms, out);
+                    seen.aligned.push((key, entry.wire.clone()));
+                }
+                seen.series.retain(|_, e| {
+                    let keep = e.tick == tick;
+                    if !keep {
+                        stale(&e.wire, now_ms, out);
+                    }
+                    keep
+                });
             }
-            seen.series.retain(|_, e| {
-                let keep = e.tick == tick;
-                if !keep {
-                    stale(&e.wire, now_ms, out);
-                }
-                keep
-            });
             self.targets.insert(t.name.clone(), seen);
         }
         // Targets gone from the store: every series of theirs goes stale.
@@ -370,6 +346,50 @@ impl RemoteWrite {
                 if let Some(up) = seen.up {
                     stale(std::slice::from_ref(&up), now_ms, out);
                 }
+            }
+        }
+    }
+}
+
+fn wire_series(external: &[(String, String)], t: &PushTarget<'_>, s: &Series) -> Vec<Arc<WireSeries>> {
+    let base: Vec<(&str, &str)> = std::iter::once(("target", &**t.name))
+        .chain(s.labels.iter().map(|(k, v)| (&**k, &**v)))
+        .chain(t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .chain(external.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .collect();
+    let one = |suffix: &str, le: Option<&str>| {
+        let name = format!("{}{suffix}", s.family);
+        let le = le.map(|v| ("le", v));
+        Arc::new(WireSeries::new(&name, le.into_iter().chain(base.iter().copied())))
+    };
+    match &s.value {
+        Value::Number(_) => vec![one("", None)],
+        Value::Histogram { buckets, .. } => {
+            let mut v: Vec<_> = buckets.iter().map(|(le, _)| one("_bucket", Some(&fmt_le(*le)))).collect();
+            v.push(one("_bucket", Some("+Inf")));
+            v.push(one("_sum", None));
+            v.push(one("_count", None));
+            v
+        }
+    }
+}
+
+/// How many wire series a value has.
+fn wire_len(v: &Value) -> usize {
+    match v {
+        Value::Number(_) => 1,
+        Value::Histogram { buckets, .. } => buckets.len() + 3,
+    }
+}
+
+/// The samples of `value` on its `wire` series (as [`wire_series`] orders them).
+fn push_values(wire: &[Arc<WireSeries>], value: &Value, now_ms: i64, out: &mut Vec<RwSample>) {
+    match value {
+        Value::Number(v) => out.push(RwSample { series: wire[0].clone(), timestamp_ms: now_ms, value: *v }),
+        Value::Histogram { buckets, sum, count } => {
+            let values = buckets.iter().map(|(_, n)| *n as f64).chain([*count as f64, *sum, *count as f64]);
+            for (w, v) in wire.iter().zip(values) {
+                out.push(RwSample { series: w.clone(), timestamp_ms: now_ms, value: v });
             }
         }
     }

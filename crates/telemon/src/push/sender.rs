@@ -188,8 +188,8 @@ pub(crate) async fn sender<W: Wire>(
         }
         let n = batch.len();
         inflight.store(n as u64, std::sync::atomic::Ordering::Relaxed);
-        let oldest = batch.first().map(Queued::timestamp_ms);
-        stats.set_queue(queue.bytes(), oldest);
+        stats.set_inflight(batch.first().map(Queued::timestamp_ms));
+        stats.set_queue(queue.bytes(), queue.oldest_ms());
         let body = W::encode(&context, &batch);
         drop(batch);
         loop {
@@ -228,6 +228,7 @@ pub(crate) async fn sender<W: Wire>(
             }
         }
         inflight.store(0, std::sync::atomic::Ordering::Relaxed);
+        stats.set_inflight(None);
         stats.set_queue(queue.bytes(), queue.oldest_ms());
     }
 }

@@ -34,8 +34,10 @@ pub struct Stats {
     dropped: Mutex<BTreeMap<String, u64>>,
     queue_bytes: AtomicU64,
     queue_limit: u64,
-    /// Unix ms of the oldest sample not yet sent (0: none).
+    /// Unix ms of the oldest sample still queued (0: none).
     oldest_unsent_ms: AtomicI64,
+    /// Unix ms of the oldest sample of the request being tried (0: none).
+    inflight_oldest_ms: AtomicI64,
     /// Unix ms of the last 2xx (0: never).
     last_success_ms: AtomicI64,
     durations: [AtomicU64; DURATION_BUCKETS.len()],
@@ -56,6 +58,7 @@ impl Stats {
             queue_bytes: AtomicU64::new(0),
             queue_limit,
             oldest_unsent_ms: AtomicI64::new(0),
+            inflight_oldest_ms: AtomicI64::new(0),
             last_success_ms: AtomicI64::new(0),
             durations: Default::default(),
             duration_count: AtomicU64::new(0),
@@ -119,6 +122,14 @@ impl Stats {
         self.queue_bytes.store(bytes as u64, Relaxed);
         self.oldest_unsent_ms.store(oldest_ms.unwrap_or(0), Relaxed);
     }
+    pub(crate) fn set_inflight(&self, oldest_ms: Option<i64>) {
+        self.inflight_oldest_ms.store(oldest_ms.unwrap_or(0), Relaxed);
+    }
+    /// Unix ms of the oldest sample not accepted yet, in flight or queued (`None`: none).
+    pub fn oldest_unsent_ms(&self) -> Option<i64> {
+        let (q, f) = (self.oldest_unsent_ms.load(Relaxed), self.inflight_oldest_ms.load(Relaxed));
+        [q, f].into_iter().filter(|t| *t != 0).min()
+    }
     pub(crate) fn observe(&self, d: Duration) {
         let s = d.as_secs_f64();
         for (i, b) in DURATION_BUCKETS.iter().enumerate() {
@@ -150,8 +161,7 @@ impl Stats {
         }
         line("telemon_push_queue_bytes", "", self.queue_bytes.load(Relaxed) as f64);
         line("telemon_push_queue_limit_bytes", "", self.queue_limit as f64);
-        let oldest = self.oldest_unsent_ms.load(Relaxed);
-        let age = if oldest == 0 { 0.0 } else { ((now_ms() - oldest).max(0)) as f64 / 1000.0 };
+        let age = self.oldest_unsent_ms().map_or(0.0, |t| (now_ms() - t).max(0) as f64 / 1000.0);
         line("telemon_push_oldest_unsent_age_seconds", "", age);
         line("telemon_push_last_success_timestamp_seconds", "", self.last_success_ms() as f64 / 1000.0);
         for (i, b) in DURATION_BUCKETS.iter().enumerate() {

@@ -5,35 +5,35 @@ use std::sync::Arc;
 
 use crate::fleet::{FleetSnapshot, MetricKind, Protocol, Series, Value};
 
-/// One target as the senders see it.
+/// One target as the senders see it (borrowed from the snapshot).
 #[derive(Debug, Clone)]
-pub struct PushTarget {
+pub struct PushTarget<'a> {
     /// Unique target name (the `target` label).
-    pub name: Arc<str>,
+    pub name: &'a Arc<str>,
     /// Its protocol.
     pub protocol: Protocol,
     /// Labels from the config.
-    pub labels: Vec<(String, String)>,
+    pub labels: &'a [(String, String)],
     /// Connected and collecting.
     pub up: bool,
     /// Successful connections so far: a change means the peer may have restarted its counters.
     pub connects: u64,
     /// Its current series (none while down).
-    pub series: Arc<[Series]>,
+    pub series: &'a [Series],
 }
 
 /// The family telemon adds for every target: 1 while up, else 0.
 pub const UP_FAMILY: &str = "telemon_target_up";
 
 /// Every target of `snapshot`, sorted by name.
-pub fn targets(snapshot: &FleetSnapshot) -> impl Iterator<Item = PushTarget> + '_ {
+pub fn targets(snapshot: &FleetSnapshot) -> impl Iterator<Item = PushTarget<'_>> + '_ {
     snapshot.targets.iter().map(|t| PushTarget {
-        name: t.name.clone(),
+        name: &t.name,
         protocol: t.protocol,
-        labels: t.labels.clone(),
+        labels: &t.labels,
         up: t.is_up(),
         connects: t.connects,
-        series: if t.is_up() { t.series.clone() } else { Arc::from(Vec::new()) },
+        series: if t.is_up() { &t.series[..] } else { &[] },
     })
 }
 
