@@ -294,3 +294,30 @@ queue_bytes = "1MiB"
     assert!(stats.dropped("shutdown") > 0, "what was left at the deadline is counted");
     shutdown.cancel();
 }
+
+#[tokio::test]
+async fn a_bad_shard_flag_is_a_usage_error_and_check_config_counts_the_senders() {
+    let out = support::run(&["serve", "--shard", "3/2", "--smon", "127.0.0.1:1"], None).await;
+    assert_eq!(support::code(&out), 2, "{}", support::stderr(&out));
+    assert!(support::stderr(&out).contains("bad shard \"3/2\""), "{}", support::stderr(&out));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("push.toml");
+    std::fs::write(
+        &file,
+        "[[smon]]\nname = \"a\"\nconnect = \"127.0.0.1:7399\"\n[[remote_write]]\nurl = \"http://x:1/w\"\n[[otlp]]\nendpoint = \"http://x:2\"\n",
+    )
+    .unwrap();
+    let out = support::run(&["serve", "--check-config", file.to_str().unwrap()], None).await;
+    assert_eq!(support::code(&out), 0, "{}", support::stderr(&out));
+    assert!(
+        support::stdout(&out).contains("; pushing to 1 remote_write, 1 otlp"),
+        "{}",
+        support::stdout(&out)
+    );
+    std::fs::write(&file, "[[remote_write]]\nurl = \"http://x:1/w\"\nexternal_labels = { le = \"1\" }\n")
+        .unwrap();
+    let out = support::run(&["serve", "--check-config", file.to_str().unwrap()], None).await;
+    assert_eq!(support::code(&out), 2);
+    assert!(support::stderr(&out).contains("push.toml:3: external_labels: "), "{}", support::stderr(&out));
+}
