@@ -18,6 +18,10 @@
 //!
 //! Everything runs under `target/fleet-bench/PROTOCOL-N/` (config, logs, sys161 socket folders),
 //! which is kept for a look after the run.
+//!
+//! With `--push`, telemon also runs a `[[remote_write]]` sender pushing every series each second to a
+//! sink in this process (a minimal HTTP server answering 204); run it beside a run without it to read
+//! the sender's cost.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -56,6 +60,7 @@ const SIM_CORE: &str = "1";
 struct Row {
     protocol: &'static str,
     n: u32,
+    push: bool,
     cpu_percent: f64,
     /// `None` when the floor could not run.
     floor_cpu_percent: Option<f64>,
@@ -82,6 +87,7 @@ pub fn fleet_bench(
     protocols: &[String],
     seconds: u64,
     record: bool,
+    push: bool,
 ) -> Result<()> {
     let mut chosen = Vec::new();
     for p in protocols {
@@ -124,12 +130,15 @@ pub fn fleet_bench(
     let mut failed = Vec::new();
     for &protocol in &chosen {
         for &n in sizes {
-            eprintln!("[xtask] {protocol} x {n}");
-            match bench.run(protocol, n) {
-                Ok(row) => rows.push(row),
-                Err(e) => {
-                    eprintln!("[xtask] {protocol} x {n} failed: {e:#}");
-                    failed.push(format!("{protocol} x {n}"));
+            for with_push in if push { &[false, true][..] } else { &[false][..] } {
+                let what = if *with_push { " + remote_write" } else { "" };
+                eprintln!("[xtask] {protocol} x {n}{what}");
+                match bench.run(protocol, n, *with_push) {
+                    Ok(row) => rows.push(row),
+                    Err(e) => {
+                        eprintln!("[xtask] {protocol} x {n}{what} failed: {e:#}");
+                        failed.push(format!("{protocol} x {n}{what}"));
+                    }
                 }
             }
         }
@@ -179,8 +188,9 @@ fn table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             t,
-            "| {} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {} |",
+            "| {}{} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {} |",
             r.protocol,
+            if r.push { " + remote_write" } else { "" },
             r.n,
             r.cpu_percent,
             r.sims_cpu_percent,
@@ -207,7 +217,7 @@ fn table(rows: &[Row]) -> String {
 fn bytes_per_series(r: &Row, rows: &[Row]) -> String {
     let smaller = rows
         .iter()
-        .filter(|o| o.protocol == r.protocol && o.n < r.n && o.series < r.series)
+        .filter(|o| o.protocol == r.protocol && o.push == r.push && o.n < r.n && o.series < r.series)
         .max_by_key(|o| o.n);
     match smaller {
         Some(o) => {
@@ -290,8 +300,8 @@ impl Bench {
         }
     }
 
-    fn run(&self, protocol: &'static str, n: u32) -> Result<Row> {
-        let work = self.work.join(format!("{protocol}-{n}"));
+    fn run(&self, protocol: &'static str, n: u32, push: bool) -> Result<Row> {
+        let work = self.work.join(format!("{protocol}-{n}{}", if push { "-push" } else { "" }));
         if work.exists() {
             std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
         }
@@ -362,6 +372,17 @@ impl Bench {
                 sims.push(children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?);
             }
         }
+        let _sink = if push {
+            let sink = Sink::start()?;
+            let _ = write!(
+                config,
+                "\n[[remote_write]]\nurl = \"http://{}/api/v1/write\"\nbatch = \"1s\"\n",
+                sink.addr
+            );
+            Some(sink)
+        } else {
+            None
+        };
         let config_path = work.join("telemon.toml");
         std::fs::write(&config_path, config)?;
 
@@ -441,6 +462,7 @@ impl Bench {
         Ok(Row {
             protocol,
             n,
+            push,
             cpu_percent: ticks as f64 / self.clk_tck / elapsed * 100.0,
             floor_cpu_percent,
             sims_cpu_percent: sims_ticks as f64 / self.clk_tck / elapsed * 100.0,
@@ -545,6 +567,56 @@ fn pinning_works() -> bool {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
+}
+
+/// A remote write receiver that reads each request and answers 204: what a fast receiver costs
+/// telemon, without a receiver's own CPU in the way (it runs in xtask, not in telemon).
+struct Sink {
+    addr: std::net::SocketAddr,
+}
+
+impl Sink {
+    fn start() -> Result<Sink> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        let addr = listener.local_addr()?;
+        std::thread::spawn(move || {
+            for conn in listener.incoming().flatten() {
+                std::thread::spawn(move || Sink::serve(conn));
+            }
+        });
+        Ok(Sink { addr })
+    }
+
+    /// Keep-alive HTTP/1.1: headers, a `Content-Length` body, `204`; until the peer closes.
+    fn serve(mut conn: TcpStream) {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+                continue;
+            };
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            buf.drain(..end + 4 + len);
+            if conn.write_all(b"HTTP/1.1 204 No Content\r\ncontent-length: 0\r\n\r\n").is_err() {
+                return;
+            }
+        }
+    }
 }
 
 fn sim_binary(protocol: &str) -> &'static str {

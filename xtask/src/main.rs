@@ -16,11 +16,12 @@
 //! * `cargo xtask soak --fleet [--minutes N]` runs `telemon serve` (release) over 200 sims of the five
 //!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
 //!   every up/down caused against those seen (see `sims/fleet-soak`).
-//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record]` measures `telemon serve` (release) watching
+//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push]` measures `telemon serve` (release) watching
 //!   N sim targets of each protocol (N = 10, 100, 1000 unless given; 60 s windows) and prints one table:
 //!   telemon's CPU beside the floor's (`sims/fleet-floor`, the same polling with the protocol crates alone)
 //!   and the sims', peak RSS, bytes per series, scrape latency and size (plain and gzip), targets up and
-//!   flapping (also written to `target/fleet-bench.md`); `--record` runs it with `telemon serve --record`.
+//!   flapping (also written to `target/fleet-bench.md`); `--record` runs it with `telemon serve --record`;
+//!   `--push` adds a row per size with a remote write sender, for its cost.
 //! * `cargo xtask ci` runs `.ci/run`.
 
 mod bench_table;
@@ -114,6 +115,9 @@ enum Task {
         /// Run `telemon serve --record DIR` (every connection recorded), to measure what recording costs.
         #[arg(long)]
         record: bool,
+        /// Also run each size with a remote write sender (to a sink in xtask), for the sender's cost.
+        #[arg(long)]
+        push: bool,
     },
     /// Run the CI script, `.ci/run`.
     Ci,
@@ -143,8 +147,8 @@ fn main() -> Result<()> {
         }
         Task::Soak { fleet: true, minutes, .. } => soak_fleet(&root, minutes),
         Task::Soak { minutes, clients, sims, .. } => soak(&root, minutes, clients, &sims),
-        Task::FleetBench { sizes, protocols, seconds, record } => {
-            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, record)
+        Task::FleetBench { sizes, protocols, seconds, record, push } => {
+            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, record, push)
         }
         Task::Ci => run(Command::new("bash").arg(".ci/run")),
     }

@@ -8,6 +8,7 @@
 
 pub mod export;
 pub mod fleet;
+pub mod push;
 pub mod record;
 pub mod retry;
 pub mod serve;

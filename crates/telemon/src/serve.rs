@@ -32,8 +32,10 @@ use serde::Deserialize;
 
 use crate::fleet::collect::{self, AbortOnDrop};
 use crate::fleet::config::FleetConfig;
+use crate::fleet::config::Shard;
 use crate::fleet::render::{Chunks, Format, CHUNK};
 use crate::fleet::{Fleet, FleetSnapshot, Protocol, Publisher, Registry, TargetSnapshot};
+use crate::push::{Push, Stats as PushStats};
 
 /// A probe target not asked for this long is dropped, with its connection.
 pub const PROBE_IDLE: Duration = Duration::from_secs(600);
@@ -53,6 +55,7 @@ pub struct Server {
     stop: tokio::sync::watch::Sender<bool>,
     http: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    push: Option<Push>,
 }
 
 /// Starts every target of `config` and serves HTTP on `listen` (`config.serve.listen` when `None`).
@@ -64,11 +67,16 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
     let fleet = Arc::new(Fleet::start(config).await?);
+    let instance = format!("{}:{}", hostname(), addr.port());
+    let push = Push::start(config, fleet.registry(), &instance)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     let runtime = tokio::runtime::Handle::current();
     let state = AppState {
         fleet: fleet.clone(),
         probes: Arc::new(Probes::new(config.serve.series_limit, runtime.clone())),
         started: Instant::now(),
+        push: push.stats().into(),
+        shard: config.serve.shard,
     };
     let app = Router::new()
         .route("/", get(index))
@@ -104,7 +112,7 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
         });
         let _ = done_tx.send(served);
     })?;
-    Ok(Server { addr, fleet, stop, http, thread: Some(thread) })
+    Ok(Server { addr, fleet, stop, http, thread: Some(thread), push: Some(push) })
 }
 
 /// Descriptors kept aside for the process itself (logs, the config, listeners) before the
@@ -220,9 +228,18 @@ impl Server {
         result
     }
 
-    /// Stops serving and stops every target.
+    /// The push senders' stats (`[[remote_write]]` then `[[otlp]]`, in config order).
+    pub fn push_stats(&self) -> Vec<Arc<PushStats>> {
+        self.push.as_ref().map(Push::stats).unwrap_or_default()
+    }
+
+    /// Stops serving, flushes the push senders (within [`crate::push::SHUTDOWN_DEADLINE`]) and
+    /// stops every target.
     pub async fn shutdown(mut self) {
         self.stop.send_replace(true);
+        if let Some(push) = self.push.take() {
+            push.shutdown(crate::push::SHUTDOWN_DEADLINE).await;
+        }
         let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.http).await;
         if let Some(t) = self.thread.take() {
             if t.is_finished() {
@@ -238,6 +255,18 @@ struct AppState {
     fleet: Arc<Fleet>,
     probes: Arc<Probes>,
     started: Instant,
+    push: Arc<[Arc<PushStats>]>,
+    shard: Option<Shard>,
+}
+
+/// This host's name (for OTLP's `service.instance.id`), `localhost` when unknown.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
 }
 
 async fn index() -> impl IntoResponse {
@@ -294,10 +323,10 @@ impl Iterator for Gzip {
 
 /// The exposition of `snapshot` in the format `Accept` asks for, streamed in chunks, and gzipped
 /// when `Accept-Encoding` allows it.
-fn exposition(snapshot: FleetSnapshot, headers: &HeaderMap) -> Response {
+fn exposition(snapshot: FleetSnapshot, headers: &HeaderMap, tail: String) -> Response {
     let header_str = |name| headers.get(name).and_then(|v: &header::HeaderValue| v.to_str().ok());
     let format = Format::from_accept(header_str(header::ACCEPT));
-    let chunks = Chunks::new(snapshot, format);
+    let chunks = Chunks::new(snapshot, format).with_tail(tail);
     let ok = Ok::<Bytes, std::convert::Infallible>;
     if accepts_gzip(header_str(header::ACCEPT_ENCODING)) {
         let gzip = Gzip {
@@ -323,7 +352,13 @@ fn exposition(snapshot: FleetSnapshot, headers: &HeaderMap) -> Response {
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    exposition(state.fleet.snapshot(), &headers)
+    let own = if state.push.is_empty() {
+        String::new()
+    } else {
+        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+        crate::push::stats::render(&state.push, Format::from_accept(accept) == Format::OpenMetrics)
+    };
+    exposition(state.fleet.snapshot(), &headers, own)
 }
 
 /// One target as `/targets` shows it.
@@ -352,6 +387,7 @@ async fn targets(State(state): State<AppState>) -> Response {
     let snapshot = state.fleet.snapshot();
     let body = serde_json::json!({
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
+        "shard": state.shard.map(|s| s.to_string()),
         "targets": snapshot.targets.iter().map(target_json).collect::<Vec<_>>(),
         "probes": state.probes.snapshot().iter().map(target_json).collect::<Vec<_>>(),
     });
@@ -386,7 +422,7 @@ async fn probe(State(state): State<AppState>, Query(q): Query<ProbeQuery>, heade
         .map(|s| Duration::from_secs_f64((s * 0.9).min(60.0)))
         .unwrap_or(DEFAULT_PROBE_TIMEOUT);
     match state.probes.probe(protocol, &target, timeout).await {
-        Some(t) => exposition(FleetSnapshot { targets: vec![t] }, &headers),
+        Some(t) => exposition(FleetSnapshot { targets: vec![t] }, &headers, String::new()),
         None => (StatusCode::SERVICE_UNAVAILABLE, format!("more than {MAX_PROBES} probe targets\n"))
             .into_response(),
     }

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use telemon::fleet::config::{FleetConfig, TargetArgs};
+use telemon::fleet::config::{FleetConfig, Shard, TargetArgs};
 
 use crate::fleet_record::{self, RotateArgs};
 use crate::output::{CliError, CliResult};
@@ -15,6 +15,9 @@ pub struct Args {
     /// HTTP listen address (default: `listen` of the config's [serve], else 127.0.0.1:9464).
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
+    /// Take only this share of the targets, e.g. `2/4` (overrides `shard` of the config's [serve]).
+    #[arg(long, value_name = "I/N", value_parser = Shard::parse)]
+    shard: Option<Shard>,
     /// Only check this config file: print what is wrong (file, line, key) and exit 2, or a summary and 0.
     #[arg(long, value_name = "FILE", conflicts_with = "config")]
     check_config: Option<PathBuf>,
@@ -32,7 +35,10 @@ pub async fn run(args: Args) -> CliResult {
         println!("{}: ok ({})", file.display(), config.summary());
         return Ok(());
     }
-    let config = args.targets.to_config()?;
+    let mut config = args.targets.to_config()?;
+    if args.shard.is_some() {
+        config.serve.shard = args.shard;
+    }
     if config.blocks() == 0 {
         return Err(CliError::Usage(
             "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
@@ -40,7 +46,8 @@ pub async fn run(args: Args) -> CliResult {
     }
     let recording = args.record.map(|dir| args.rotate.start(dir)).transpose()?;
     let server = telemon::serve::start(&config, args.listen.as_deref()).await.map_err(CliError::peer)?;
-    eprintln!("telemon: serving {} on http://{}/metrics", config.summary(), server.local_addr());
+    let shard = config.serve.shard.map(|s| format!(" (shard {s})")).unwrap_or_default();
+    eprintln!("telemon: serving {}{shard} on http://{}/metrics", config.summary(), server.local_addr());
     let result = server.run_until(shutdown_signal()).await.map_err(CliError::peer);
     if let Some(recording) = &recording {
         fleet_record::finish(recording);

@@ -25,7 +25,7 @@ pub struct ConfigError {
     pub message: String,
 }
 
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     humantime::parse_duration(&s).map_err(|e| {
         serde::de::Error::custom(format!("bad duration {s:?} ({e}); write e.g. \"1s\" or \"250ms\""))
@@ -36,7 +36,7 @@ fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::
     duration(d).map(Some)
 }
 
-fn one_second() -> Duration {
+pub(super) fn one_second() -> Duration {
     Duration::from_secs(1)
 }
 
@@ -123,6 +123,9 @@ pub struct ServeSection {
     /// Per-target cap on series.
     #[serde(default = "default_series_limit")]
     pub series_limit: usize,
+    /// This instance's share of the targets (`"2/4"`); `None` takes every target.
+    #[serde(default, deserialize_with = "shard_option")]
+    pub shard: Option<Shard>,
     /// The most HTTP connections open at once; more are refused at once (and counted). The cap
     /// in force is also bounded by a share of the open-file limit, see `telemon::serve`.
     #[serde(default = "default_max_connections")]
@@ -159,6 +162,7 @@ impl Default for ServeSection {
             series_limit: default_series_limit(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            shard: None,
         }
     }
 }
@@ -366,6 +370,12 @@ pub struct FleetConfig {
     /// `[[sysinfo]]` blocks.
     #[serde(default)]
     pub sysinfo: Vec<SysinfoTarget>,
+    /// `[[remote_write]]` blocks: Prometheus remote write 1.0 senders.
+    #[serde(default)]
+    pub remote_write: Vec<PushSection>,
+    /// `[[otlp]]` blocks: OTLP/HTTP protobuf senders.
+    #[serde(default)]
+    pub otlp: Vec<PushSection>,
 }
 
 /// Label names that telemon sets itself (every label named in `docs/metrics.md`, plus `le` and
@@ -380,6 +390,7 @@ pub const RESERVED_LABELS: &[&str] = &[
     "dir",
     "event",
     "field",
+    "format",
     "index",
     "kind",
     "le",
@@ -390,6 +401,7 @@ pub const RESERVED_LABELS: &[&str] = &[
     "quantile",
     "reason",
     "runtime",
+    "sender",
     "session_uuid",
     "side",
     "state",
@@ -449,7 +461,7 @@ fn key_line(text: &str, from: usize, key: &str) -> usize {
     0
 }
 
-fn line_of(text: &str, offset: usize) -> usize {
+pub(super) fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
 
@@ -466,6 +478,14 @@ impl FleetConfig {
 
     /// `2 meter161, 1 hmon, ...`: the blocks per kind, for people.
     pub fn summary(&self) -> String {
+        let mut s = self.target_summary();
+        if !self.remote_write.is_empty() || !self.otlp.is_empty() {
+            s += &format!("; pushing to {} remote_write, {} otlp", self.remote_write.len(), self.otlp.len());
+        }
+        s
+    }
+
+    fn target_summary(&self) -> String {
         format!(
             "{} meter161, {} hmon, {} hmon_listen, {} mono_listen, {} smon, {} sysinfo",
             self.meter161.len(),
@@ -700,6 +720,7 @@ impl FleetConfig {
         if self.serve.idle_timeout.is_zero() {
             return Err(serve_key_err("idle_timeout", "must be above zero"));
         }
+        validate_push(self, file, text)?;
         if self.serve.listen.parse::<SocketAddr>().is_err() && !self.serve.listen.contains(':') {
             return Err(ConfigError {
                 file: file.into(),
@@ -711,6 +732,9 @@ impl FleetConfig {
         Ok(())
     }
 }
+
+use super::push_config::shard_option;
+pub use super::push_config::{validate_push, BasicAuth, PushSection, Shard, TlsSection};
 
 #[cfg(test)]
 mod tests {

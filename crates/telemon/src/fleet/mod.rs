@@ -16,6 +16,7 @@ pub mod collect;
 pub mod config;
 pub mod model;
 pub mod own;
+pub mod push_config;
 pub mod registry;
 pub mod render;
 pub mod series;
@@ -72,8 +73,14 @@ impl Fleet {
         let reg = fleet.registry.clone();
         let limit = config.serve.series_limit;
         let publisher = |name: &str, protocol, l| Publisher::new(&reg, name, protocol, labels(l), limit);
+        // Sharding picks the targets before any collector starts (listeners are not sharded).
+        let shard = config.serve.shard;
+        let mine = |name: &str| shard.is_none_or(|s| s.owns(name));
         for t in &config.meter161 {
             let name = t.name.get_ref();
+            if t.dir.is_some() && !mine(name) {
+                continue;
+            }
             if let Some(dir) = &t.dir {
                 let p = publisher(name, Protocol::Meter161, &t.labels);
                 fleet.spawn(collect::meter161::run(p, dir.clone(), t.interval));
@@ -84,11 +91,12 @@ impl Fleet {
                     labels: labels(&t.labels),
                     series_limit: limit,
                     interval: t.interval,
+                    shard,
                 };
                 fleet.spawn(collect::meter161::run_glob(reg.clone(), block, GLOB_RESCAN));
             }
         }
-        for t in &config.hmon {
+        for t in config.hmon.iter().filter(|t| mine(t.name.get_ref())) {
             let p = publisher(t.name.get_ref(), Protocol::Hmon, &t.labels);
             let addr = t.connect.clone().unwrap_or_default();
             fleet.spawn(collect::hmon::run_connect(p, addr, collect::hmon::Plan::new(t)));
@@ -111,7 +119,7 @@ impl Fleet {
             })?;
             fleet.spawn(accept);
         }
-        for t in &config.smon {
+        for t in config.smon.iter().filter(|t| mine(t.name.get_ref())) {
             let p = publisher(t.name.get_ref(), Protocol::Smon, &t.labels);
             let source = match (&t.connect, &t.file) {
                 (Some(a), _) => collect::smon::Source::Connect(a.clone()),
@@ -119,7 +127,7 @@ impl Fleet {
             };
             fleet.spawn(collect::smon::run(p, source));
         }
-        for t in &config.sysinfo {
+        for t in config.sysinfo.iter().filter(|t| mine(t.name.get_ref())) {
             let p = publisher(t.name.get_ref(), Protocol::Sysinfo, &t.labels);
             let endpoint = collect::sysinfo::endpoint(t.connect.as_deref(), t.socket.as_ref());
             fleet.spawn(collect::sysinfo::run_plan(p, endpoint, collect::sysinfo::Plan::new(t)));

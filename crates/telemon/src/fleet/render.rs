@@ -146,6 +146,8 @@ pub struct Chunks {
     header_done: bool,
     done: bool,
     buf: String,
+    /// Families rendered elsewhere (the push senders' own), written before `# EOF`.
+    tail: String,
 }
 
 impl Chunks {
@@ -183,7 +185,15 @@ impl Chunks {
             header_done: false,
             done: false,
             buf: String::new(),
+            tail: String::new(),
         }
+    }
+
+    /// Adds whole families rendered elsewhere (with their `# HELP` and `# TYPE`) at the end of the
+    /// page, before OpenMetrics' `# EOF`. Their names must not be among the snapshot's.
+    pub fn with_tail(mut self, tail: String) -> Chunks {
+        self.tail = tail;
+        self
     }
 
     fn write_header(&mut self, name: &str, help: &str, kind: MetricKind) {
@@ -218,6 +228,7 @@ impl Chunks {
     fn fill(&mut self) {
         while self.buf.len() < CHUNK {
             let Some((name, source)) = self.plan.get(self.family) else {
+                self.buf.push_str(&std::mem::take(&mut self.tail));
                 if self.format == Format::OpenMetrics {
                     self.buf.push_str("# EOF\n");
                 }

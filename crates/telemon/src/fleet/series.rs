@@ -178,13 +178,16 @@ pub fn escape_label_value(out: &mut String, v: &str) {
 /// labels on a target.
 #[derive(Debug, PartialEq, Eq)]
 pub struct LabelSet {
-    pairs: Box<[(Arc<str>, Arc<str>)]>,
+    /// Shared, so that owned copies of a series ([`SeriesRef::to_series`]) keep the same labels
+    /// (senders recognise a series by pointer).
+    pairs: Arc<[(Arc<str>, Arc<str>)]>,
     text: Box<str>,
 }
 
 impl LabelSet {
     /// A label set from `(name, value)` pairs, kept in the order given.
-    pub fn new(pairs: Box<[(Arc<str>, Arc<str>)]>) -> LabelSet {
+    pub fn new(pairs: impl Into<Arc<[(Arc<str>, Arc<str>)]>>) -> LabelSet {
+        let pairs = pairs.into();
         let mut text = String::new();
         for (i, (k, v)) in pairs.iter().enumerate() {
             if i > 0 {
@@ -204,7 +207,7 @@ impl LabelSet {
     }
 
     /// The shared pairs.
-    pub fn pairs(&self) -> &[(Arc<str>, Arc<str>)] {
+    pub fn pairs(&self) -> &Arc<[(Arc<str>, Arc<str>)]> {
         &self.pairs
     }
 
@@ -411,7 +414,7 @@ impl<'a> SeriesRef<'a> {
         Series {
             family: self.family.name.clone(),
             help: self.family.help,
-            labels: self.def.labels.pairs.iter().cloned().collect(),
+            labels: self.def.labels.pairs.clone(),
             kind: self.family.kind,
             value,
             rate: self.rate(),
@@ -598,11 +601,10 @@ mod tests {
         assert_eq!(esc("tab\tand\rcr"), "tab\tand\rcr", "only \\, \" and newline are escaped");
         assert_eq!(esc("été ∑ 日本 🦀"), "été ∑ 日本 🦀", "UTF-8 that is not ASCII is written as it is");
         assert_eq!(esc("\\\"\n"), "\\\\\\\"\\n");
-        let set =
-            LabelSet::new(vec![(Arc::from("a"), Arc::from("x\"y")), (Arc::from("b"), Arc::from(""))].into());
+        let set = LabelSet::new(vec![(Arc::from("a"), Arc::from("x\"y")), (Arc::from("b"), Arc::from(""))]);
         assert_eq!(set.text(), r#"a="x\"y",b="""#);
         assert_eq!(set.get("a"), Some("x\"y"));
-        assert_eq!(LabelSet::new(Box::new([])).text(), "");
+        assert_eq!(LabelSet::new(Vec::new()).text(), "");
     }
 
     #[test]

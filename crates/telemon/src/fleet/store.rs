@@ -137,7 +137,7 @@ impl SeriesStore {
             hasher: DefaultHashBuilder::default(),
             schema: None,
             hists_published: None,
-            no_labels: Arc::new(LabelSet::new(Box::new([]))),
+            no_labels: Arc::new(LabelSet::new(Vec::new())),
         }
     }
 

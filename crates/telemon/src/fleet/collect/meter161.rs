@@ -306,6 +306,8 @@ pub struct GlobBlock {
     pub series_limit: usize,
     /// The interval asked of each simulator.
     pub interval: Duration,
+    /// This instance's shard: only the matches whose target name it owns are watched.
+    pub shard: Option<crate::fleet::config::Shard>,
 }
 
 /// Watches every directory matching the glob that holds a meter socket: a match is picked up when
@@ -337,6 +339,10 @@ pub async fn run_glob(registry: crate::fleet::Registry, block: GlobBlock, rescan
                 continue;
             }
             let name = glob_target_name(&block.name, &block.pattern, &dir);
+            // Another instance's share (see `[serve] shard`).
+            if block.shard.is_some_and(|s| !s.owns(&name)) {
+                continue;
+            }
             let mut labels = block.labels.clone();
             labels.push(("dir".to_owned(), escape_os(dir.as_os_str())));
             let protocol = crate::fleet::Protocol::Meter161;

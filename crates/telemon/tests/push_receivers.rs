@@ -1,0 +1,765 @@
+//! The push senders against real receivers, each started by the test on a free loopback port with
+//! a temporary data directory and stopped at the end:
+//!
+//! - Prometheus 2.42 (Debian's `prometheus`, `--web.enable-remote-write-receiver`) and
+//!   VictoriaMetrics 1.79 (Debian's `victoria-metrics`) take remote write from one telemon over
+//!   the five sims: every protocol's values read back equal the sims' own figures (sys161's
+//!   counters as exact integers at each timestamp), and a stopped sim's series go stale in
+//!   Prometheus (an instant query returns nothing, not the last value);
+//! - VictoriaMetrics stopped for 20 s and started again: every 1 s sample of a healthy target
+//!   from before, during and after the outage is there, with no gap and none twice;
+//! - two telemon instances with `shard = 1/2` and `2/2` over 40 targets (36 smon, 4 found by a
+//!   `dir_glob`) push to one VictoriaMetrics: every target exactly once, the union all 40;
+//! - OTLP through the `rotel` collector (PyPI) into a Python receiver that decodes with the
+//!   official `opentelemetry-proto` package: counters are cumulative monotonic Sums with a start
+//!   time (a new one when the target restarts), histograms carry the rvOS `le` bounds, units and
+//!   the Resource are right.
+//!
+//! A missing receiver fails the test under `CI=true` (`.ci/run` installs them: Debian packages
+//! and a virtualenv under `target/push-venv`) and elsewhere prints `SKIPPED:` and passes. Waits
+//! poll under a safety net; nothing asserts how long anything took.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use sim_common::Shutdown;
+use smon_codec::Sample;
+use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
+use telemon::fleet::config::FleetConfig;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The safety net of every wait.
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn in_ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|p| p.is_file())
+}
+
+/// The virtualenv `.ci/run` makes (`TELEMON_PUSH_VENV` overrides).
+fn venv() -> PathBuf {
+    std::env::var_os("TELEMON_PUSH_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/push-venv"))
+}
+
+/// `found`, or: a panic under CI, a loud SKIPPED elsewhere.
+fn need(test: &str, what: &str, found: Option<PathBuf>, hint: &str) -> Option<PathBuf> {
+    if found.is_some() {
+        return found;
+    }
+    if in_ci() {
+        panic!("{what} is missing and CI=true: {hint} so that {test} can run");
+    }
+    let banner = "*".repeat(80);
+    let _ = writeln!(
+        std::io::stderr(),
+        "\n{banner}\nSKIPPED: {test}: {what} is missing ({hint}).\n         The push senders were NOT checked against it.\n{banner}"
+    );
+    None
+}
+
+fn prometheus_bin(test: &str) -> Option<PathBuf> {
+    need(test, "prometheus", on_path("prometheus"), "apt-get install prometheus (bash .ci/push-receivers.sh)")
+}
+
+fn vm_bin(test: &str) -> Option<PathBuf> {
+    need(
+        test,
+        "victoria-metrics",
+        on_path("victoria-metrics"),
+        "apt-get install victoria-metrics (bash .ci/push-receivers.sh)",
+    )
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
+    tokio::time::timeout(DEADLINE, async {
+        loop {
+            if let Some(v) = f().await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what} never happened"))
+}
+
+fn http() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind {
+    Prometheus,
+    Vm,
+}
+
+/// A receiver process.
+struct Receiver {
+    kind: Kind,
+    addr: SocketAddr,
+    child: Child,
+    dir: PathBuf,
+    bin: PathBuf,
+}
+
+type Labels = BTreeMap<String, String>;
+
+impl Receiver {
+    async fn prometheus(bin: &Path, dir: &Path) -> Receiver {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(&config, "global:\n  scrape_interval: 1m\nscrape_configs: []\n").unwrap();
+        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let child = Command::new(bin)
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--web.enable-remote-write-receiver")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("prometheus starts");
+        let r = Receiver { kind: Kind::Prometheus, addr, child, dir: dir.to_owned(), bin: bin.to_owned() };
+        r.ready("/-/ready").await;
+        r
+    }
+
+    async fn vm(bin: &Path, dir: &Path, addr: Option<SocketAddr>) -> Receiver {
+        let addr = addr.unwrap_or_else(|| format!("127.0.0.1:{}", free_port()).parse().unwrap());
+        let child = Command::new(bin)
+            .arg(format!("-httpListenAddr={addr}"))
+            .arg(format!("-storageDataPath={}", dir.display()))
+            .arg("-search.latencyOffset=0s")
+            .arg("-retentionPeriod=1d")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("victoria-metrics starts");
+        let r = Receiver { kind: Kind::Vm, addr, child, dir: dir.to_owned(), bin: bin.to_owned() };
+        r.ready("/health").await;
+        r
+    }
+
+    async fn ready(&self, path: &str) {
+        let url = format!("http://{}{path}", self.addr);
+        until(&format!("{:?} ready at {url}", self.kind), async || {
+            let ok = http().get(&url).send().await.ok()?.status().is_success();
+            ok.then_some(())
+        })
+        .await;
+    }
+
+    fn write_url(&self) -> String {
+        format!("http://{}/api/v1/write", self.addr)
+    }
+
+    /// Stops it with SIGTERM (both flush their data) and waits for the exit.
+    async fn stop(mut self) -> (PathBuf, SocketAddr, PathBuf) {
+        if let Some(pid) = self.child.id() {
+            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
+        }
+        let _ = tokio::time::timeout(DEADLINE, self.child.wait()).await;
+        (self.dir.clone(), self.addr, self.bin.clone())
+    }
+
+    async fn flush(&self) {
+        if self.kind == Kind::Vm {
+            let url = format!("http://{}/internal/force_flush", self.addr);
+            let _ = http().get(url).send().await;
+        }
+    }
+
+    /// The Prometheus query API (both serve it): an instant vector, or a range vector's raw
+    /// samples (timestamps in ms).
+    async fn query(&self, q: &str) -> Vec<(Labels, Vec<(i64, f64)>)> {
+        self.flush().await;
+        let url = format!("http://{}/api/v1/query", self.addr);
+        let Ok(resp) = http().get(url).query(&[("query", q)]).send().await else { return Vec::new() };
+        let Ok(text) = resp.text().await else { return Vec::new() };
+        let Ok(body) = serde_json::from_str::<serde_json::Value>(&text) else { return Vec::new() };
+        let mut out = Vec::new();
+        for r in body["data"]["result"].as_array().into_iter().flatten() {
+            let labels: Labels = r["metric"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+                .collect();
+            let pair = |p: &serde_json::Value| {
+                let ts = (p[0].as_f64().unwrap() * 1000.0).round() as i64;
+                (ts, p[1].as_str().unwrap().parse::<f64>().unwrap())
+            };
+            let values = match (r.get("value"), r.get("values")) {
+                (Some(v), _) => vec![pair(v)],
+                (None, Some(vs)) => vs.as_array().unwrap().iter().map(pair).collect(),
+                _ => Vec::new(),
+            };
+            out.push((labels, values));
+        }
+        out
+    }
+
+    /// The one value of an instant query with one answer.
+    async fn value(&self, q: &str) -> Option<f64> {
+        match self.query(q).await.as_slice() {
+            [(_, v)] => v.first().map(|x| x.1),
+            _ => None,
+        }
+    }
+
+    /// VictoriaMetrics' raw samples (`/api/v1/export`): per series, (timestamp ms, value).
+    async fn export(&self, selector: &str) -> Vec<(Labels, Vec<(i64, f64)>)> {
+        self.flush().await;
+        let url = format!("http://{}/api/v1/export", self.addr);
+        let body =
+            http().get(url).query(&[("match[]", selector)]).send().await.unwrap().text().await.unwrap();
+        body.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let labels: Labels = v["metric"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, x)| (k.clone(), x.as_str().unwrap().to_owned()))
+                    .collect();
+                let ts = v["timestamps"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap());
+                let vals = v["values"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap_or(f64::NAN));
+                (labels, ts.zip(vals).collect())
+            })
+            .collect()
+    }
+}
+
+struct Cpus(u64);
+
+impl Source for Cpus {
+    fn sample(&mut self) -> Vec<Sample> {
+        self.0 += 1;
+        vec![
+            Sample::new("linux.cpu.idle", [0], 1000 + self.0),
+            Sample::new("linux.cpu.idle", [1], 2000 + 2 * self.0),
+        ]
+    }
+}
+
+async fn listener() -> (tokio::net::TcpListener, String) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    (l, addr)
+}
+
+async fn smon_sim(shutdown: &Shutdown) -> String {
+    let (l, addr) = listener().await;
+    let config =
+        SmonConfig { interval: Duration::from_millis(100).max(MIN_INTERVAL), ..SmonConfig::default() };
+    tokio::spawn(smon_sim::serve(l, Cpus(0), config, shutdown.clone()));
+    addr
+}
+
+/// The five sims, in-process.
+struct Sims {
+    sys161_dir: tempfile::TempDir,
+    sys161: Option<sys161_sim::Running>,
+    dyalog: dyalog_sim::Sim,
+    toml: String,
+    shutdown: Shutdown,
+}
+
+impl Sims {
+    async fn start() -> Sims {
+        let shutdown = Shutdown::new();
+        let sys161_dir = tempfile::tempdir().unwrap();
+        let sys161 = sys161_sim::Running::spawn(sys161_dir.path(), sys161_sim::Config::default()).unwrap();
+        let dyalog = dyalog_sim::Sim::new(dyalog_sim::Config { tick: None, ..dyalog_sim::Config::default() });
+        let (l, dyalog_addr) = listener().await;
+        tokio::spawn(dyalog.clone().serve(l, shutdown.clone()));
+        let smon_addr = smon_sim(&shutdown).await;
+        let (l, rvos_addr) = listener().await;
+        let small = rvos_sim::Config {
+            system: rvos_sim::SystemConfig { trace_prefill: 100, ..rvos_sim::SystemConfig::default() },
+            ..rvos_sim::Config::default()
+        };
+        tokio::spawn(rvos_sim::run(l, small, shutdown.clone()));
+        let mono_listen = format!("127.0.0.1:{}", free_port());
+        let toml = format!(
+            r#"
+[[meter161]]
+name = "sys161"
+dir = '{}'
+interval = "250ms"
+[[hmon]]
+name = "dyalog"
+connect = "{dyalog_addr}"
+poll = "250ms"
+[[mono_listen]]
+name = "mono"
+listen = "{mono_listen}"
+[[smon]]
+name = "smon"
+connect = "{smon_addr}"
+[[sysinfo]]
+name = "rvos"
+connect = "{rvos_addr}"
+every = "500ms"
+"#,
+            sys161_dir.path().display()
+        );
+        let sims = Sims { sys161_dir, sys161: Some(sys161), dyalog, toml, shutdown };
+        let options = format!(
+            "address={mono_listen},counters=Mono JIT/Compiled methods;Mono System/Working Set,interval=100"
+        );
+        let mut agent = mono_agent_sim::AgentConfig::from_options(&options).unwrap();
+        agent.backoff =
+            mono_agent_sim::Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(200) };
+        tokio::spawn(mono_agent_sim::run(agent, sims.shutdown.clone()));
+        sims
+    }
+}
+
+impl Drop for Sims {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+/// sys161's counters at each timestamp equal the sim's model at that simulated time, exactly.
+fn check_sys161_exact(clock: &[(i64, f64)], kinsns: &[(i64, f64)], irqs: &[(i64, f64)]) -> usize {
+    let machine = sys161_sim::Machine::default();
+    let by_ts = |v: &[(i64, f64)]| v.iter().copied().collect::<BTreeMap<i64, f64>>();
+    let (k, i) = (by_ts(kinsns), by_ts(irqs));
+    let mut checked = 0;
+    for (ts, secs) in clock {
+        let nsec = (secs * 1e9).round() as u64;
+        let want = machine.counters_at(nsec);
+        if let (Some(kv), Some(iv)) = (k.get(ts), i.get(ts)) {
+            assert_eq!(*kv as u64, want[1], "kinsns at {ts} (nsec {nsec})");
+            assert_eq!(*iv as u64, want[5], "irqs at {ts} (nsec {nsec})");
+            checked += 1;
+        }
+    }
+    checked
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_write_values_reach_prometheus_and_victoriametrics_and_a_stopped_sim_goes_stale() {
+    let test = "remote_write_values_reach_prometheus_and_victoriametrics";
+    let (Some(prom_bin), Some(vm_bin)) = (prometheus_bin(test), vm_bin(test)) else { return };
+    let (pdir, vdir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (prom, vm) =
+        tokio::join!(Receiver::prometheus(&prom_bin, pdir.path()), Receiver::vm(&vm_bin, vdir.path(), None));
+    let mut sims = Sims::start().await;
+    let toml = format!(
+        "{}\n[[remote_write]]\nname = \"prometheus\"\nurl = \"{}\"\nbatch = \"500ms\"\n[[remote_write]]\nname = \"vm\"\nurl = \"{}\"\nbatch = \"500ms\"\n",
+        sims.toml,
+        prom.write_url(),
+        vm.write_url()
+    );
+    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+
+    for r in [&prom, &vm] {
+        let name = format!("{:?}", r.kind);
+        until(&format!("{name}: telemon_target_up = 1 for the five protocols"), async || {
+            let up = r.query("telemon_target_up == 1").await;
+            let protocols: BTreeSet<String> =
+                up.iter().filter_map(|(l, _)| l.get("protocol").cloned()).collect();
+            (protocols.len() == 5).then_some(())
+        })
+        .await;
+        // sys161: exact integers at every timestamp, over several samples.
+        let checked = until(&format!("{name}: sys161 samples"), async || {
+            let q = |f: &str| format!("{f}{{target=\"sys161\"}}[1m]");
+            let clock = r.query(&q("sys161_simulated_seconds_total")).await;
+            let k = r.query(&q("sys161_kernel_instructions_total")).await;
+            let i = r.query(&q("sys161_interrupts_total")).await;
+            let (Some(clock), Some(k), Some(i)) = (clock.first(), k.first(), i.first()) else { return None };
+            let n = check_sys161_exact(&clock.1, &k.1, &i.1);
+            (n >= 3).then_some(n)
+        })
+        .await;
+        assert!(checked >= 3);
+        eprintln!("{name}: sys161 checked exactly at {checked} timestamps");
+        // smon: the two CPUs' values keep the source's relation at every timestamp.
+        let idle = r.query("smon_value{target=\"smon\",name=\"linux.cpu.idle\"}[1m]").await;
+        let by_index: BTreeMap<String, BTreeMap<i64, f64>> =
+            idle.into_iter().map(|(l, v)| (l["index"].clone(), v.into_iter().collect())).collect();
+        let matched = by_index["0"].iter().filter(|(ts, v0)| {
+            let v1 = by_index["1"].get(ts);
+            if let Some(v1) = v1 {
+                assert_eq!(*v1 - 2000.0, 2.0 * (**v0 - 1000.0), "smon at {ts}");
+            }
+            v1.is_some()
+        });
+        assert!(matched.count() >= 1, "{name}: smon samples at common timestamps");
+        // hmon: the used workspace is the dyalog sim's own figure.
+        let want = sims.dyalog.world().lock().workspace.used as f64;
+        let got = until(&format!("{name}: dyalog used = {want}"), async || {
+            r.value("dyalog_workspace_used_bytes{target=\"dyalog\"}").await.filter(|v| *v == want)
+        })
+        .await;
+        assert_eq!(got, want);
+        // mono: the added counters with their labels.
+        let ws = until(&format!("{name}: mono working set"), async || {
+            r.value("mono_runtime_bytes{category=\"Mono System\",counter=\"Working Set\"}").await
+        })
+        .await;
+        assert!(ws > 0.0);
+        // sysinfo: a real histogram, +Inf bucket = count, at the same timestamp.
+        let inf = r.query("rvos_scheduler_latency_seconds_bucket{target=\"rvos\",le=\"+Inf\"}[1m]").await;
+        let count = r.query("rvos_scheduler_latency_seconds_count{target=\"rvos\"}[1m]").await;
+        assert_eq!(inf.len(), 1, "{name}: {inf:?}");
+        assert_eq!(inf[0].1, count[0].1, "{name}: +Inf bucket = count");
+        assert!(!r.query("rvos_kstat_total{target=\"rvos\"}").await.is_empty());
+    }
+
+    // A stopped sim: its stale markers make an instant query answer nothing (without them,
+    // Prometheus would show the last value for five minutes).
+    sims.sys161.take().unwrap().stop().await.unwrap();
+    until("sys161's series stale in Prometheus", async || {
+        let gone = prom.query("sys161_kernel_instructions_total{target=\"sys161\"}").await.is_empty();
+        let down = prom.value("telemon_target_up{target=\"sys161\"}").await == Some(0.0);
+        (gone && down).then_some(())
+    })
+    .await;
+    let stats = server.push_stats();
+    server.shutdown().await;
+    for s in stats {
+        assert_eq!(s.dropped_total(), 0, "{}", s.sender);
+        assert!(s.sent() > 0);
+    }
+    let _ = sims.sys161_dir.path();
+    prom.stop().await;
+    vm.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate() {
+    let test = "a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate";
+    let Some(vm_bin) = vm_bin(test) else { return };
+    let vdir = tempfile::tempdir().unwrap();
+    let vm = Receiver::vm(&vm_bin, vdir.path(), None).await;
+    let shutdown = Shutdown::new();
+    let smon = smon_sim(&shutdown).await;
+    let toml = format!(
+        "[[smon]]\nname = \"box\"\nconnect = \"{smon}\"\n[[remote_write]]\nurl = \"{}\"\nbatch = \"1s\"\n",
+        vm.write_url()
+    );
+    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let stats = server.push_stats()[0].clone();
+    let selector = "{__name__=~\"telemon_target_up|smon_value\",target=\"box\"}";
+    until("samples before the outage", async || {
+        (vm.export(selector).await.iter().map(|s| s.1.len()).sum::<usize>() >= 6).then_some(())
+    })
+    .await;
+
+    let (dir, addr, bin) = vm.stop().await;
+    let stopped = telemon_ms();
+    // The outage itself: 20 s of a receiver that is not there (the scenario, not a synchronisation).
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let oldest = stats.oldest_unsent_ms().expect("samples wait for the receiver");
+    assert!(oldest <= stopped + 2_000, "the oldest unsent sample dates from the stop: {}", oldest - stopped);
+    let vm = Receiver::vm(&bin, &dir, Some(addr)).await;
+    let restarted = telemon_ms();
+    until("the backlog sent and two samples more", async || {
+        let caught_up = stats.last_success_ms() > restarted + 2_000 && stats.retried() > 0;
+        caught_up.then_some(())
+    })
+    .await;
+    let stats_dropped = stats.dropped_total();
+    server.shutdown().await;
+    shutdown.cancel();
+
+    let series = vm.export(selector).await;
+    assert_eq!(series.len(), 3, "up and two smon series: {series:?}");
+    for (labels, samples) in &series {
+        let ts: Vec<i64> = samples.iter().map(|s| s.0).collect();
+        let distinct: BTreeSet<i64> = ts.iter().copied().collect();
+        assert_eq!(distinct.len(), ts.len(), "{labels:?}: a sample arrived twice");
+        assert!(ts[0] < stopped && *ts.last().unwrap() > restarted, "{labels:?} spans the outage");
+        let gaps: Vec<i64> = ts.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 1_500).collect();
+        assert!(gaps.is_empty(), "{labels:?}: gaps {gaps:?} in {ts:?}");
+        assert!(ts.len() >= 22, "{labels:?}: {} samples", ts.len());
+        let widest = ts.windows(2).map(|w| w[1] - w[0]).max().unwrap_or(0);
+        eprintln!(
+            "outage: {} {}: {} samples, none twice, widest step {widest} ms, {} during the outage",
+            labels["__name__"],
+            labels.get("index").map(String::as_str).unwrap_or(""),
+            ts.len(),
+            ts.iter().filter(|t| **t > stopped && **t < restarted).count()
+        );
+    }
+    eprintln!("outage: {} samples retried, {} dropped", stats.retried(), stats_dropped);
+    assert_eq!(stats_dropped, 0);
+    vm.stop().await;
+}
+
+fn telemon_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shards_over_40_targets_push_each_target_exactly_once() {
+    let test = "two_shards_over_40_targets_push_each_target_exactly_once";
+    let Some(vm_bin) = vm_bin(test) else { return };
+    let vdir = tempfile::tempdir().unwrap();
+    let vm = Receiver::vm(&vm_bin, vdir.path(), None).await;
+    let shutdown = Shutdown::new();
+    let smon = smon_sim(&shutdown).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut sys161 = Vec::new();
+    for user in ["ann", "bob", "cat", "dan"] {
+        let dir = home.path().join(user).join("root");
+        std::fs::create_dir_all(&dir).unwrap();
+        sys161.push(sys161_sim::Running::spawn(&dir, sys161_sim::Config::default()).unwrap());
+    }
+    let mut toml =
+        format!("[[meter161]]\nname = \"class\"\ndir_glob = \"{}/*/root\"\n", home.path().display());
+    for i in 0..36 {
+        toml += &format!("[[smon]]\nname = \"box{i:02}\"\nconnect = \"{smon}\"\n");
+    }
+    let mut servers = Vec::new();
+    for shard in ["1/2", "2/2"] {
+        let text = format!(
+            "[serve]\nshard = \"{shard}\"\n{toml}[[remote_write]]\nurl = \"{}\"\nbatch = \"500ms\"\nexternal_labels = {{ instance_shard = \"{}\" }}\n",
+            vm.write_url(),
+            &shard[..1]
+        );
+        let config = FleetConfig::parse("t.toml", &text).unwrap();
+        servers.push(telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap());
+    }
+    let up = until("40 targets up in VictoriaMetrics", async || {
+        let up = vm.query("telemon_target_up == 1").await;
+        (up.len() >= 40).then_some(up)
+    })
+    .await;
+    let mut per_target: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (l, _) in &up {
+        per_target.entry(l["target"].clone()).or_default().push(l["instance_shard"].clone());
+    }
+    assert_eq!(per_target.len(), 40, "{per_target:?}");
+    assert!(per_target.values().all(|s| s.len() == 1), "each target from one shard: {per_target:?}");
+    assert_eq!(
+        per_target.keys().filter(|t| t.starts_with("class/")).count(),
+        4,
+        "the glob's matches are sharded too"
+    );
+    // Each instance's /targets shows its shard and exactly the targets it pushed.
+    let mut counts = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        let text = http()
+            .get(format!("http://{}/targets", s.local_addr()))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(body["shard"], format!("{}/2", i + 1));
+        let names: BTreeSet<String> = body["targets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        let pushed: BTreeSet<String> =
+            per_target.iter().filter(|(_, s)| s[0] == (i + 1).to_string()).map(|(t, _)| t.clone()).collect();
+        assert_eq!(names, pushed);
+        counts.push(names.len());
+    }
+    assert!(counts.iter().all(|n| *n > 0), "both shards have targets: {counts:?}");
+    eprintln!("shards: {counts:?} targets, union {}", per_target.len());
+    for s in servers {
+        s.shutdown().await;
+    }
+    for s in sys161 {
+        s.stop().await.unwrap();
+    }
+    shutdown.cancel();
+    vm.stop().await;
+}
+
+/// One data point as the Python receiver prints it.
+fn points_of(lines: &[serde_json::Value], name: &str) -> Vec<serde_json::Value> {
+    lines.iter().filter(|l| l["name"] == name).cloned().collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_through_rotel_arrives_as_sums_gauges_and_histograms() {
+    let test = "otlp_through_rotel_arrives_as_sums_gauges_and_histograms";
+    let venv = venv();
+    let python = venv.join("bin/python3");
+    let hint = "bash .ci/push-receivers.sh makes target/push-venv with rotel and opentelemetry-proto";
+    let Some(python) = need(test, "the push virtualenv", python.is_file().then_some(python), hint) else {
+        return;
+    };
+    let rotel = std::fs::read_dir(venv.join("lib"))
+        .ok()
+        .and_then(|mut d| d.next())
+        .and_then(|e| e.ok())
+        .map(|py| py.path().join("site-packages/rotel/rotel-agent"))
+        .filter(|p| p.is_file());
+    let Some(rotel) = need(test, "rotel (PyPI)", rotel, hint) else { return };
+
+    // The checking receiver, then rotel in front of it.
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_receiver.py");
+    let mut receiver = Command::new(&python)
+        .arg(&script)
+        .arg("0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("the Python receiver starts");
+    let mut lines = BufReader::new(receiver.stdout.take().unwrap()).lines();
+    let first: serde_json::Value = serde_json::from_str(&lines.next_line().await.unwrap().unwrap()).unwrap();
+    let port = first["listening"].as_u64().unwrap();
+    let rotel_port = free_port();
+    let _rotel = Command::new(&rotel)
+        .args(["start", "--otlp-http-endpoint", &format!("127.0.0.1:{rotel_port}")])
+        .args(["--otlp-grpc-endpoint", &format!("127.0.0.1:{}", free_port())])
+        .args(["--exporter", "otlp", "--otlp-exporter-protocol", "http"])
+        .args(["--otlp-exporter-endpoint", &format!("http://127.0.0.1:{port}")])
+        .args(["--otlp-exporter-compression", "none"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("rotel starts");
+    until("rotel listening", async || {
+        tokio::net::TcpStream::connect(("127.0.0.1", rotel_port)).await.ok().map(|_| ())
+    })
+    .await;
+
+    let shutdown = Shutdown::new();
+    let sys_dir = tempfile::tempdir().unwrap();
+    let sys161 = sys161_sim::Running::spawn(sys_dir.path(), sys161_sim::Config::default()).unwrap();
+    let (l, rvos) = listener().await;
+    tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
+    let toml = format!(
+        "[[meter161]]\nname = \"os161\"\ndir = '{}'\ninterval = \"250ms\"\nlabels = {{ course = \"cs161\" }}\n\
+         [[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos}\"\nevery = \"250ms\"\n\
+         [[otlp]]\nendpoint = \"http://127.0.0.1:{rotel_port}\"\nbatch = \"500ms\"\nexternal_labels = {{ site = \"lab\" }}\n",
+        sys_dir.path().display()
+    );
+    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+
+    let mut seen: Vec<serde_json::Value> = Vec::new();
+    let mut read_until =
+        async |seen: &mut Vec<serde_json::Value>, what: &str, ok: &dyn Fn(&[serde_json::Value]) -> bool| {
+            tokio::time::timeout(DEADLINE, async {
+                while !ok(seen) {
+                    let line = lines.next_line().await.unwrap().expect("the receiver runs");
+                    seen.push(serde_json::from_str(&line).unwrap());
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("{what} never arrived"));
+        };
+    read_until(&mut seen, "sys161 sums and rvOS histograms", &|s: &[serde_json::Value]| {
+        let times = |name: &str| -> BTreeSet<u64> {
+            points_of(s, name).iter().filter_map(|p| p["time"].as_u64()).collect()
+        };
+        times("sys161_kernel_instructions_total")
+            .intersection(&times("sys161_simulated_seconds_total"))
+            .count()
+            >= 3
+            && points_of(s, "rvos_scheduler_latency_seconds").iter().any(|p| p["count"].as_u64() > Some(0))
+            && !points_of(s, "rvos_process_memory_bytes").is_empty()
+    })
+    .await;
+
+    let kinsns = points_of(&seen, "sys161_kernel_instructions_total");
+    for p in &kinsns {
+        assert_eq!(p["type"], "sum", "{p}");
+        assert_eq!(p["monotonic"], true);
+        assert_eq!(p["temporality"], "AGGREGATION_TEMPORALITY_CUMULATIVE");
+        assert_eq!(p["unit"], "{count}");
+        let (start, time) = (p["start"].as_u64().unwrap(), p["time"].as_u64().unwrap());
+        assert!(start > 1_600_000_000_000_000_000 && start <= time, "{p}");
+        assert_eq!(p["attrs"]["target"], "os161");
+        assert_eq!(p["attrs"]["course"], "cs161");
+        assert_eq!(p["resource"]["service.name"], "telemon");
+        assert_eq!(p["resource"]["site"], "lab");
+        assert!(!p["resource"]["service.instance.id"].as_str().unwrap().is_empty());
+    }
+    let first_start = kinsns[0]["start"].as_u64().unwrap();
+    // Exact integers: each kinsns point equals the sim's model at the clock of the same instant.
+    let clock: BTreeMap<u64, f64> = points_of(&seen, "sys161_simulated_seconds_total")
+        .iter()
+        .map(|p| (p["time"].as_u64().unwrap(), p["value"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(points_of(&seen, "sys161_simulated_seconds_total")[0]["unit"], "s");
+    let machine = sys161_sim::Machine::default();
+    let mut exact = 0;
+    for p in &kinsns {
+        if let Some(secs) = clock.get(&p["time"].as_u64().unwrap()) {
+            assert_eq!(
+                p["value"].as_f64().unwrap() as u64,
+                machine.counters_at((secs * 1e9).round() as u64)[1]
+            );
+            exact += 1;
+        }
+    }
+    assert!(exact >= 3);
+    // Histograms: the bounds are the rvOS `le` bounds telemon exposes.
+    let addr = server.local_addr();
+    let metrics = http().get(format!("http://{addr}/metrics")).send().await.unwrap().text().await.unwrap();
+    let les: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.starts_with("rvos_scheduler_latency_seconds_bucket{target=\"vm\""))
+        .filter_map(|l| l.split("le=\"").nth(1)?.split('"').next()?.parse().ok())
+        .filter(|v: &f64| v.is_finite())
+        .collect();
+    let hist = points_of(&seen, "rvos_scheduler_latency_seconds");
+    let h = hist.iter().rev().find(|p| p["count"].as_u64() > Some(0)).unwrap();
+    assert_eq!(h["type"], "histogram");
+    assert_eq!(h["temporality"], "AGGREGATION_TEMPORALITY_CUMULATIVE");
+    assert_eq!(h["unit"], "s");
+    let bounds: Vec<f64> = h["bounds"].as_array().unwrap().iter().map(|b| b.as_f64().unwrap()).collect();
+    assert_eq!(bounds, les);
+    let counts: Vec<u64> = h["counts"].as_array().unwrap().iter().map(|b| b.as_u64().unwrap()).collect();
+    assert_eq!(counts.len(), bounds.len() + 1);
+    assert_eq!(counts.iter().sum::<u64>(), h["count"].as_u64().unwrap());
+    let mem = points_of(&seen, "rvos_process_memory_bytes");
+    assert_eq!((mem[0]["type"].as_str(), mem[0]["unit"].as_str()), (Some("gauge"), Some("By")));
+
+    // A restarted sys161 starts its counters again: a new start time.
+    sys161.stop().await.unwrap();
+    let sys161 = sys161_sim::Running::spawn(sys_dir.path(), sys161_sim::Config::default()).unwrap();
+    read_until(&mut seen, "a new start time after the restart", &|s: &[serde_json::Value]| {
+        points_of(s, "sys161_kernel_instructions_total")
+            .iter()
+            .any(|p| p["start"].as_u64() > Some(first_start))
+    })
+    .await;
+    let stats = server.push_stats()[0].clone();
+    server.shutdown().await;
+    assert!(stats.sent() > 0);
+    assert_eq!(stats.dropped_total(), 0);
+    sys161.stop().await.unwrap();
+    shutdown.cancel();
+}
