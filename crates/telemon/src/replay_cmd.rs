@@ -20,7 +20,7 @@ pub struct Args {
     /// Which target of the recording (needed when it holds several).
     #[arg(long, value_name = "NAME")]
     target: Option<String>,
-    /// Which view (default: the target's protocol): meter161, mono, smon or sysinfo.
+    /// Which view (default: the target's protocol): meter161, hmon, mono, smon or sysinfo.
     #[arg(long)]
     view: Option<Protocol>,
     #[command(flatten)]
@@ -72,6 +72,10 @@ pub async fn run(args: Args) -> CliResult {
                 crate::smon::replay(ReplayStream::new(connection, args.speed), args.output.clone()).await?;
             }
             Ok(())
+        }
+        Protocol::Hmon => {
+            let streams = connections.iter().map(|c| ReplayStream::new(c, args.speed)).collect();
+            crate::hmon::replay(streams, &args.output).await
         }
         Protocol::Mono => {
             let streams = connections.iter().map(|c| ReplayStream::new(c, args.speed)).collect();
