@@ -27,10 +27,16 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "FILE")]
     pub replay: Option<PathBuf>,
     /// With --replay: `1x` keeps the recorded pacing, `10x` is ten times faster, `max` does not wait.
-    #[arg(long = "replay-speed", value_name = "SPEED", default_value = "1x", requires = "replay")]
+    #[arg(
+        id = "replay_speed",
+        long = "replay-speed",
+        value_name = "SPEED",
+        default_value = "1x",
+        requires = "replay"
+    )]
     pub speed: Speed,
     /// With --replay: the target of the recording to serve (needed when it holds several of this protocol).
-    #[arg(long = "replay-target", value_name = "NAME", requires = "replay")]
+    #[arg(id = "replay_target", long = "replay-target", value_name = "NAME", requires = "replay")]
     pub target: Option<String>,
 }
 
@@ -88,14 +94,15 @@ impl Replay {
         mode: Mode,
         speed: Speed,
     ) -> io::Result<Arc<Replay>> {
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("--replay {}: {e}", path.display()));
         let capture = if path.is_dir() {
-            let (capture, warnings) = Capture::from_dir(path, Limits::default())?;
+            let (capture, warnings) = Capture::from_dir(path, Limits::default()).map_err(named)?;
             for (file, w) in warnings {
                 tracing::warn!(file = %file.display(), "{w}");
             }
             capture
         } else {
-            let capture = Capture::from_file(path, Limits::default())?;
+            let capture = Capture::from_file(path, Limits::default()).map_err(named)?;
             if let Some(w) = &capture.warning {
                 tracing::warn!(file = %path.display(), "{w}");
             }
