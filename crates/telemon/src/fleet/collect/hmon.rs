@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hmon::{
-    Client, ClientConfig, ClientError, Event, EventKind, Events, FactKind, FactValue, IdOrName, Listener,
-    Response,
+    Client, ClientConfig, ClientError, Event, EventKind, Events, FactKind, FactValue, IdOrName, Response,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
@@ -139,6 +138,39 @@ where
     collect(p, &client, &mut events, plan).await
 }
 
+/// As [`hmon::Listener`] (handshakes run concurrently, an error concerns one connection), each accepted
+/// stream wrapped in a recording tap (see [`record::tap`]) as the target `NAME/PEER`.
+struct TappedListener {
+    listener: tokio::net::TcpListener,
+    config: ClientConfig,
+    name: String,
+    handshakes: JoinSet<Result<(Client, Events, std::net::SocketAddr), ClientError>>,
+}
+
+impl TappedListener {
+    async fn accept(&mut self) -> Result<(Client, Events, std::net::SocketAddr), ClientError> {
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => {
+                    let (stream, peer) =
+                        accepted.map_err(|source| ClientError::Connect { addr: "listener".into(), source })?;
+                    let _ = stream.set_nodelay(true);
+                    let stream =
+                        record::tap(stream, &format!("{}/{peer}", self.name), record::Protocol::Hmon, &peer.to_string());
+                    let config = self.config.clone();
+                    self.handshakes.spawn(async move {
+                        let (client, events) = Client::over(stream, config).await?;
+                        Ok((client, events, peer))
+                    });
+                }
+                Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
+                    return done.unwrap_or_else(|e| Err(ClientError::Closed { reason: Some(e.to_string()) }));
+                }
+            }
+        }
+    }
+}
+
 /// POLL mode: binds the block's `listen` address and returns the accept loop. Each interpreter is a
 /// target named `NAME/HOST` after its Host fact (or `NAME/PEER` when it has no name or the name is
 /// taken by a connected interpreter). A target stays listed as down for `linger` after its
@@ -151,7 +183,13 @@ pub async fn listen(
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     let plan = Arc::new(Plan::new(block));
     let addr = block.listen.clone().unwrap_or_default();
-    let mut listener = Listener::bind(&addr, plan.client_config()).await?;
+    let listener = tokio::net::TcpListener::bind(&addr).await?;
+    let mut listener = TappedListener {
+        listener,
+        config: plan.client_config(),
+        name: block.name.get_ref().clone(),
+        handshakes: JoinSet::new(),
+    };
     let labels = crate::fleet::labels(&block.labels);
     let name = block.name.get_ref().clone();
     let claims = Claims::default();
