@@ -789,6 +789,7 @@ mod tests {
         let row = |n, state_rss_kib, series| Row {
             protocol: "meter161",
             n,
+            push: false,
             cpu_percent: 0.0,
             floor_cpu_percent: None,
             sims_cpu_percent: 0.0,

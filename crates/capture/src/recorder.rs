@@ -71,6 +71,9 @@ pub struct RecorderStats {
     pub files_deleted: u64,
 }
 
+/// How long the writer thread lets records gather between two drains of its queue.
+const BATCH: Duration = Duration::from_millis(20);
+
 #[derive(Debug, Default)]
 struct Counters {
     records: AtomicU64,
@@ -82,7 +85,6 @@ struct Counters {
 }
 
 enum Msg {
-    Target(u32, Target),
     Record { target: u32, at: Instant, dropped: u64, kind: RecordKind },
     Flush(SyncSender<()>),
     Stop,
@@ -102,6 +104,8 @@ struct Shared {
     max_queue: usize,
     counters: Arc<Counters>,
     next_target: AtomicU32,
+    /// Every registered target, by id (the writer thread copies a target's entry on its first record).
+    targets: Arc<Mutex<HashMap<u32, Target>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -128,7 +132,9 @@ impl Recorder {
         // The first file is opened here, so that a bad destination is an error at start.
         let queued = Arc::new(AtomicUsize::new(0));
         let counters = Arc::new(Counters::default());
+        let registered: Arc<Mutex<HashMap<u32, Target>>> = Arc::default();
         let mut thread = WriterThread::new(config.clone(), Arc::clone(&queued), Arc::clone(&counters));
+        thread.registered = Arc::clone(&registered);
         thread.open()?;
         // Each message is small or bounded by queue_bytes; the count bound keeps tiny records bounded too.
         let (tx, rx) = sync_channel(65_536);
@@ -141,6 +147,7 @@ impl Recorder {
                 max_queue: config.queue_bytes,
                 counters,
                 next_target: AtomicU32::new(0),
+                targets: registered,
                 thread: Mutex::new(Some(handle)),
             }),
         })
@@ -150,10 +157,9 @@ impl Recorder {
     /// connections).
     pub fn target(&self, target: Target) -> Arc<TargetRecorder> {
         let id = self.shared.next_target.fetch_add(1, Ordering::Relaxed);
-        // A target description is never dropped: it is tiny, and records without it would be unreadable.
-        if self.shared.tx.send(Msg::Target(id, target)).is_err() {
-            tracing::warn!("the recorder has stopped; not recording");
-        }
+        // Registered beside the queue, never through it: registering must not wait for a full queue, and a
+        // target's description must never be dropped (its records would be unreadable).
+        self.shared.targets.lock().unwrap_or_else(|e| e.into_inner()).insert(id, target);
         Arc::new(TargetRecorder { shared: Arc::clone(&self.shared), id, lost: AtomicU64::new(0) })
     }
 
@@ -268,6 +274,7 @@ struct OpenFile {
 struct WriterThread {
     config: RecorderConfig,
     targets: HashMap<u32, Target>,
+    registered: Arc<Mutex<HashMap<u32, Target>>>,
     file: Option<OpenFile>,
     seq: u64,
     queued: Arc<AtomicUsize>,
@@ -282,6 +289,7 @@ impl WriterThread {
         WriterThread {
             config,
             targets: HashMap::new(),
+            registered: Arc::default(),
             file: None,
             seq: 0,
             queued,
@@ -305,7 +313,7 @@ impl WriterThread {
                 break;
             }
             self.handle(msg);
-            // Drain what is there, then flush: a crash loses at most what arrived during one burst.
+            // Drain what is there, then flush.
             let mut stop = false;
             while let Ok(msg) = rx.try_recv() {
                 if matches!(msg, Msg::Stop) {
@@ -319,15 +327,15 @@ impl WriterThread {
             }
             self.flush();
             self.tick();
+            // Let records gather before the next drain: one wake-up and one write per batch instead of per
+            // record (a crash loses at most one batch). Idle, the thread blocks in `recv` above.
+            std::thread::sleep(BATCH);
         }
         self.flush();
     }
 
     fn handle(&mut self, msg: Msg) {
         match msg {
-            Msg::Target(id, target) => {
-                self.targets.insert(id, target);
-            }
             Msg::Flush(ack) => {
                 self.flush();
                 let _ = ack.send(());
@@ -348,6 +356,11 @@ impl WriterThread {
     }
 
     fn write(&mut self, target: u32, at: Instant, dropped: u64, kind: RecordKind) -> io::Result<()> {
+        if !self.targets.contains_key(&target) {
+            let registered = self.registered.lock().unwrap_or_else(|e| e.into_inner()).get(&target).cloned();
+            let t = registered.ok_or_else(|| io::Error::other("record of an unknown target"))?;
+            self.targets.insert(target, t);
+        }
         self.rotate_if_due()?;
         if self.file.is_none() {
             if self.retry_at.is_some_and(|t| Instant::now() < t) {

@@ -96,6 +96,50 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
     scrapes
 }
 
+/// Plays `connections` into `registry` on the real clock at `speed` (`telemon top --replay`): every
+/// target's connections one after the other, each target starting at its recorded offset from the first.
+/// A target whose recording is played out stays listed as down ("the recording ended").
+pub async fn play(registry: Registry, connections: Vec<Connection>, speed: Speed) {
+    let first = connections.iter().map(|c| c.start_ns).min().unwrap_or(0);
+    let mut by_target: Vec<(String, Vec<Connection>)> = Vec::new();
+    for c in connections {
+        match by_target.iter_mut().find(|(name, _)| *name == c.target.name) {
+            Some((_, list)) => list.push(c),
+            None => by_target.push((c.target.name.clone(), vec![c])),
+        }
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (name, list) in by_target {
+        let registry = registry.clone();
+        tasks.spawn(async move {
+            let Some(protocol) = fleet_protocol(list[0].target.protocol) else { return };
+            let mut p = Publisher::new(&registry, name.as_str(), protocol, vec![], SERIES_LIMIT);
+            let start = tokio::time::Instant::now();
+            for c in list {
+                tokio::time::sleep_until(start + speed.scale(Duration::from_nanos(c.start_ns - first))).await;
+                let protocol = c.target.protocol;
+                let failure = drive(&mut p, protocol, ReplayStream::new(&c, speed)).await;
+                tracing::debug!(target = %name, ?failure, "recorded connection played out");
+            }
+            p.down(&fleet::Failure::new(fleet::ErrorKind::Connect, "the recording ended"));
+            std::future::pending::<()>().await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// The fleet's name for a recorded protocol (`None` for another tool's link type).
+fn fleet_protocol(protocol: Protocol) -> Option<fleet::Protocol> {
+    match protocol {
+        Protocol::Meter161 => Some(fleet::Protocol::Meter161),
+        Protocol::Hmon => Some(fleet::Protocol::Hmon),
+        Protocol::Mono => Some(fleet::Protocol::Mono),
+        Protocol::Smon => Some(fleet::Protocol::Smon),
+        Protocol::Sysinfo => Some(fleet::Protocol::Sysinfo),
+        Protocol::Other(_) => None,
+    }
+}
+
 /// Runs the collector of `protocol` over a replayed connection until it ends.
 async fn drive(p: &mut Publisher, protocol: Protocol, stream: ReplayStream) -> fleet::Failure {
     let fail = |e: &dyn std::fmt::Display| fleet::Failure::new(fleet::ErrorKind::Protocol, e);

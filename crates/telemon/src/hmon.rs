@@ -294,6 +294,37 @@ async fn session_steps(
 }
 
 /// Prints one message: its JSON array, or a summary for people.
+/// Shows what a recorded interpreter sent (`telemon replay --view hmon`): every message of each connection,
+/// decoded with the crate's codec, as `connect` shows the answers and notifications it gets.
+pub async fn replay<R: tokio::io::AsyncRead + Unpin>(inputs: Vec<R>, output: &OutputArgs) -> CliResult {
+    use futures::StreamExt;
+    let mut countdown = output.countdown();
+    if countdown.is_done() {
+        return Ok(());
+    }
+    for input in inputs {
+        let codec = hmon::ClientCodec::new(ClientConfig::default().max_frame_len);
+        let mut frames = tokio_util::codec::FramedRead::new(input, codec);
+        while let Some(item) = frames.next().await {
+            match item {
+                Ok(Ok(hmon::Payload::Message(m))) => {
+                    show(&m, output.json, None)?;
+                    if countdown.tick() {
+                        return Ok(());
+                    }
+                }
+                Ok(Ok(hmon::Payload::Handshake(_))) => {}
+                Ok(Err(e)) => eprintln!("telemon: hmon: {e}"),
+                Err(e) => {
+                    eprintln!("telemon: hmon: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 fn show(m: &Response, json: bool, peer: Option<&str>) -> CliResult {
     if json {
         return print_json_line(m);

@@ -124,6 +124,37 @@ async fn listen(args: ListenArgs) -> CliResult {
     }
 }
 
+/// Shows recorded agent connections (`telemon replay --view mono`) as `listen` shows live ones: each stream
+/// is one connection, its Hello first.
+pub async fn replay<S>(streams: Vec<S>, output: OutputArgs) -> CliResult
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let args = ListenArgs {
+        addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+        add: Vec::new(),
+        remove: Vec::new(),
+        list: false,
+        output,
+        timeout: Duration::from_secs(5),
+        gist_opcodes: false,
+        record: RecordArgs::default(),
+    };
+    let mut countdown = args.output.countdown();
+    if countdown.is_done() {
+        return Ok(());
+    }
+    let mut printer = Printer::new(args.output.json);
+    let config = ClientConfig { request_timeout: args.timeout, ..ClientConfig::default() };
+    for stream in streams {
+        let mut session = Session::start(stream, config.clone()).await.map_err(CliError::peer)?;
+        if watch(&mut session, &args, &mut printer, &mut countdown).await? {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// Runs the requested commands, then prints samples. `Ok(true)` when the count is reached.
 async fn watch(
     session: &mut Session,

@@ -20,7 +20,7 @@ pub struct Args {
     /// Which target of the recording (needed when it holds several).
     #[arg(long, value_name = "NAME")]
     target: Option<String>,
-    /// Which view (default: the target's protocol): meter161, smon or sysinfo.
+    /// Which view (default: the target's protocol): meter161, hmon, mono, smon or sysinfo.
     #[arg(long)]
     view: Option<Protocol>,
     #[command(flatten)]
@@ -72,6 +72,14 @@ pub async fn run(args: Args) -> CliResult {
                 crate::smon::replay(ReplayStream::new(connection, args.speed), args.output.clone()).await?;
             }
             Ok(())
+        }
+        Protocol::Hmon => {
+            let streams = connections.iter().map(|c| ReplayStream::new(c, args.speed)).collect();
+            crate::hmon::replay(streams, &args.output).await
+        }
+        Protocol::Mono => {
+            let streams = connections.iter().map(|c| ReplayStream::new(c, args.speed)).collect();
+            crate::mono::replay(streams, args.output.clone()).await
         }
         Protocol::Sysinfo => {
             let mut countdown = args.output.countdown();

@@ -31,6 +31,12 @@ pub struct Args {
     /// With --once: how long to collect before rendering (e.g. 5s).
     #[arg(long, default_value = "3s", value_parser = output::parse_duration, requires = "once")]
     wait: Duration,
+    /// Show a recording (a file or a directory of them) instead of live targets, its time running at --speed.
+    #[arg(long, value_name = "FILE")]
+    replay: Option<std::path::PathBuf>,
+    /// With --replay: `1x` (the recorded pace), `10x`, `0.5x`, or `max`.
+    #[arg(long, default_value = "1x", requires = "replay")]
+    speed: telemon_capture::Speed,
 }
 
 /// Where the log goes while the dashboard runs: `--log FILE`, or nowhere.
@@ -51,13 +57,18 @@ pub fn log_writer(args: &Args) -> Result<tracing_subscriber::fmt::writer::BoxMak
 
 /// Runs `telemon top`.
 pub async fn run(args: Args) -> CliResult {
-    let config = args.targets.to_config()?;
-    if config.blocks() == 0 {
-        return Err(CliError::Usage(
-            "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
-        ));
-    }
-    let fleet = Fleet::start(&config).await.map_err(CliError::peer)?;
+    let fleet = match &args.replay {
+        Some(file) => replay(file, args.speed)?,
+        None => {
+            let config = args.targets.to_config()?;
+            if config.blocks() == 0 {
+                return Err(CliError::Usage(
+                    "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
+                ));
+            }
+            Fleet::start(&config).await.map_err(CliError::peer)?
+        }
+    };
     let result = if args.once {
         once(&fleet, &args).await
     } else if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
@@ -70,6 +81,24 @@ pub async fn run(args: Args) -> CliResult {
 }
 
 /// Collects for `--wait`, sampling once a second, then prints one frame.
+/// A fleet whose targets are the recording's, played back at `speed`.
+fn replay(file: &std::path::Path, speed: telemon_capture::Speed) -> Result<Fleet, CliError> {
+    use telemon_capture::{Capture, Limits};
+    let failed = |e: std::io::Error| CliError::Peer(format!("{}: {e}", file.display()));
+    let capture = if file.is_dir() {
+        Capture::from_dir(file, Limits::default()).map_err(failed)?.0
+    } else {
+        Capture::from_file(file, Limits::default()).map_err(failed)?
+    };
+    let connections = capture.connections(None);
+    if connections.is_empty() {
+        return Err(CliError::Peer(format!("{}: the recording holds no connection", file.display())));
+    }
+    let fleet = Fleet::new();
+    fleet.spawn(telemon::export::play(fleet.registry().clone(), connections, speed));
+    Ok(fleet)
+}
+
 async fn once(fleet: &Fleet, args: &Args) -> CliResult {
     if args.width < 20 || args.height < 5 {
         return Err(CliError::Usage("--width must be at least 20 and --height at least 5".into()));

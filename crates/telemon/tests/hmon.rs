@@ -187,3 +187,19 @@ async fn errors_and_exit_codes() {
     assert!(stdout.starts_with(r#"["LastKnownState""#), "{stdout}");
     assert!(stderr.contains("no reply within"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_recorded_session_replays_to_the_same_messages() {
+    let sim = start(Config::default()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("dyalog.pcapng");
+    let rec = rec.to_str().unwrap();
+    let (code, live, err) = telemon(&[
+        "hmon", "connect", &sim.addr, "--poll", "500ms", "--json", "--count", "4", "--record", rec,
+    ])
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let (code, replayed, err) = telemon(&["replay", rec, "--json", "--count", "4"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(replayed, live);
+}

@@ -192,3 +192,32 @@ async fn listen_shows_every_sample_with_values_after_a_burst_of_empty_ones() {
     let coalesced: Vec<u64> = rows.iter().map(|r| r["coalesced"].as_u64().unwrap_or(0)).collect();
     assert_eq!(coalesced, [0, 1250, 1250, 1250, 1250]);
 }
+
+#[tokio::test]
+async fn a_recorded_agent_replays_to_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let rec = dir.path().join("mono.pcapng");
+    let rec_path = rec.to_str().unwrap();
+    let mut t = telemon(&[
+        "mono",
+        "listen",
+        "127.0.0.1:0",
+        "--add",
+        "Mono System/User Time",
+        "--count",
+        "3",
+        "--json",
+        "--record",
+        rec_path,
+    ]);
+    let addr = listening_on(&mut t).await;
+    let _agent =
+        agent(&format!("address={addr},counters={TWO},interval=5"), |c, _| c.values = ValueMode::Live);
+    let (code, live, err) = t.finish().await;
+    assert_eq!(code, 0, "stderr: {err:?}");
+    assert_eq!(live.len(), 3);
+    let out = support::run(&["replay", rec_path, "--json", "--count", "3"], None).await;
+    assert_eq!(support::code(&out), 0, "{}", support::stderr(&out));
+    let replayed: Vec<String> = support::stdout(&out).lines().map(str::to_owned).collect();
+    assert_eq!(replayed, live);
+}

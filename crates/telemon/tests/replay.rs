@@ -60,8 +60,19 @@ async fn a_recorded_meter161_session_replays_to_the_same_rows() {
     assert_eq!(replayed[..5], live_rows[..5]);
     let out = run(&["replay", path(&rec), "--json", "--count", "2", "--speed", "10x"], None).await;
     assert_eq!(stdout(&out).lines().collect::<Vec<_>>(), live_rows[..2]);
-    let out = run(&["replay", path(&rec), "--view", "mono"], None).await;
+    let out = run(&["replay", path(&rec), "--view", "nonsense"], None).await;
     assert_eq!(code(&out), 2, "{}", stderr(&out));
+
+    // The dashboard shows the recording as a live target while it plays.
+    let out = run(
+        &["top", "--replay", path(&rec), "--speed", "0.02x", "--once", "--wait", "1s", "--width", "120"],
+        None,
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let frame = stdout(&out);
+    assert!(frame.contains("targets 1/1 up"), "{frame}");
+    assert!(frame.contains("meter161"), "{frame}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -94,14 +94,15 @@ impl Replay {
         mode: Mode,
         speed: Speed,
     ) -> io::Result<Arc<Replay>> {
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("--replay {}: {e}", path.display()));
         let capture = if path.is_dir() {
-            let (capture, warnings) = Capture::from_dir(path, Limits::default())?;
+            let (capture, warnings) = Capture::from_dir(path, Limits::default()).map_err(named)?;
             for (file, w) in warnings {
                 tracing::warn!(file = %file.display(), "{w}");
             }
             capture
         } else {
-            let capture = Capture::from_file(path, Limits::default())?;
+            let capture = Capture::from_file(path, Limits::default()).map_err(named)?;
             if let Some(w) = &capture.warning {
                 tracing::warn!(file = %path.display(), "{w}");
             }

@@ -328,6 +328,12 @@ pub async fn listen(
             let (dial, plan, labels, name, config) =
                 (dial.clone(), plan.clone(), labels.clone(), name.clone(), config.clone());
             sessions.spawn(async move {
+                // Recorded (when a recording is installed) under the peer's address: the target's name
+                // is known only after its Host fact.
+                let received = Arc::new(AtomicU64::new(0));
+                let target = format!("{name}/{peer}");
+                let stream =
+                    record::tap(stream, &target, record::Protocol::Hmon, &peer.to_string(), received.clone());
                 let (client, mut events) = match Client::over(stream, config).await {
                     Ok(c) => c,
                     Err(e) => {
@@ -346,6 +352,7 @@ pub async fn listen(
                 else {
                     return;
                 };
+                p.count_received_in(received);
                 p.up();
                 let failure = collect(&mut p, &client, &mut events, &plan).await;
                 p.down(&failure);
