@@ -292,42 +292,17 @@ impl Chunks {
                         if let Some(f) = t.series.family_at(fi as usize) {
                             for s in f.series() {
                                 let labels = s.labels().text();
+                                let mut put =
+                                    |suffix, le, v| line(buf, &name, suffix, &t.label_text, labels, le, v);
                                 match s.value() {
-                                    ValueRef::Number(v) => {
-                                        line(buf, &name, "", &t.label_text, labels, None, v)
-                                    }
+                                    ValueRef::Number(v) => put("", None, v),
                                     ValueRef::Histogram(h) => {
                                         for (le, &n) in h.le.iter().zip(h.counts.iter()) {
-                                            line(
-                                                buf,
-                                                &name,
-                                                "_bucket",
-                                                &t.label_text,
-                                                labels,
-                                                Some(le),
-                                                Num::Uint(n),
-                                            );
+                                            put("_bucket", Some(le), Num::Uint(n));
                                         }
-                                        let count = Num::Uint(h.count);
-                                        line(
-                                            buf,
-                                            &name,
-                                            "_bucket",
-                                            &t.label_text,
-                                            labels,
-                                            Some("+Inf"),
-                                            count,
-                                        );
-                                        line(
-                                            buf,
-                                            &name,
-                                            "_sum",
-                                            &t.label_text,
-                                            labels,
-                                            None,
-                                            Num::Float(h.sum),
-                                        );
-                                        line(buf, &name, "_count", &t.label_text, labels, None, count);
+                                        put("_bucket", Some("+Inf"), Num::Uint(h.count));
+                                        put("_sum", None, Num::Float(h.sum));
+                                        put("_count", None, Num::Uint(h.count));
                                     }
                                 }
                             }
