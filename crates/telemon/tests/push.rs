@@ -17,13 +17,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use axum::Router;
 use sim_common::Shutdown;
-use smon_codec::Sample;
-use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
+use smon_sim::{Config as SmonConfig, MIN_INTERVAL};
 use telemon::fleet::config::FleetConfig;
 use telemon::push::remote_write::{decode_request, is_stale, WriteRequest};
 
 mod support;
-use support::within;
+use support::{within, Cpus};
 
 /// One request as the fake receiver saw it.
 #[derive(Debug, Clone)]
@@ -64,18 +63,6 @@ async fn fake_receiver(
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
     (addr, seen)
-}
-
-struct Cpus(u64);
-
-impl Source for Cpus {
-    fn sample(&mut self) -> Vec<Sample> {
-        self.0 += 1;
-        vec![
-            Sample::new("linux.cpu.idle", [0], 1000 + self.0),
-            Sample::new("linux.cpu.idle", [1], 2000 + 2 * self.0),
-        ]
-    }
 }
 
 async fn smon() -> (String, Shutdown) {

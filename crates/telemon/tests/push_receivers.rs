@@ -27,11 +27,13 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use sim_common::Shutdown;
-use smon_codec::Sample;
-use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
+use smon_sim::{Config as SmonConfig, MIN_INTERVAL};
 use telemon::fleet::config::FleetConfig;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
+
+mod support;
+use support::{listener, Cpus};
 
 /// The safety net of every wait.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -247,24 +249,6 @@ impl Receiver {
             })
             .collect()
     }
-}
-
-struct Cpus(u64);
-
-impl Source for Cpus {
-    fn sample(&mut self) -> Vec<Sample> {
-        self.0 += 1;
-        vec![
-            Sample::new("linux.cpu.idle", [0], 1000 + self.0),
-            Sample::new("linux.cpu.idle", [1], 2000 + 2 * self.0),
-        ]
-    }
-}
-
-async fn listener() -> (tokio::net::TcpListener, String) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    (l, addr)
 }
 
 async fn smon_sim(shutdown: &Shutdown) -> String {

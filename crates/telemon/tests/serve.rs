@@ -10,10 +10,10 @@ use smon_codec::Sample;
 use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
 use telemon::fleet::config::FleetConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 mod support;
-use support::within;
+use support::{listener, within};
 
 /// A minimal HTTP/1.1 GET: (status, body).
 async fn get(addr: std::net::SocketAddr, path: &str, accept: Option<&str>) -> (u16, String) {
@@ -71,23 +71,15 @@ async fn scrape_until(addr: std::net::SocketAddr, what: &str, mut ok: impl FnMut
     .await
 }
 
-struct Cpus(u64);
+/// Two per-CPU counters and a string (the kernel release).
+struct Cpus(support::Cpus);
 
 impl Source for Cpus {
     fn sample(&mut self) -> Vec<Sample> {
-        self.0 += 1;
-        vec![
-            Sample::new("linux.cpu.idle", [0], 1000 + self.0),
-            Sample::new("linux.cpu.idle", [1], 2000 + 2 * self.0),
-            Sample::new("linux.kernel.release", [], smon_codec::Value::Text("6.1.0-test".into())),
-        ]
+        let mut samples = self.0.sample();
+        samples.push(Sample::new("linux.kernel.release", [], smon_codec::Value::Text("6.1.0-test".into())));
+        samples
     }
-}
-
-async fn listener() -> (TcpListener, String) {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    (l, addr)
 }
 
 fn free_port() -> String {
@@ -104,7 +96,7 @@ async fn all_five_protocols_are_exported_with_targets_healthz_and_probe() {
     tokio::spawn(dyalog_sim::Sim::new(dyalog_sim::Config::default()).serve(l, shutdown.clone()));
     let (l, smon_addr) = listener().await;
     let smon_config = SmonConfig { interval: MIN_INTERVAL, ..SmonConfig::default() };
-    tokio::spawn(smon_sim::serve(l, Cpus(0), smon_config, shutdown.clone()));
+    tokio::spawn(smon_sim::serve(l, Cpus(support::Cpus(0)), smon_config, shutdown.clone()));
     let (l, rvos_addr) = listener().await;
     tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
     let mono_addr = free_port();
@@ -396,7 +388,7 @@ async fn garbage_and_hanging_targets_do_not_disturb_healthy_ones_or_a_scrape() {
     let shutdown = Shutdown::new();
     let (l, smon_addr) = listener().await;
     let smon_config = SmonConfig { interval: MIN_INTERVAL, ..SmonConfig::default() };
-    tokio::spawn(smon_sim::serve(l, Cpus(0), smon_config, shutdown.clone()));
+    tokio::spawn(smon_sim::serve(l, Cpus(support::Cpus(0)), smon_config, shutdown.clone()));
     let (l, rvos_addr) = listener().await;
     tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
     let garbage = garbage_server().await;
@@ -542,7 +534,7 @@ async fn metrics_are_gzipped_when_the_scraper_asks_in_both_formats() {
     let shutdown = Shutdown::new();
     let (l, smon_addr) = listener().await;
     let smon_config = SmonConfig { interval: MIN_INTERVAL, ..SmonConfig::default() };
-    tokio::spawn(smon_sim::serve(l, Cpus(0), smon_config, shutdown.clone()));
+    tokio::spawn(smon_sim::serve(l, Cpus(support::Cpus(0)), smon_config, shutdown.clone()));
     let toml = format!("[[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n");
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
     let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();

@@ -168,3 +168,23 @@ pub fn mono_burst() -> Vec<Vec<u8>> {
         })
         .collect()
 }
+
+/// Binds a listener on a free loopback port: (listener, "127.0.0.1:PORT").
+pub async fn listener() -> (tokio::net::TcpListener, String) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    (l, addr)
+}
+
+/// An smon-sim source with two per-CPU idle counters that grow by 1 and 2 every sample.
+pub struct Cpus(pub u64);
+
+impl smon_sim::Source for Cpus {
+    fn sample(&mut self) -> Vec<smon_codec::Sample> {
+        self.0 += 1;
+        vec![
+            smon_codec::Sample::new("linux.cpu.idle", [0], 1000 + self.0),
+            smon_codec::Sample::new("linux.cpu.idle", [1], 2000 + 2 * self.0),
+        ]
+    }
+}
