@@ -124,40 +124,29 @@ fn groups() -> Vec<Group> {
             .vs("owned_labels"),
         );
 
+    // A target of 250 gauges, published once (so the schema exists).
+    let store = || {
+        let mut st = SeriesStore::new(10_000);
+        let now = Instant::now();
+        for i in 0..250u64 {
+            let id = st.slot("f", "h", MetricKind::Gauge, &[("i", &i.to_string())]).unwrap();
+            st.set(id, i.into(), now);
+        }
+        st.publish();
+        st
+    };
     let publish = Group::new("publish", Throughput::Elements(250), 2000)
         .case(Case::batched(
             "clone_every_series",
             BatchSize::SmallInput,
-            || {
-                let mut st = SeriesStore::new(10_000);
-                let now = Instant::now();
-                for i in 0..250u64 {
-                    let id = st.slot("f", "h", MetricKind::Gauge, &[("i", &i.to_string())]).unwrap();
-                    st.set(id, i.into(), now);
-                }
-                st.publish()
-            },
+            move || store().publish(),
             |set| Arc::<[Series]>::from(set.to_vec()),
         ))
         .case(
-            Case::batched(
-                "shared_schema",
-                BatchSize::SmallInput,
-                || {
-                    let mut st = SeriesStore::new(10_000);
-                    let now = Instant::now();
-                    for i in 0..250u64 {
-                        let id = st.slot("f", "h", MetricKind::Gauge, &[("i", &i.to_string())]).unwrap();
-                        st.set(id, i.into(), now);
-                    }
-                    st.publish();
-                    st
-                },
-                |mut st| {
-                    let set = st.publish();
-                    (st, set)
-                },
-            )
+            Case::batched("shared_schema", BatchSize::SmallInput, store, |mut st| {
+                let set = st.publish();
+                (st, set)
+            })
             .vs("clone_every_series"),
         );
     vec![render, update, publish]
