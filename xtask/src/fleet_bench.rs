@@ -319,7 +319,12 @@ impl Bench {
             // Agents dial telemon's listener: one block, each agent a target. They sample once a
             // second (the real agent's default is continuous sampling), with values that move.
             let inspector = format!("127.0.0.1:{}", free_port()?);
-            let _ = write!(config, "\n[[mono_listen]]\nname = \"mono\"\nlisten = \"{inspector}\"\n");
+            // Every agent is a target: the listener's bound (default 1,000) is raised to N.
+            let _ = write!(
+                config,
+                "\n[[mono_listen]]\nname = \"mono\"\nlisten = \"{inspector}\"\nmax_targets = {}\n",
+                n.max(1)
+            );
             for (i, (_, count)) in chunks.enumerate() {
                 let mut sim = self.pinned(&self.release.join("mono-agent-sim"), SIM_CORE);
                 sim.args(["--address", &inspector, "--interval", "1000"])
