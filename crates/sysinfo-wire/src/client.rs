@@ -183,6 +183,16 @@ impl Client {
 
     /// Connects to `endpoint` (within the request timeout).
     pub async fn connect(endpoint: &Endpoint, config: ClientConfig) -> Result<Self, ClientError> {
+        Client::connect_with(endpoint, config, |stream| stream).await
+    }
+
+    /// Like [`Client::connect`], with the connection wrapped by `wrap` first (e.g. in a recording
+    /// tap or a byte counter).
+    pub async fn connect_with<S: HostStream + 'static>(
+        endpoint: &Endpoint,
+        config: ClientConfig,
+        wrap: impl FnOnce(Box<dyn HostStream>) -> S,
+    ) -> Result<Self, ClientError> {
         let fail = |source| ClientError::Connect { endpoint: endpoint.to_string(), source };
         let timeout = config.request_timeout;
         let stream: Box<dyn HostStream> = tokio::time::timeout(timeout, async {
@@ -198,7 +208,7 @@ impl Client {
         .await
         .map_err(|_| ClientError::Timeout { after: timeout })?
         .map_err(fail)?;
-        Ok(Client::new(stream, config))
+        Ok(Client::new(wrap(stream), config))
     }
 
     /// The settings.

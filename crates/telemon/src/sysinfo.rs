@@ -109,33 +109,16 @@ pub async fn run(args: Args) -> CliResult {
     }
 }
 
-/// A connection to the service, TCP or Unix.
-trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
-
 /// Connects to `endpoint`, through a recording tap with `--record`.
 async fn connect(
     endpoint: &Endpoint,
     config: ClientConfig,
     recording: Option<&OneTarget>,
 ) -> Result<Client, sysinfo_wire::ClientError> {
-    let Some(recording) = recording else { return Client::connect(endpoint, config).await };
-    let fail = |source| sysinfo_wire::ClientError::Connect { endpoint: endpoint.to_string(), source };
-    let timeout = config.request_timeout;
-    let stream: Box<dyn Io> = tokio::time::timeout(timeout, async {
-        Ok::<Box<dyn Io>, std::io::Error>(match endpoint {
-            Endpoint::Tcp(addr) => {
-                let s = tokio::net::TcpStream::connect(addr.as_str()).await?;
-                s.set_nodelay(true)?;
-                Box::new(s)
-            }
-            Endpoint::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
-        })
-    })
-    .await
-    .map_err(|_| sysinfo_wire::ClientError::Timeout { after: timeout })?
-    .map_err(fail)?;
-    Ok(Client::new(recording.tap(stream), config))
+    match recording {
+        Some(recording) => Client::connect_with(endpoint, config, |stream| recording.tap(stream)).await,
+        None => Client::connect(endpoint, config).await,
+    }
 }
 
 /// What `--json` prints for one request.

@@ -171,10 +171,6 @@ impl Schedule {
     }
 }
 
-/// A connection to the service, TCP or Unix.
-trait Io: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
-impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Io for T {}
-
 /// Connects to `endpoint`, the stream wrapped in a recording tap (see [`record::tap`]).
 async fn connect(
     endpoint: &Endpoint,
@@ -182,17 +178,11 @@ async fn connect(
     name: &str,
     received: Arc<AtomicU64>,
 ) -> Result<Client, ClientError> {
-    let fail = |source| ClientError::Connect { endpoint: endpoint.to_string(), source };
-    let stream: Box<dyn Io> = match endpoint {
-        Endpoint::Tcp(addr) => {
-            let s = tokio::net::TcpStream::connect(addr.as_str()).await.map_err(fail)?;
-            let _ = s.set_nodelay(true);
-            Box::new(s)
-        }
-        Endpoint::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await.map_err(fail)?),
-    };
-    let stream = record::tap(stream, name, record::Protocol::Sysinfo, &endpoint.to_string(), received);
-    Ok(Client::new(stream, config.clone()))
+    let address = endpoint.to_string();
+    Client::connect_with(endpoint, config.clone(), |stream| {
+        record::tap(stream, name, record::Protocol::Sysinfo, &address, received)
+    })
+    .await
 }
 
 async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, plan: &Plan) -> Failure {
