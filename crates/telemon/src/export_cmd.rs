@@ -4,8 +4,6 @@
 use std::io::Write;
 use std::path::PathBuf;
 
-use telemon_capture::{Capture, Limits};
-
 use crate::output::{CliError, CliResult};
 
 /// The output formats of `telemon export`.
@@ -32,17 +30,7 @@ pub struct Args {
 
 /// Runs the subcommand.
 pub async fn run(args: Args) -> CliResult {
-    let failed = |e: std::io::Error| CliError::Peer(format!("{}: {e}", args.file.display()));
-    let (capture, warnings) = if args.file.is_dir() {
-        Capture::from_dir(&args.file, Limits::default()).map_err(failed)?
-    } else {
-        let capture = Capture::from_file(&args.file, Limits::default()).map_err(failed)?;
-        let warnings = capture.warning.iter().map(|w| (args.file.clone(), w.clone())).collect();
-        (capture, warnings)
-    };
-    for (file, warning) in &warnings {
-        eprintln!("telemon: export: {}: {warning}", file.display());
-    }
+    let capture = crate::replay_cmd::open(&args.file, "export")?;
     let connections = capture.connections(args.target.as_deref());
     if connections.is_empty() {
         return Err(CliError::Peer(format!("{}: nothing to export", args.file.display())));

@@ -27,19 +27,26 @@ pub struct Args {
     output: OutputArgs,
 }
 
-/// Runs the subcommand.
-pub async fn run(args: Args) -> CliResult {
-    let failed = |e: std::io::Error| CliError::Peer(format!("{}: {e}", args.file.display()));
-    let (capture, warnings) = if args.file.is_dir() {
-        Capture::from_dir(&args.file, Limits::default()).map_err(failed)?
+/// Reads a recording, a file or a directory of rotated files, for the subcommand `command`: each
+/// damaged file's warning goes to stderr, the records up to the damage are kept.
+pub fn open(file: &std::path::Path, command: &str) -> Result<Capture, CliError> {
+    let failed = |e: std::io::Error| CliError::Peer(format!("{}: {e}", file.display()));
+    let (capture, warnings) = if file.is_dir() {
+        Capture::from_dir(file, Limits::default()).map_err(failed)?
     } else {
-        let capture = Capture::from_file(&args.file, Limits::default()).map_err(failed)?;
-        let warnings = capture.warning.iter().map(|w| (args.file.clone(), w.clone())).collect();
+        let capture = Capture::from_file(file, Limits::default()).map_err(failed)?;
+        let warnings = capture.warning.iter().map(|w| (file.to_path_buf(), w.clone())).collect();
         (capture, warnings)
     };
     for (file, warning) in &warnings {
-        eprintln!("telemon: replay: {}: {warning}", file.display());
+        eprintln!("telemon: {command}: {}: {warning}", file.display());
     }
+    Ok(capture)
+}
+
+/// Runs the subcommand.
+pub async fn run(args: Args) -> CliResult {
+    let capture = open(&args.file, "replay")?;
     let targets = capture.targets();
     let name = match (&args.target, targets.as_slice()) {
         (Some(name), _) => name.clone(),
