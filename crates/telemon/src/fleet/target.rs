@@ -39,32 +39,10 @@ impl Failure {
 /// Labels of one series, built from static names and peer-given values.
 pub type Labels = Vec<(Arc<str>, Arc<str>)>;
 
-/// Makes a label pair; the value is cut to [`MAX_LABEL_LEN`] bytes. Label names are shared, not
-/// allocated per call.
+/// Makes an owned label pair; the value is cut to [`MAX_LABEL_LEN`] bytes (see
+/// [`Publisher::put`], which needs no owned labels).
 pub fn label(name: &'static str, value: &str) -> (Arc<str>, Arc<str>) {
-    let mut end = value.len().min(MAX_LABEL_LEN);
-    while !value.is_char_boundary(end) {
-        end -= 1;
-    }
-    (label_name(name), Arc::from(&value[..end]))
-}
-
-/// A label pair whose value is already shared (e.g. a name the decoder interned): no copy unless it
-/// must be cut to [`MAX_LABEL_LEN`].
-pub fn label_shared(name: &'static str, value: &Arc<str>) -> (Arc<str>, Arc<str>) {
-    if value.len() <= MAX_LABEL_LEN {
-        (label_name(name), value.clone())
-    } else {
-        label(name, value)
-    }
-}
-
-fn label_name(name: &'static str) -> Arc<str> {
-    thread_local! {
-        static NAMES: std::cell::RefCell<std::collections::HashMap<&'static str, Arc<str>>> =
-            Default::default();
-    }
-    NAMES.with(|names| names.borrow_mut().entry(name).or_insert_with(|| Arc::from(name)).clone())
+    (Arc::from(name), Arc::from(super::store::cut_label(value)))
 }
 
 /// How often a target whose values arrive but do not change is published anyway, so that its

@@ -257,11 +257,11 @@ fn on_event(
 fn last_known_state(p: &mut Publisher, state: &hmon::LastKnownState) {
     let ts = state.activity.as_ref().and_then(|a| a.ts).or(state.ts);
     if let Some(ts) = ts {
-        p.set(
+        p.put(
             "dyalog_last_known_state_timestamp_seconds",
             "Unix time of the interpreter's current activity, from GetLastKnownState.",
             MetricKind::Gauge,
-            vec![],
+            &[],
             ts.unix_millis() as f64 / 1000.0,
         );
     }
