@@ -104,8 +104,9 @@ struct Shared {
     max_queue: usize,
     counters: Arc<Counters>,
     next_target: AtomicU32,
-    /// Every registered target, by id (the writer thread copies a target's entry on its first record).
-    targets: Arc<Mutex<HashMap<u32, Target>>>,
+    /// Every registered target and its counts, by id (the writer thread copies a target's entry on its
+    /// first record).
+    targets: Arc<Mutex<HashMap<u32, Registered>>>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
@@ -132,7 +133,7 @@ impl Recorder {
         // The first file is opened here, so that a bad destination is an error at start.
         let queued = Arc::new(AtomicUsize::new(0));
         let counters = Arc::new(Counters::default());
-        let registered: Arc<Mutex<HashMap<u32, Target>>> = Arc::default();
+        let registered: Arc<Mutex<HashMap<u32, Registered>>> = Arc::default();
         let mut thread = WriterThread::new(config.clone(), Arc::clone(&queued), Arc::clone(&counters));
         thread.registered = Arc::clone(&registered);
         thread.open()?;
@@ -159,8 +160,10 @@ impl Recorder {
         let id = self.shared.next_target.fetch_add(1, Ordering::Relaxed);
         // Registered beside the queue, never through it: registering must not wait for a full queue, and a
         // target's description must never be dropped (its records would be unreadable).
-        self.shared.targets.lock().unwrap_or_else(|e| e.into_inner()).insert(id, target);
-        Arc::new(TargetRecorder { shared: Arc::clone(&self.shared), id, lost: AtomicU64::new(0) })
+        let counts = Arc::new(TargetCounts::default());
+        let entry = (target, Arc::clone(&counts));
+        self.shared.targets.lock().unwrap_or_else(|e| e.into_inner()).insert(id, entry);
+        Arc::new(TargetRecorder { shared: Arc::clone(&self.shared), id, lost: AtomicU64::new(0), counts })
     }
 
     /// What it did so far.
@@ -210,9 +213,32 @@ pub struct TargetRecorder {
     shared: Arc<Shared>,
     id: u32,
     lost: AtomicU64,
+    counts: Arc<TargetCounts>,
+}
+
+/// A registered target, with the counts the writer thread adds to.
+type Registered = (Target, Arc<TargetCounts>);
+
+/// What was recorded of one target, and what was lost.
+#[derive(Debug, Default)]
+struct TargetCounts {
+    written: AtomicU64,
+    dropped: AtomicU64,
 }
 
 impl TargetRecorder {
+    /// Bytes of this target's records written to files so far (pcapng blocks, headers included, and its
+    /// interface description in each file).
+    pub fn bytes_written(&self) -> u64 {
+        self.counts.written.load(Ordering::Relaxed)
+    }
+
+    /// Data bytes of this target that were not recorded: the queue was full (the disk fell behind) or
+    /// writing failed.
+    pub fn bytes_dropped(&self) -> u64 {
+        self.counts.dropped.load(Ordering::Relaxed)
+    }
+
     /// Records `bytes` going `direction`, now.
     pub fn data(&self, direction: Direction, bytes: &[u8]) {
         let size = bytes.len() + 64;
@@ -259,6 +285,7 @@ impl TargetRecorder {
         let c = &self.shared.counters;
         c.lost_records.fetch_add(1, Ordering::Relaxed);
         c.lost_bytes.fetch_add(data as u64, Ordering::Relaxed);
+        self.counts.dropped.fetch_add(data as u64, Ordering::Relaxed);
     }
 }
 
@@ -273,8 +300,8 @@ struct OpenFile {
 
 struct WriterThread {
     config: RecorderConfig,
-    targets: HashMap<u32, Target>,
-    registered: Arc<Mutex<HashMap<u32, Target>>>,
+    targets: HashMap<u32, Registered>,
+    registered: Arc<Mutex<HashMap<u32, Registered>>>,
     file: Option<OpenFile>,
     seq: u64,
     queued: Arc<AtomicUsize>,
@@ -348,6 +375,9 @@ impl WriterThread {
                     tracing::error!(error = %e, "recording: writing failed; records are lost until a new file opens");
                     self.counters.lost_records.fetch_add(1, Ordering::Relaxed);
                     self.counters.lost_bytes.fetch_add((size - 64) as u64, Ordering::Relaxed);
+                    if let Some((_, counts)) = self.targets.get(&target) {
+                        counts.dropped.fetch_add((size - 64) as u64, Ordering::Relaxed);
+                    }
                     self.file = None;
                     self.retry_at = Some(Instant::now() + Duration::from_secs(1));
                 }
@@ -369,22 +399,22 @@ impl WriterThread {
             self.open()?;
         }
         let Some(file) = self.file.as_mut() else { return Err(io::Error::other("no file open")) };
+        let (t, counts) =
+            self.targets.get(&target).ok_or_else(|| io::Error::other("record of an unknown target"))?;
+        let before = file.writer.bytes_written();
         let interface = match file.interfaces.get(&target) {
             Some(&i) => i,
             None => {
-                let t = self
-                    .targets
-                    .get(&target)
-                    .ok_or_else(|| io::Error::other("record of an unknown target"))?;
                 let i = file.writer.interface(t)?;
                 file.interfaces.insert(target, i);
                 i
             }
         };
-        let before = file.writer.bytes_written();
         file.writer.record(&Record { interface, time_ns: file.anchor.ns_at(at), dropped, kind })?;
+        let written = file.writer.bytes_written() - before;
         self.counters.records.fetch_add(1, Ordering::Relaxed);
-        self.counters.bytes_written.fetch_add(file.writer.bytes_written() - before, Ordering::Relaxed);
+        self.counters.bytes_written.fetch_add(written, Ordering::Relaxed);
+        counts.written.fetch_add(written, Ordering::Relaxed);
         Ok(())
     }
 

@@ -135,6 +135,12 @@ fn files_rotate_by_age() {
     assert!(recordings(dir.path()).len() >= 3);
 }
 
+/// The length of a file's section header block (what no target's records account for).
+fn section_header_len(path: &std::path::Path) -> u64 {
+    let bytes = std::fs::read(path).unwrap();
+    u64::from(u32::from_le_bytes(bytes[4..8].try_into().unwrap()))
+}
+
 #[test]
 fn a_full_queue_drops_and_counts_instead_of_blocking() {
     let dir = tempfile::tempdir().unwrap();
@@ -147,13 +153,26 @@ fn a_full_queue_drops_and_counts_instead_of_blocking() {
     // 2,000 bytes of data at once cannot fit a 1,000-byte queue.
     t.data(Direction::Inbound, &[7u8; 2_000]);
     t.data(Direction::Inbound, b"small");
+    let other = recorder.target(Target::new("u", Protocol::Smon, "-"));
+    other.data(Direction::Inbound, b"other");
     let stats = recorder.finish();
     assert_eq!((stats.lost_records, stats.lost_bytes), (1, 2_000));
+    // Each target counts its own: what was lost, and what its records took in the file.
+    assert_eq!((t.bytes_dropped(), other.bytes_dropped()), (2_000, 0));
+    let file_len = dir.path().join("q.pcapng").metadata().unwrap().len();
+    assert!(t.bytes_written() > 5 && other.bytes_written() > 5);
+    assert_eq!(
+        t.bytes_written() + other.bytes_written() + section_header_len(&dir.path().join("q.pcapng")),
+        file_len
+    );
     let capture = Capture::from_file(dir.path().join("q.pcapng"), Limits::default()).unwrap();
     let records: Vec<_> = capture.records().map(|(_, r)| (r.dropped, r.kind.clone())).collect();
     assert_eq!(
         records,
-        [(1, RecordKind::Data { direction: Direction::Inbound, bytes: b"small".to_vec() })],
+        [
+            (1, RecordKind::Data { direction: Direction::Inbound, bytes: b"small".to_vec() }),
+            (0, RecordKind::Data { direction: Direction::Inbound, bytes: b"other".to_vec() })
+        ],
         "the next record says one was lost before it"
     );
 }

@@ -57,6 +57,36 @@ impl Recording {
     pub fn finish(&self) -> RecorderStats {
         self.recorder.finish()
     }
+
+    /// `telemon_recording_bytes_total` and `telemon_recording_dropped_bytes_total` for every target
+    /// recorded so far (a target that reconnected at another address is summed under its name), in the
+    /// text format, or OpenMetrics when `open_metrics`.
+    pub fn render(&self, open_metrics: bool) -> String {
+        use std::fmt::Write as _;
+        let mut by_name: std::collections::BTreeMap<&str, [u64; 2]> = Default::default();
+        let targets = self.targets.lock().unwrap_or_else(|e| e.into_inner());
+        for (target, recorder) in targets.iter() {
+            let entry = by_name.entry(target.name.as_str()).or_default();
+            entry[0] += recorder.bytes_written();
+            entry[1] += recorder.bytes_dropped();
+        }
+        let mut out = String::new();
+        let families = [
+            ("telemon_recording_bytes_total", "Bytes written to recordings."),
+            ("telemon_recording_dropped_bytes_total", "Bytes not recorded because the disk fell behind."),
+        ];
+        for (i, (name, help)) in families.into_iter().enumerate() {
+            let meta = if open_metrics { name.trim_end_matches("_total") } else { name };
+            let _ = writeln!(out, "# HELP {meta} {help}\n# TYPE {meta} counter");
+            for (target, counts) in &by_name {
+                out.push_str(name);
+                out.push_str("{target=\"");
+                crate::fleet::series::escape_label_value(&mut out, target);
+                let _ = writeln!(out, "\"}} {}", counts[i]);
+            }
+        }
+        out
+    }
 }
 
 static RECORDING: OnceLock<Arc<Recording>> = OnceLock::new();

@@ -352,12 +352,12 @@ fn exposition(snapshot: FleetSnapshot, headers: &HeaderMap, tail: String) -> Res
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
-    let own = if state.push.is_empty() {
-        String::new()
-    } else {
-        let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-        crate::push::stats::render(&state.push, Format::from_accept(accept) == Format::OpenMetrics)
-    };
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let open_metrics = Format::from_accept(accept) == Format::OpenMetrics;
+    let mut own = crate::push::stats::render(&state.push, open_metrics);
+    if let Some(recording) = crate::record::installed() {
+        own.push_str(&recording.render(open_metrics));
+    }
     exposition(state.fleet.snapshot(), &headers, own)
 }
 

@@ -5,13 +5,11 @@
 //! Without `prometheus` or `promtool` on `PATH` the test fails when `CI=true`, and elsewhere prints
 //! `SKIPPED: ...` and passes.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use telemon_capture::{Direction, Protocol, Record, RecordKind, Target, Writer};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 mod support;
 
@@ -71,19 +69,6 @@ fn recording(start_s: u64) -> Vec<u8> {
     w.into_inner()
 }
 
-async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await?;
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    assert!(!head.to_ascii_lowercase().contains("chunked"), "a chunked answer: {head}");
-    Ok((status, body.to_owned()))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exported_recording_backfills_prometheus() {
     let Some((prometheus, promtool)) = tools() else { return };
@@ -136,7 +121,7 @@ async fn an_exported_recording_backfills_prometheus() {
     let body = support::within("Prometheus to answer the query", async {
         loop {
             assert!(child.try_wait().unwrap().is_none(), "Prometheus exited; see its log");
-            if let Ok((200, body)) = http_get(addr, &query).await {
+            if let Ok((200, body)) = support::http_get(addr, &query, &[]).await {
                 if body.contains("\"values\"") {
                     return body;
                 }

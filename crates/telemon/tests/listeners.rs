@@ -172,14 +172,9 @@ async fn visit(
 
 /// The body of `GET path` (HTTP/1.0: no chunking, the server closes).
 async fn http_get(addr: &str, path: &str) -> Option<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes()).await.ok()?;
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out)).await.ok()?.ok()?;
-    let text = String::from_utf8_lossy(&out).into_owned();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    head.starts_with("HTTP/1.").then(|| body.to_owned())
+    let addr = addr.parse().ok()?;
+    let answer = tokio::time::timeout(Duration::from_secs(10), support::http_get(addr, path, &[])).await;
+    answer.ok()?.ok().map(|(_, body)| body)
 }
 
 fn rss_kib(pid: u32) -> u64 {

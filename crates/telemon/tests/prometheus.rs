@@ -28,9 +28,12 @@ use sim_common::Shutdown;
 use smon_codec::Sample;
 use smon_sim::{Source, MIN_INTERVAL};
 use telemon::fleet::config::FleetConfig;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
+
+mod support;
+use support::http_get;
 
 /// The safety net of every wait: a broken test fails after this instead of hanging. Never a timing assertion.
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -86,50 +89,6 @@ fn urlencode(s: &str) -> String {
             _ => format!("%{b:02X}"),
         })
         .collect()
-}
-
-fn invalid(message: impl Into<String>) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, message.into())
-}
-
-/// The body of a `Transfer-Encoding: chunked` response, decoded.
-fn dechunk(mut raw: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = raw.windows(2).position(|w| w == b"\r\n").ok_or_else(|| invalid("no chunk size line"))?;
-        let size = std::str::from_utf8(&raw[..eol]).map_err(|_| invalid("a chunk size that is not text"))?;
-        let size = size.split(';').next().unwrap_or("").trim();
-        let len = usize::from_str_radix(size, 16).map_err(|_| invalid(format!("chunk size {size:?}")))?;
-        raw = &raw[eol + 2..];
-        if len == 0 {
-            return Ok(out);
-        }
-        let chunk = raw.get(..len).ok_or_else(|| invalid("a chunk cut short"))?;
-        out.extend_from_slice(chunk);
-        raw = raw.get(len + 2..).ok_or_else(|| invalid("a chunk without its CRLF"))?;
-    }
-}
-
-/// `GET path` with `Connection: close`: (status, body).
-async fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect(addr).await?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
-    let end =
-        raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| invalid("no end of the headers"))?;
-    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-    let status =
-        head.split(' ').nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| invalid("no status code"))?;
-    let body = &raw[end + 4..];
-    let body = if head.lines().any(|l| l.starts_with("transfer-encoding:") && l.contains("chunked")) {
-        dechunk(body)?
-    } else {
-        body.to_vec()
-    };
-    let body = String::from_utf8(body).map_err(|_| invalid("a body that is not UTF-8"))?;
-    Ok((status, body))
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -216,7 +175,7 @@ impl Prometheus {
                 if let Some(status) = prometheus.child.try_wait().unwrap() {
                     return Err(format!("Prometheus exited ({status})"));
                 }
-                if let Ok((200, _)) = http_get(addr, "/-/ready").await {
+                if let Ok((200, _)) = http_get(addr, "/-/ready", &[]).await {
                     return Ok(());
                 }
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -239,7 +198,7 @@ impl Prometheus {
 
     /// Each scrape target's health and last error, from `/api/v1/targets`.
     async fn targets(&self) -> String {
-        let body = match http_get(self.addr, "/api/v1/targets").await {
+        let body = match http_get(self.addr, "/api/v1/targets", &[]).await {
             Ok((_, body)) => body,
             Err(e) => return format!("GET /api/v1/targets: {e}"),
         };
@@ -260,7 +219,7 @@ impl Prometheus {
     /// An instant query's vector.
     async fn query(&self, query: &str) -> Result<Vec<Series>, String> {
         let path = format!("/api/v1/query?query={}", urlencode(query));
-        let (status, body) = http_get(self.addr, &path).await.map_err(|e| format!("GET {path}: {e}"))?;
+        let (status, body) = http_get(self.addr, &path, &[]).await.map_err(|e| format!("GET {path}: {e}"))?;
         let v: serde_json::Value =
             serde_json::from_str(&body).map_err(|e| format!("{status} {body:?}: {e}"))?;
         if status != 200 || v["status"] != "success" || v["data"]["resultType"] != "vector" {
@@ -653,7 +612,7 @@ async fn prometheus_scrapes_every_protocol_and_the_probe() {
     prom.until("a second smon connect", connects, |s| only(s).is_some_and(|v| v >= 2.0)).await;
 
     // promtool finds nothing to say about a full scrape (and about a probe's answer).
-    let (status, metrics) = http_get(telemon, "/metrics").await.expect("GET /metrics");
+    let (status, metrics) = http_get(telemon, "/metrics", &[]).await.expect("GET /metrics");
     assert_eq!(status, 200, "{metrics}");
     for protocol in ["meter161", "hmon", "mono", "smon", "sysinfo"] {
         assert!(
@@ -663,7 +622,7 @@ async fn prometheus_scrapes_every_protocol_and_the_probe() {
     }
     promtool_check_metrics(&promtool, "/metrics", &metrics).await;
     let path = format!("/probe?target={}&protocol=sysinfo", urlencode(probe));
-    let (status, probed) = http_get(telemon, &path).await.expect("GET /probe");
+    let (status, probed) = http_get(telemon, &path, &[]).await.expect("GET /probe");
     assert_eq!(status, 200, "{probed}");
     promtool_check_metrics(&promtool, &path, &probed).await;
 

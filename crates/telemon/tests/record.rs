@@ -182,6 +182,67 @@ async fn the_total_on_disk_is_bounded_by_deleting_the_oldest_files() {
     assert!(total <= 12_000 + 3_000 + 70_000, "total {total}");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_record_exports_what_each_target_recorded() {
+    let sims = sims().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, &sims.config).unwrap();
+    let out = dir.path().join("rec");
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let telemon = Telemon::spawn(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        &listen.to_string(),
+        "--record",
+        out.to_str().unwrap(),
+    ]);
+    let value = |metrics: &str, family: &str, target: &str| -> Option<u64> {
+        let prefix = format!("{family}{{target=\"{target}\"}} ");
+        metrics.lines().find_map(|l| l.strip_prefix(&prefix)).map(|v| v.parse().unwrap())
+    };
+    let targets = ["os161", "box", "vm", "dyalog"];
+    let first = within("every target's recorded bytes on /metrics", async {
+        loop {
+            if let Ok((200, m)) = support::http_get(listen, "/metrics", &[]).await {
+                if targets.iter().all(|t| value(&m, "telemon_recording_bytes_total", t).unwrap_or(0) > 0) {
+                    return m;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(first.contains("# TYPE telemon_recording_bytes_total counter\n"), "{first}");
+    for t in targets {
+        assert_eq!(value(&first, "telemon_recording_dropped_bytes_total", t), Some(0), "{t}");
+    }
+    // The count grows with what the targets send, and OpenMetrics names the family without `_total`.
+    let accept = [("Accept", "application/openmetrics-text;version=1.0.0")];
+    let later = within("os161's recorded bytes to grow", async {
+        loop {
+            let (_, m) = support::http_get(listen, "/metrics", &accept).await.unwrap();
+            let now = value(&m, "telemon_recording_bytes_total", "os161").unwrap();
+            if now > value(&first, "telemon_recording_bytes_total", "os161").unwrap() {
+                return m;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(later.contains("# TYPE telemon_recording_bytes counter\n"), "{later}");
+    telemon.kill().await;
+    sims.shutdown.cancel();
+    sims.sys161.stop().await.unwrap();
+    // Every byte it counted is in the files (telemon may have written more since that scrape).
+    let on_disk: u64 = files(&out).iter().map(|f| f.metadata().unwrap().len()).sum();
+    let counted: u64 =
+        targets.iter().map(|t| value(&first, "telemon_recording_bytes_total", t).unwrap()).sum();
+    assert!(counted <= on_disk, "{counted} counted, {on_disk} on disk");
+}
+
 /// The first recording's connection of `target`, as the sims' `--replay` serves it.
 fn first_connection(dir: &Path, target: &str) -> telemon_capture::Connection {
     let (capture, _) = Capture::from_dir(dir, Limits::default()).unwrap();

@@ -15,36 +15,10 @@ use tokio::net::TcpStream;
 mod support;
 use support::{listener, within};
 
-/// A minimal HTTP/1.1 GET: (status, body).
+/// `GET path` (with `Accept` when given): (status, body).
 async fn get(addr: std::net::SocketAddr, path: &str, accept: Option<&str>) -> (u16, String) {
-    let mut s = TcpStream::connect(addr).await.expect("telemon listens");
-    let accept = accept.map(|a| format!("Accept: {a}\r\n")).unwrap_or_default();
-    let req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8(raw).expect("UTF-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("a header block");
-    let status = head.split(' ').nth(1).and_then(|c| c.parse().ok()).expect("a status code");
-    let body = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    (status, body)
-}
-
-fn dechunk(mut s: &str) -> String {
-    let mut out = String::new();
-    loop {
-        let (len, rest) = s.split_once("\r\n").expect("a chunk size");
-        let len = usize::from_str_radix(len.trim(), 16).expect("hex chunk size");
-        if len == 0 {
-            return out;
-        }
-        out.push_str(&rest[..len]);
-        s = &rest[len + 2..];
-    }
+    let headers: Vec<(&str, &str)> = accept.map(|a| ("Accept", a)).into_iter().collect();
+    support::http_get(addr, path, &headers).await.expect("telemon answers")
 }
 
 /// The value of the first sample line starting with `prefix` (a family with some labels).

@@ -62,6 +62,60 @@ pub fn json_lines(text: &str) -> Vec<serde_json::Value> {
     text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"))).collect()
 }
 
+fn invalid(message: impl Into<String>) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, message.into())
+}
+
+/// The body of a `Transfer-Encoding: chunked` response, decoded.
+fn dechunk(mut raw: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    loop {
+        let eol = raw.windows(2).position(|w| w == b"\r\n").ok_or_else(|| invalid("no chunk size line"))?;
+        let size = std::str::from_utf8(&raw[..eol]).map_err(|_| invalid("a chunk size that is not text"))?;
+        let size = size.split(';').next().unwrap_or("").trim();
+        let len = usize::from_str_radix(size, 16).map_err(|_| invalid(format!("chunk size {size:?}")))?;
+        raw = &raw[eol + 2..];
+        if len == 0 {
+            return Ok(out);
+        }
+        let chunk = raw.get(..len).ok_or_else(|| invalid("a chunk cut short"))?;
+        out.extend_from_slice(chunk);
+        raw = raw.get(len + 2..).ok_or_else(|| invalid("a chunk without its CRLF"))?;
+    }
+}
+
+/// `GET path` over HTTP/1.1 with `Connection: close` and the extra `headers`: (status, body), the body
+/// de-chunked when it came chunked.
+pub async fn http_get(
+    addr: std::net::SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, String)> {
+    use tokio::io::AsyncReadExt;
+    let mut stream = tokio::net::TcpStream::connect(addr).await?;
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).await?;
+    let end =
+        raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| invalid("no end of the headers"))?;
+    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
+    let status =
+        head.split(' ').nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| invalid("no status code"))?;
+    let body = &raw[end + 4..];
+    let body = if head.lines().any(|l| l.starts_with("transfer-encoding:") && l.contains("chunked")) {
+        dechunk(body)?
+    } else {
+        body.to_vec()
+    };
+    let body = String::from_utf8(body).map_err(|_| invalid("a body that is not UTF-8"))?;
+    Ok((status, body))
+}
+
 /// A running `telemon`, read line by line while it runs.
 pub struct Telemon {
     child: Child,
