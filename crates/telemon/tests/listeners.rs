@@ -303,6 +303,23 @@ async fn a_flood_of_dial_in_connections_stays_bounded() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(refused > 0.0, "refusals are counted:\n{page}");
+    // Each listener says how many targets it holds: the targets on the page are the listeners' (live and
+    // remembered), and no listener holds more than its max_targets.
+    let held: Vec<u64> = page
+        .lines()
+        .filter(|l| l.starts_with("telemon_listener_targets{listener="))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(held.len(), 2, "{page}");
+    assert!(held.iter().all(|&n| n as usize <= MAX_TARGETS), "{held:?}");
+    assert_eq!(held.iter().sum::<u64>() as usize, targets, "{page}");
+    // The garbage never completes a handshake (the agents that left are forgotten to make room: no `limit`).
+    assert!(
+        page.lines().any(|l| l.starts_with("telemon_listener_refused_total{")
+            && l.contains("reason=\"handshake_timeout\"}")
+            && !l.ends_with(" 0")),
+        "handshake refusals are counted:\n{page}"
+    );
 }
 
 /// Starts a fake interpreter in SERVE mode on `addr`.

@@ -193,24 +193,19 @@ external_labels = {{ cluster = "lab" }}
     assert_eq!(distinct.len(), bad_all.len(), "a 400 is never retried");
     assert_eq!(bad_stats.retried(), 0);
     assert_eq!(bad_stats.sent(), 0);
-    assert_eq!(bad_stats.dropped("http_400"), bad_all.len() as u64);
+    assert_eq!(bad_stats.dropped("dropped_4xx"), bad_all.len() as u64);
     assert!(
-        metrics.contains(
-            "telemon_push_samples_dropped_total{sender=\"bad\",format=\"remote_write\",reason=\"http_400\"} "
-        ),
+        metrics.contains("telemon_sender_samples_total{sender=\"bad\",result=\"dropped_4xx\"} "),
         "{metrics}"
     );
-    assert!(
-        metrics.contains("telemon_push_samples_sent_total{sender=\"flaky\",format=\"remote_write\"} "),
-        "{metrics}"
-    );
+    assert!(metrics.contains("telemon_sender_samples_total{sender=\"flaky\",result=\"sent\"} "), "{metrics}");
     assert!(!all.iter().any(|s| is_stale(s.2)), "no stale marker while the target is up");
     eprintln!(
         "errors: 503 twice then 204: {} samples retried, {} accepted, 0 lost; 400: {} requests, {} samples dropped, 0 retried",
         flaky_stats.retried(),
         accepted.len(),
         bad_seen.len(),
-        bad_stats.dropped("http_400")
+        bad_stats.dropped("dropped_4xx")
     );
 }
 
@@ -244,8 +239,8 @@ queue_bytes = "1MiB"
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
     let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let stats = server.push_stats()[0].clone();
-    wait_for("the queue to fill and drop", || stats.dropped("queue_full") > 0).await;
-    let (rss0, dropped0) = (rss(), stats.dropped("queue_full"));
+    wait_for("the queue to fill and drop", || stats.dropped("dropped_queue_full") > 0).await;
+    let (rss0, dropped0) = (rss(), stats.dropped("dropped_queue_full"));
     let addr = server.local_addr();
     let mut max_queue = 0.0f64;
     within("the drops to go on", async {
@@ -253,11 +248,11 @@ queue_bytes = "1MiB"
             let m = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
             let q: f64 = m
                 .lines()
-                .find(|l| l.starts_with("telemon_push_queue_bytes{"))
+                .find(|l| l.starts_with("telemon_sender_queue_bytes{"))
                 .and_then(|l| l.rsplit(' ').next()?.parse().ok())
                 .unwrap();
             max_queue = max_queue.max(q);
-            if stats.dropped("queue_full") > dropped0 + 5_000 {
+            if stats.dropped("dropped_queue_full") > dropped0 + 5_000 {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -272,13 +267,13 @@ queue_bytes = "1MiB"
     eprintln!(
         "bounds: queue at most {max_queue} bytes of {}, {} dropped, RSS grew {} KiB meanwhile",
         1 << 20,
-        stats.dropped("queue_full"),
+        stats.dropped("dropped_queue_full"),
         grown >> 10
     );
     assert_eq!(stats.sent(), 0);
     assert!(stats.retried() > 0, "connection errors are retried");
     server.shutdown().await;
-    assert!(stats.dropped("shutdown") > 0, "what was left at the deadline is counted");
+    assert!(stats.dropped("dropped_shutdown") > 0, "what was left at the deadline is counted");
     shutdown.cancel();
 }
 

@@ -15,7 +15,7 @@ use std::time::UNIX_EPOCH;
 use bytes::Bytes;
 
 use super::model::{FleetSnapshot, MetricKind, TargetSnapshot};
-use super::series::{push_num, Num, ValueRef};
+use super::series::{escape_label_value, push_num, Num, ValueRef};
 
 /// The exposition format of a scrape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,12 +60,14 @@ enum Own {
     Received,
     /// Not per target: [`super::own`]'s dial-in refusals.
     ListenerRefused,
+    /// Not per target: the targets each dial-in listener holds.
+    ListenerTargets,
     /// Not per target: [`super::own`]'s HTTP refusals.
     HttpRefused,
 }
 
 impl Own {
-    const ALL: [Own; 9] = [
+    const ALL: [Own; 10] = [
         Own::Build,
         Own::Up,
         Own::Connects,
@@ -74,6 +76,7 @@ impl Own {
         Own::LastUpdate,
         Own::Received,
         Own::ListenerRefused,
+        Own::ListenerTargets,
         Own::HttpRefused,
     ];
 
@@ -87,6 +90,7 @@ impl Own {
             Own::LastUpdate => "telemon_target_last_update_timestamp_seconds",
             Own::Received => "telemon_target_received_bytes_total",
             Own::ListenerRefused => "telemon_listener_refused_total",
+            Own::ListenerTargets => "telemon_listener_targets",
             Own::HttpRefused => "telemon_http_refused_connections_total",
         }
     }
@@ -103,6 +107,7 @@ impl Own {
             Own::ListenerRefused => {
                 "Connections a dial-in listener closed without making them a target, by reason."
             }
+            Own::ListenerTargets => "Targets a dial-in listener holds, live and remembered.",
             Own::HttpRefused => "HTTP connections refused at once because [serve] max_connections were open.",
         }
     }
@@ -116,7 +121,7 @@ impl Own {
             | Own::Received
             | Own::ListenerRefused
             | Own::HttpRefused => MetricKind::Counter,
-            Own::Up | Own::LastUpdate => MetricKind::Gauge,
+            Own::Up | Own::LastUpdate | Own::ListenerTargets => MetricKind::Gauge,
         }
     }
 }
@@ -155,7 +160,8 @@ impl Chunks {
     pub fn new(snapshot: FleetSnapshot, format: Format) -> Chunks {
         let mut plan: BTreeMap<Arc<str>, Source> = BTreeMap::new();
         for own in Own::ALL {
-            if own == Own::ListenerRefused && super::own::listener_refusals().is_empty() {
+            let listeners = matches!(own, Own::ListenerRefused | Own::ListenerTargets);
+            if listeners && super::own::listener_targets().is_empty() {
                 continue;
             }
             plan.insert(Arc::from(own.name()), Source::Own(own));
@@ -255,16 +261,19 @@ impl Chunks {
                 Source::Own(Own::ListenerRefused) => {
                     for (listener, reason, n) in super::own::listener_refusals() {
                         buf.push_str("telemon_listener_refused_total{listener=\"");
-                        for c in listener.chars() {
-                            match c {
-                                '\\' => buf.push_str("\\\\"),
-                                '"' => buf.push_str("\\\""),
-                                '\n' => buf.push_str("\\n"),
-                                c => buf.push(c),
-                            }
-                        }
+                        escape_label_value(buf, &listener);
                         buf.push_str("\",reason=\"");
-                        buf.push_str(reason.as_str());
+                        buf.push_str(reason);
+                        buf.push_str("\"} ");
+                        push_num(buf, Num::Uint(n));
+                        buf.push('\n');
+                    }
+                    *member = usize::MAX;
+                }
+                Source::Own(Own::ListenerTargets) => {
+                    for (listener, n) in super::own::listener_targets() {
+                        buf.push_str("telemon_listener_targets{listener=\"");
+                        escape_label_value(buf, &listener);
                         buf.push_str("\"} ");
                         push_num(buf, Num::Uint(n));
                         buf.push('\n');
@@ -382,7 +391,7 @@ fn write_own(out: &mut String, name: &str, own: Own, t: &TargetSnapshot) {
         out.push('\n');
     };
     match own {
-        Own::Build | Own::ListenerRefused | Own::HttpRefused => {}
+        Own::Build | Own::ListenerRefused | Own::ListenerTargets | Own::HttpRefused => {}
         Own::Up => own_line(None, Num::Uint(u64::from(t.is_up()))),
         Own::Connects => own_line(None, Num::Uint(t.connects)),
         Own::Errors => {

@@ -121,7 +121,7 @@ pub(crate) async fn post<W: Wire>(client: &reqwest::Client, url: &str, body: Vec
     if W::retryable(status) {
         Attempt::Retry { after, why }
     } else {
-        Attempt::Drop { reason: format!("http_{status}"), why }
+        Attempt::Drop { reason: reason::http(status).into(), why }
     }
 }
 

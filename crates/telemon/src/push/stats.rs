@@ -1,4 +1,4 @@
-//! A sender's self-metrics (the `telemon_push_*` families of metrics.md), kept in atomics so the
+//! A sender's self-metrics (the `telemon_sender_*` families of metrics.md), kept in atomics so the
 //! sender never waits on a scrape and a scrape never waits on a sender.
 
 use std::collections::BTreeMap;
@@ -7,19 +7,32 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-/// The upper bounds of `telemon_push_request_duration_seconds`.
+/// The upper bounds of `telemon_sender_request_duration_seconds`.
 pub const DURATION_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
-/// Why samples were dropped (the `reason` label).
+/// Why samples were dropped: the `result` label of `telemon_sender_samples_total` for them.
 pub mod reason {
     /// The queue was full: the oldest samples made room for new ones.
-    pub const QUEUE_FULL: &str = "queue_full";
+    pub const QUEUE_FULL: &str = "dropped_queue_full";
     /// Still unsent when the shutdown deadline passed.
-    pub const SHUTDOWN: &str = "shutdown";
+    pub const SHUTDOWN: &str = "dropped_shutdown";
+    /// The receiver answered a 4xx status that is not retried (everything but 429).
+    pub const HTTP_4XX: &str = "dropped_4xx";
+    /// The receiver answered another status that is not retried (OTLP: a 5xx other than 502, 503, 504).
+    pub const HTTP_OTHER: &str = "dropped_status";
     /// The receiver accepted the request but rejected these (OTLP `partial_success`).
-    pub const PARTIAL_SUCCESS: &str = "partial_success";
+    pub const PARTIAL_SUCCESS: &str = "dropped_partial_success";
     /// The request could not be built (e.g. a header the HTTP library refuses).
-    pub const REQUEST: &str = "request";
+    pub const REQUEST: &str = "dropped_request";
+
+    /// The reason for a status that is not retried.
+    pub fn http(status: u16) -> &'static str {
+        if (400..500).contains(&status) {
+            HTTP_4XX
+        } else {
+            HTTP_OTHER
+        }
+    }
 }
 
 /// The counters and gauges of one sender.
@@ -27,7 +40,7 @@ pub mod reason {
 pub struct Stats {
     /// The `sender` label.
     pub sender: String,
-    /// The `format` label: `remote_write` or `otlp`.
+    /// `remote_write` or `otlp` (for logs; names are unique across both).
     pub format: &'static str,
     sent: AtomicU64,
     retried: AtomicU64,
@@ -143,36 +156,38 @@ impl Stats {
 
     /// Writes this sender's series, each line under its family (`families` maps name -> lines).
     fn write(&self, f: &mut BTreeMap<&'static str, (&'static str, &'static str, String)>) {
-        let labels = format!("sender=\"{}\",format=\"{}\"", escape(&self.sender), self.format);
+        let labels = format!("sender=\"{}\"", escape(&self.sender));
         let mut line = |name: &'static str, extra: &str, v: f64| {
             let (_, _, lines) = f.get_mut(strip(name)).expect("every family is declared");
             let _ = writeln!(lines, "{name}{{{labels}{extra}}} {}", fmt_f64(v));
         };
-        line("telemon_push_samples_sent_total", "", self.sent() as f64);
-        line("telemon_push_samples_retried_total", "", self.retried() as f64);
+        let mut results: BTreeMap<&str, u64> = BTreeMap::new();
+        results.insert("sent", self.sent());
+        results.insert("retried", self.retried());
+        for r in [reason::HTTP_4XX, reason::QUEUE_FULL, reason::SHUTDOWN] {
+            results.insert(r, 0);
+        }
         let dropped = self.dropped.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        for r in [reason::QUEUE_FULL, reason::SHUTDOWN] {
-            if !dropped.contains_key(r) {
-                line("telemon_push_samples_dropped_total", &format!(",reason=\"{r}\""), 0.0);
-            }
-        }
         for (r, n) in &dropped {
-            line("telemon_push_samples_dropped_total", &format!(",reason=\"{}\"", escape(r)), *n as f64);
+            results.insert(r, *n);
         }
-        line("telemon_push_queue_bytes", "", self.queue_bytes.load(Relaxed) as f64);
-        line("telemon_push_queue_limit_bytes", "", self.queue_limit as f64);
+        for (r, n) in results {
+            line("telemon_sender_samples_total", &format!(",result=\"{}\"", escape(r)), n as f64);
+        }
+        line("telemon_sender_queue_bytes", "", self.queue_bytes.load(Relaxed) as f64);
+        line("telemon_sender_queue_limit_bytes", "", self.queue_limit as f64);
         let age = self.oldest_unsent_ms().map_or(0.0, |t| (now_ms() - t).max(0) as f64 / 1000.0);
-        line("telemon_push_oldest_unsent_age_seconds", "", age);
-        line("telemon_push_last_success_timestamp_seconds", "", self.last_success_ms() as f64 / 1000.0);
+        line("telemon_sender_oldest_unsent_age_seconds", "", age);
+        line("telemon_sender_last_success_timestamp_seconds", "", self.last_success_ms() as f64 / 1000.0);
         for (i, b) in DURATION_BUCKETS.iter().enumerate() {
             let n = self.durations[i].load(Relaxed) as f64;
-            line("telemon_push_request_duration_seconds_bucket", &format!(",le=\"{}\"", fmt_f64(*b)), n);
+            line("telemon_sender_request_duration_seconds_bucket", &format!(",le=\"{}\"", fmt_f64(*b)), n);
         }
         let count = self.duration_count.load(Relaxed) as f64;
-        line("telemon_push_request_duration_seconds_bucket", ",le=\"+Inf\"", count);
+        line("telemon_sender_request_duration_seconds_bucket", ",le=\"+Inf\"", count);
         let sum = self.duration_sum_us.load(Relaxed) as f64 / 1e6;
-        line("telemon_push_request_duration_seconds_sum", "", sum);
-        line("telemon_push_request_duration_seconds_count", "", count);
+        line("telemon_sender_request_duration_seconds_sum", "", sum);
+        line("telemon_sender_request_duration_seconds_count", "", count);
     }
 }
 
@@ -212,23 +227,25 @@ pub fn render(stats: &[std::sync::Arc<Stats>], open_metrics: bool) -> String {
     if stats.is_empty() {
         return String::new();
     }
-    let families: [(&'static str, &'static str, &'static str); 8] = [
-        ("telemon_push_samples_sent_total", "counter", "Samples (data points) the receiver accepted."),
-        ("telemon_push_samples_retried_total", "counter", "Samples sent again after a failed attempt."),
-        ("telemon_push_samples_dropped_total", "counter", "Samples never sent, by reason."),
-        ("telemon_push_queue_bytes", "gauge", "Bytes waiting in the sender's queue."),
-        ("telemon_push_queue_limit_bytes", "gauge", "The bound of the sender's queue (queue_bytes)."),
+    let families: [(&'static str, &'static str, &'static str); 6] = [
         (
-            "telemon_push_oldest_unsent_age_seconds",
+            "telemon_sender_samples_total",
+            "counter",
+            "Samples (OTLP: data points) by result: sent, retried or dropped.",
+        ),
+        ("telemon_sender_queue_bytes", "gauge", "Bytes waiting in the sender's queue."),
+        ("telemon_sender_queue_limit_bytes", "gauge", "The bound of the sender's queue (queue_bytes)."),
+        (
+            "telemon_sender_oldest_unsent_age_seconds",
             "gauge",
             "Age of the oldest sample not sent yet (0 when none).",
         ),
         (
-            "telemon_push_last_success_timestamp_seconds",
+            "telemon_sender_last_success_timestamp_seconds",
             "gauge",
             "Unix time of the last accepted request (0: never).",
         ),
-        ("telemon_push_request_duration_seconds", "histogram", "Duration of the sender's HTTP requests."),
+        ("telemon_sender_request_duration_seconds", "histogram", "Duration of the sender's HTTP requests."),
     ];
     let mut f: BTreeMap<&'static str, (&'static str, &'static str, String)> =
         families.iter().map(|(n, t, h)| (*n, (*t, *h, String::new()))).collect();
@@ -250,31 +267,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_every_family_with_sender_and_format() {
+    fn renders_every_family_by_sender_and_result() {
         let s = std::sync::Arc::new(Stats::new("vm".into(), "remote_write", 1024));
         s.add_sent(10);
         s.add_retried(4);
-        s.add_dropped("http_400", 3);
+        s.add_dropped(reason::http(400), 3);
         s.add_dropped(reason::QUEUE_FULL, 2);
         s.observe(Duration::from_millis(20));
         s.set_queue(77, None);
         let text = render(std::slice::from_ref(&s), false);
         for want in [
-            "telemon_push_samples_sent_total{sender=\"vm\",format=\"remote_write\"} 10\n",
-            "telemon_push_samples_retried_total{sender=\"vm\",format=\"remote_write\"} 4\n",
-            "telemon_push_samples_dropped_total{sender=\"vm\",format=\"remote_write\",reason=\"http_400\"} 3\n",
-            "telemon_push_samples_dropped_total{sender=\"vm\",format=\"remote_write\",reason=\"queue_full\"} 2\n",
-            "telemon_push_samples_dropped_total{sender=\"vm\",format=\"remote_write\",reason=\"shutdown\"} 0\n",
-            "telemon_push_queue_bytes{sender=\"vm\",format=\"remote_write\"} 77\n",
-            "telemon_push_request_duration_seconds_bucket{sender=\"vm\",format=\"remote_write\",le=\"0.025\"} 1\n",
-            "telemon_push_request_duration_seconds_bucket{sender=\"vm\",format=\"remote_write\",le=\"0.01\"} 0\n",
-            "telemon_push_request_duration_seconds_count{sender=\"vm\",format=\"remote_write\"} 1\n",
-            "# TYPE telemon_push_request_duration_seconds histogram\n",
+            "telemon_sender_samples_total{sender=\"vm\",result=\"sent\"} 10\n",
+            "telemon_sender_samples_total{sender=\"vm\",result=\"retried\"} 4\n",
+            "telemon_sender_samples_total{sender=\"vm\",result=\"dropped_4xx\"} 3\n",
+            "telemon_sender_samples_total{sender=\"vm\",result=\"dropped_queue_full\"} 2\n",
+            "telemon_sender_samples_total{sender=\"vm\",result=\"dropped_shutdown\"} 0\n",
+            "telemon_sender_queue_bytes{sender=\"vm\"} 77\n",
+            "telemon_sender_request_duration_seconds_bucket{sender=\"vm\",le=\"0.025\"} 1\n",
+            "telemon_sender_request_duration_seconds_bucket{sender=\"vm\",le=\"0.01\"} 0\n",
+            "telemon_sender_request_duration_seconds_count{sender=\"vm\"} 1\n",
+            "# TYPE telemon_sender_request_duration_seconds histogram\n",
         ] {
             assert!(text.contains(want), "{want} in\n{text}");
         }
         assert_eq!(s.dropped_total(), 5);
-        assert!(render(&[s], true).contains("# TYPE telemon_push_samples_sent counter\n"));
+        assert_eq!(reason::http(503), reason::HTTP_OTHER);
+        assert!(render(&[s], true).contains("# TYPE telemon_sender_samples counter\n"));
         assert!(render(&[], false).is_empty());
     }
 }

@@ -47,6 +47,34 @@ struct Shared {
     registry: Registry,
     linger: Duration,
     table: Mutex<Table>,
+    /// `telemon_listener_targets`: set from the table each time a lock on it is released.
+    targets: Arc<std::sync::atomic::AtomicU64>,
+}
+
+/// The table, locked; dropping it publishes how many targets the table holds.
+struct Locked<'a> {
+    table: MutexGuard<'a, Table>,
+    gauge: &'a std::sync::atomic::AtomicU64,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Table;
+    fn deref(&self) -> &Table {
+        &self.table
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Table {
+        &mut self.table
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let held = self.table.live.len() + self.table.down.len();
+        self.gauge.store(held as u64, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug, Default)]
@@ -137,7 +165,7 @@ impl DialIn {
     /// The gate of the listener named `listener` (its block's name).
     pub fn new(listener: &str, limits: ListenerLimits, registry: Registry, linger: Duration) -> DialIn {
         let listener: Arc<str> = Arc::from(listener);
-        own::listener_started(&listener);
+        let targets = own::listener_started(&listener);
         DialIn {
             shared: Arc::new(Shared {
                 listener,
@@ -145,6 +173,7 @@ impl DialIn {
                 registry,
                 linger,
                 table: Mutex::new(Table::default()),
+                targets,
             }),
         }
     }
@@ -154,8 +183,9 @@ impl DialIn {
         &self.shared.limits
     }
 
-    fn lock(&self) -> MutexGuard<'_, Table> {
-        self.shared.table.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> Locked<'_> {
+        let table = self.shared.table.lock().unwrap_or_else(|e| e.into_inner());
+        Locked { table, gauge: &self.shared.targets }
     }
 
     fn refused_locked(&self, t: &mut Table, reason: Refusal, source: IpAddr) {
