@@ -3,5 +3,7 @@
 
 mod support;
 
+#[path = "real_peers/rvos.rs"]
+mod rvos;
 #[path = "real_peers/sys161.rs"]
 mod sys161;
