@@ -303,7 +303,7 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
         );
         p.put(
             "rvos_process_state",
-            "The process's scheduler state (1 for the current one).",
+            "The scheduler state ps shows for the process (the series of that state is 1).",
             MetricKind::Gauge,
             &[("pid", pid), ("name", name), ("state", row.state.padded().trim_end())],
             1u64,
