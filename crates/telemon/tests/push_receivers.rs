@@ -435,6 +435,121 @@ async fn remote_write_values_reach_prometheus_and_victoriametrics_and_a_stopped_
     vm.stop().await;
 }
 
+/// The test CA, server certificate and key (`tests/data/tls/README.md`).
+fn tls_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/tls").join(name)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_write_reaches_a_prometheus_behind_tls_and_basic_auth() {
+    let test = "remote_write_reaches_a_prometheus_behind_tls_and_basic_auth";
+    let Some(prom_bin) = prometheus_bin(test) else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // Prometheus serves HTTPS only, with the test certificate, and asks for a user and password.
+    let web = dir.path().join("web.yml");
+    std::fs::write(
+        &web,
+        format!(
+            "tls_server_config:\n  cert_file: {}\n  key_file: {}\nbasic_auth_users:\n  telemon: {}\n",
+            tls_file("server.pem").display(),
+            tls_file("server.key").display(),
+            "$2b$04$KEAqMNh8I7N9PwYMAqDcp.Wuox2S8GsjbijmwLJi6wd..pw2MaWeC", // telemon-test-password
+        ),
+    )
+    .unwrap();
+    let config = dir.path().join("prometheus.yml");
+    std::fs::write(&config, "global:\n  scrape_interval: 1m\nscrape_configs: []\n").unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let _prometheus = Command::new(&prom_bin)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+        .arg(format!("--web.listen-address={addr}"))
+        .arg(format!("--web.config.file={}", web.display()))
+        .arg("--web.enable-remote-write-receiver")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("prometheus starts");
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(tls_file("ca.pem")).unwrap()).unwrap();
+    let https =
+        reqwest::Client::builder().add_root_certificate(ca).timeout(Duration::from_secs(10)).build().unwrap();
+    let get = |path: &str| {
+        https.get(format!("https://{addr}{path}")).basic_auth("telemon", Some("telemon-test-password"))
+    };
+    until("Prometheus ready over HTTPS", async || {
+        get("/-/ready").send().await.ok()?.status().is_success().then_some(())
+    })
+    .await;
+    let wrong = https.get(format!("https://{addr}/-/ready")).basic_auth("telemon", Some("wrong"));
+    let denied = wrong.send().await.unwrap().status();
+    assert_eq!(denied.as_u16(), 401, "Prometheus checks the password");
+
+    let sys161_dir = tempfile::tempdir().unwrap();
+    let sys161 = sys161_sim::Running::spawn(sys161_dir.path(), sys161_sim::Config::default()).unwrap();
+    let password_file = dir.path().join("password");
+    std::fs::write(&password_file, "telemon-test-password\n").unwrap();
+    let url = format!("https://127.0.0.1:{}/api/v1/write", addr.port());
+    let toml = format!(
+        r#"
+[[meter161]]
+name = "sys161"
+dir = '{dir}'
+interval = "250ms"
+[[remote_write]]
+name = "tls"
+url = "{url}"
+batch = "250ms"
+basic_auth = {{ username = "telemon", password_file = '{password}' }}
+tls = {{ ca_file = '{ca}' }}
+[[remote_write]]
+name = "wrong-password"
+url = "{url}"
+batch = "250ms"
+basic_auth = {{ username = "telemon", password = "wrong" }}
+tls = {{ ca_file = '{ca}' }}
+[[remote_write]]
+name = "no-ca"
+url = "{url}"
+batch = "250ms"
+basic_auth = {{ username = "telemon", password_file = '{password}' }}
+"#,
+        dir = sys161_dir.path().display(),
+        password = password_file.display(),
+        ca = tls_file("ca.pem").display(),
+    );
+    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+
+    // The samples arrive: Prometheus answers queries for them.
+    let kinsns = until("sys161's kernel instructions in Prometheus", async || {
+        let url = "/api/v1/query?query=sys161_kernel_instructions_total%7Btarget%3D%22sys161%22%7D";
+        let text = get(url).send().await.ok()?.text().await.ok()?;
+        let body: serde_json::Value = serde_json::from_str(&text).ok()?;
+        let v = body["data"]["result"][0]["value"][1].as_str()?.parse::<f64>().ok()?;
+        (v > 0.0).then_some(v)
+    })
+    .await;
+    assert!(kinsns > 0.0);
+    let stats = server.push_stats();
+    let by_name = |n: &str| stats.iter().find(|s| s.sender == n).unwrap().clone();
+    let (ok, wrong, no_ca) = (by_name("tls"), by_name("wrong-password"), by_name("no-ca"));
+    // A wrong password is a 401: dropped at once and counted, never retried.
+    until("the wrong password's samples dropped as 4xx", async || {
+        (wrong.dropped("dropped_4xx") > 0).then_some(())
+    })
+    .await;
+    // Without the CA, the server's certificate is refused: nothing is sent, the batch is retried.
+    until("the sender without the CA to retry", async || (no_ca.retried() > 0).then_some(())).await;
+    server.shutdown().await;
+    sys161.stop().await.unwrap();
+    assert!(ok.sent() > 0);
+    assert_eq!(ok.dropped_total(), 0);
+    assert_eq!((wrong.sent(), wrong.retried()), (0, 0), "a 401 is not retried");
+    assert_eq!(no_ca.sent(), 0, "a certificate from an unknown CA is never trusted");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate() {
     let test = "a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate";

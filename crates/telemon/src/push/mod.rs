@@ -150,6 +150,7 @@ impl Push {
 
 /// The HTTP client of a block: timeout, User-Agent, headers, auth and TLS roots.
 fn client(block: &PushSection) -> Result<reqwest::Client, String> {
+    use base64::Engine as _;
     use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
     let mut headers = HeaderMap::new();
     for (k, v) in block.headers() {
@@ -174,9 +175,11 @@ fn client(block: &PushSection) -> Result<reqwest::Client, String> {
             (None, Some(f)) => read(f, "password_file")?.trim_end_matches(['\r', '\n']).to_owned(),
             (None, None) => String::new(),
         };
-        let mut v =
-            HeaderValue::from_str(&format!("Basic {}", base64(&format!("{}:{password}", a.username))))
-                .map_err(|_| "basic_auth is not a valid header value".to_owned())?;
+        let mut v = HeaderValue::from_str(&format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{}:{password}", a.username))
+        ))
+        .map_err(|_| "basic_auth is not a valid header value".to_owned())?;
         v.set_sensitive(true);
         headers.insert(AUTHORIZATION, v);
     }
@@ -198,45 +201,4 @@ fn client(block: &PushSection) -> Result<reqwest::Client, String> {
         }
     }
     builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))
-}
-
-/// Standard base64 with padding (for `basic_auth`).
-fn base64(s: &str) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let b = s.as_bytes();
-    let mut out = String::with_capacity(b.len().div_ceil(3) * 4);
-    for c in b.chunks(3) {
-        let n = (u32::from(c[0]) << 16)
-            | (u32::from(*c.get(1).unwrap_or(&0)) << 8)
-            | u32::from(*c.get(2).unwrap_or(&0));
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(char::from(A[(n >> (18 - 6 * i)) as usize & 63]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base64_matches_rfc4648_vectors() {
-        for (i, o) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(i), o);
-        }
-        assert_eq!(base64("Aladdin:open sesame"), "QWxhZGRpbjpvcGVuIHNlc2FtZQ==");
-    }
 }
