@@ -207,8 +207,14 @@ pub fn csv(scrapes: &[Scrape]) -> String {
     out.push('\n');
     let mut cursor = vec![0usize; columns.len()];
     let mut current: Vec<Option<&str>> = vec![None; columns.len()];
-    let mut times: Vec<u64> = scrapes.iter().map(|s| s.time_ns).collect();
-    times.dedup();
+    // One row per millisecond (the time column's precision), at the last scrape within it.
+    let mut times: Vec<u64> = Vec::new();
+    for t in scrapes.iter().map(|s| s.time_ns) {
+        match times.last_mut() {
+            Some(last) if *last / 1_000_000 == t / 1_000_000 => *last = t,
+            _ => times.push(t),
+        }
+    }
     for t in times {
         out.push_str(&seconds(t));
         for (i, (_, points)) in columns.iter().enumerate() {
@@ -277,7 +283,15 @@ fn gather(scrapes: &[Scrape]) -> Vec<FamilyPoints> {
                 families[f].series.push((series.to_owned(), Vec::new()));
                 (f, families[f].series.len() - 1)
             });
-            families[f].series[s].1.push((scrape.time_ns, value.to_owned()));
+            let points = &mut families[f].series[s].1;
+            match points.last_mut() {
+                // Timestamps are written in milliseconds: two values of a series within one millisecond
+                // would be two samples at one timestamp (which a TSDB rejects); the later state stands.
+                Some(last) if last.0 / 1_000_000 == scrape.time_ns / 1_000_000 => {
+                    *last = (scrape.time_ns, value.to_owned())
+                }
+                _ => points.push((scrape.time_ns, value.to_owned())),
+            }
         }
     }
     families
@@ -289,6 +303,20 @@ mod tests {
 
     fn scrape(t: u64, text: &str) -> Scrape {
         Scrape { time_ns: t * 1_000_000_000, text: text.to_owned() }
+    }
+
+    #[test]
+    fn a_series_has_one_value_per_millisecond_the_latest() {
+        let at = |ns: u64, text: &str| Scrape { time_ns: ns, text: text.to_owned() };
+        let scrapes = [
+            at(10_000_000_000, "# TYPE x gauge\nx 1\n# EOF\n"),
+            // A sample's first byte read at 11.000012 s, its last at 11.000029 s: two publications.
+            at(11_000_012_000, "# TYPE x gauge\nx 1\n# EOF\n"),
+            at(11_000_029_000, "# TYPE x gauge\nx 2\n# EOF\n"),
+            at(11_001_000_000, "# TYPE x gauge\nx 3\n# EOF\n"),
+        ];
+        assert_eq!(openmetrics(&scrapes), "# TYPE x gauge\nx 1 10.000\nx 2 11.000\nx 3 11.001\n# EOF\n");
+        assert_eq!(csv(&scrapes), "time,x\n10.000,1\n11.000,2\n11.001,3\n");
     }
 
     /// A Mono agent's recorded connection: its Hello (one INT counter), a sample at 1 s, the same
