@@ -349,7 +349,8 @@ mod tests {
             out.to_vec()
         };
         let last = bytes(&sample(30_000_000, Some(101)));
-        let chunk = |s: u64, b: &[u8]| (Duration::from_secs(s), telemon_capture::Direction::Inbound, b.to_vec());
+        let chunk =
+            |s: u64, b: &[u8]| (Duration::from_secs(s), telemon_capture::Direction::Inbound, b.to_vec());
         Connection {
             target: telemon_capture::Target::new("agent", Protocol::Mono, "127.0.0.1:8888"),
             start_ns: 1_700_000_000_000_000_000,
@@ -369,7 +370,8 @@ mod tests {
         let series = "mono_runtime{target=\"agent\",category=\"Mono JIT\",counter=\"Compiled methods\"}";
         let points: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix(series)).collect();
         assert_eq!(points, [" 100 1700000001.000", " 101 1700000003.500"], "{text}");
-        assert!(text.contains("mono_agent_info{target=\"agent\",version=\"0.1\",counters=\"1\"} 1 1700000000.000"));
+        assert!(text
+            .contains("mono_agent_info{target=\"agent\",version=\"0.1\",counters=\"1\"} 1 1700000000.000"));
     }
 
     #[test]
