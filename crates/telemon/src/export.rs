@@ -49,6 +49,7 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
             Protocol::Smon => fleet::Protocol::Smon,
             Protocol::Sysinfo => fleet::Protocol::Sysinfo,
             Protocol::Hmon => fleet::Protocol::Hmon,
+            Protocol::Mono => fleet::Protocol::Mono,
             other => {
                 eprintln!(
                     "telemon: export: {}: the {other} collector cannot replay recordings yet; skipped",
@@ -166,6 +167,8 @@ async fn drive(p: &mut Publisher, protocol: Protocol, stream: ReplayStream) -> f
         // The plan of a `[[hmon]]` block without options: the requests go nowhere, the recorded answers
         // come in their recorded order.
         Protocol::Hmon => collect::hmon::over(p, stream, &collect::hmon::Plan::default()).await,
+        // The recorded Hello, samples and responses; the requests the live inspector made are not repeated.
+        Protocol::Mono => collect::mono::over(p, stream).await,
         other => fail(&format!("no collector replays {other}")),
     }
 }
@@ -204,8 +207,14 @@ pub fn csv(scrapes: &[Scrape]) -> String {
     out.push('\n');
     let mut cursor = vec![0usize; columns.len()];
     let mut current: Vec<Option<&str>> = vec![None; columns.len()];
-    let mut times: Vec<u64> = scrapes.iter().map(|s| s.time_ns).collect();
-    times.dedup();
+    // One row per millisecond (the time column's precision), at the last scrape within it.
+    let mut times: Vec<u64> = Vec::new();
+    for t in scrapes.iter().map(|s| s.time_ns) {
+        match times.last_mut() {
+            Some(last) if *last / 1_000_000 == t / 1_000_000 => *last = t,
+            _ => times.push(t),
+        }
+    }
     for t in times {
         out.push_str(&seconds(t));
         for (i, (_, points)) in columns.iter().enumerate() {
@@ -274,7 +283,15 @@ fn gather(scrapes: &[Scrape]) -> Vec<FamilyPoints> {
                 families[f].series.push((series.to_owned(), Vec::new()));
                 (f, families[f].series.len() - 1)
             });
-            families[f].series[s].1.push((scrape.time_ns, value.to_owned()));
+            let points = &mut families[f].series[s].1;
+            match points.last_mut() {
+                // Timestamps are written in milliseconds: two values of a series within one millisecond
+                // would be two samples at one timestamp (which a TSDB rejects); the later state stands.
+                Some(last) if last.0 / 1_000_000 == scrape.time_ns / 1_000_000 => {
+                    *last = (scrape.time_ns, value.to_owned())
+                }
+                _ => points.push((scrape.time_ns, value.to_owned())),
+            }
         }
     }
     families
@@ -286,6 +303,75 @@ mod tests {
 
     fn scrape(t: u64, text: &str) -> Scrape {
         Scrape { time_ns: t * 1_000_000_000, text: text.to_owned() }
+    }
+
+    #[test]
+    fn a_series_has_one_value_per_millisecond_the_latest() {
+        let at = |ns: u64, text: &str| Scrape { time_ns: ns, text: text.to_owned() };
+        let scrapes = [
+            at(10_000_000_000, "# TYPE x gauge\nx 1\n# EOF\n"),
+            // A sample's first byte read at 11.000012 s, its last at 11.000029 s: two publications.
+            at(11_000_012_000, "# TYPE x gauge\nx 1\n# EOF\n"),
+            at(11_000_029_000, "# TYPE x gauge\nx 2\n# EOF\n"),
+            at(11_001_000_000, "# TYPE x gauge\nx 3\n# EOF\n"),
+        ];
+        assert_eq!(openmetrics(&scrapes), "# TYPE x gauge\nx 1 10.000\nx 2 11.000\nx 3 11.001\n# EOF\n");
+        assert_eq!(csv(&scrapes), "time,x\n10.000,1\n11.000,2\n11.001,3\n");
+    }
+
+    /// A Mono agent's recorded connection: its Hello (one INT counter), a sample at 1 s, the same
+    /// value again at 2 s (an empty sample), then a new value at 3 s cut across two reads.
+    fn mono_connection() -> Connection {
+        use mono_counters::*;
+        let hello = AgentMessage::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            headers: vec![Header {
+                category: Category::Jit,
+                name: "Compiled methods".into(),
+                kind: CounterType::Int,
+                unit: Unit::None,
+                variance: Variance::Variable,
+                index: 0,
+            }],
+        });
+        let sample = |timestamp: i64, value: Option<i32>| {
+            AgentMessage::Sampling(Sample {
+                timestamp,
+                values: value
+                    .map(|v| SampleValue { index: 0, data: CounterValue::Int(v).into() })
+                    .into_iter()
+                    .collect(),
+            })
+        };
+        let bytes = |m: &AgentMessage| {
+            let mut out = bytes::BytesMut::new();
+            encode_agent_message(m, &mut out).unwrap();
+            out.to_vec()
+        };
+        let last = bytes(&sample(30_000_000, Some(101)));
+        let chunk =
+            |s: u64, b: &[u8]| (Duration::from_secs(s), telemon_capture::Direction::Inbound, b.to_vec());
+        Connection {
+            target: telemon_capture::Target::new("agent", Protocol::Mono, "127.0.0.1:8888"),
+            start_ns: 1_700_000_000_000_000_000,
+            chunks: vec![
+                chunk(0, &bytes(&hello)),
+                chunk(1, &bytes(&sample(10_000_000, Some(100)))),
+                chunk(2, &bytes(&sample(20_000_000, None))),
+                chunk(3, &last[..1]),
+                (Duration::from_millis(3500), telemon_capture::Direction::Inbound, last[1..].to_vec()),
+            ],
+        }
+    }
+
+    #[test]
+    fn mono_agents_replay_through_their_collector() {
+        let text = openmetrics(&replay(vec![mono_connection()]).unwrap());
+        let series = "mono_runtime{target=\"agent\",category=\"Mono JIT\",counter=\"Compiled methods\"}";
+        let points: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix(series)).collect();
+        assert_eq!(points, [" 100 1700000001.000", " 101 1700000003.500"], "{text}");
+        assert!(text
+            .contains("mono_agent_info{target=\"agent\",version=\"0.1\",counters=\"1\"} 1 1700000000.000"));
     }
 
     #[test]

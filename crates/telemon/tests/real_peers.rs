@@ -3,6 +3,8 @@
 
 mod support;
 
+#[path = "real_peers/mono.rs"]
+mod mono;
 #[path = "real_peers/rvos.rs"]
 mod rvos;
 #[path = "real_peers/sys161.rs"]

@@ -103,6 +103,22 @@ pub async fn listen(
     })
 }
 
+/// Runs the collector over an already connected agent `stream` (a replayed recording: `telemon export`,
+/// `telemon top --replay`) until the connection ends. No counter is added: the recorded Add responses
+/// that come in add their counters, as they did live.
+pub async fn over<S>(p: &mut Publisher, stream: S) -> Failure
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+{
+    let config = ClientConfig::default().request_timeout(CONNECT_TIMEOUT);
+    let mut session = match Session::start(stream, config).await {
+        Ok(s) => s,
+        Err(e) => return Failure::new(kind(&e), e),
+    };
+    p.up();
+    collect(p, &mut session, &[]).await
+}
+
 async fn collect(p: &mut Publisher, session: &mut mono_counters::Session, add: &[CounterName]) -> Failure {
     let hello = session.hello().clone();
     let table = CounterTable::from_hello(&hello);
