@@ -8,7 +8,7 @@
 //! `cargo xtask bench --table`.
 
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use bench_harness::{Case, Group};
 use criterion::{black_box, BatchSize, Throughput};

@@ -488,7 +488,7 @@ impl SeriesSet {
     /// A set holding `series` (for tests and one-off views; collectors go through the store).
     pub fn from_series(series: impl IntoIterator<Item = Series>) -> SeriesSet {
         let mut store = super::store::SeriesStore::new(usize::MAX);
-        let now = std::time::Instant::now();
+        let now = tokio::time::Instant::now();
         let mut rates = Vec::new();
         for s in series {
             let labels: Vec<(&str, &str)> = s.labels.iter().map(|(k, v)| (&**k, &**v)).collect();

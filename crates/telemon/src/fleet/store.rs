@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Arc;
-use std::time::Instant;
+use tokio::time::Instant;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 

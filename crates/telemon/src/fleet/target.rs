@@ -6,7 +6,10 @@ use std::collections::VecDeque;
 use std::fmt::Display;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
+
+// tokio's clock, so that a replay on a paused runtime (`telemon export`) publishes on recorded time.
+use tokio::time::Instant;
 
 use super::model::{ErrorKind, EventRecord, MetricKind, Protocol, TargetSnapshot, TargetState, Value};
 use super::registry::Registry;
@@ -347,8 +350,7 @@ impl Publisher {
         if !self.dirty {
             return None;
         }
-        let at = self.last_publish.map_or_else(Instant::now, |t| t + PUBLISH_EVERY);
-        Some(tokio::time::Instant::from_std(at))
+        Some(self.last_publish.map_or_else(Instant::now, |t| t + PUBLISH_EVERY))
     }
 
     /// Publishes the cache now if anything changed since the last publication.

@@ -332,7 +332,8 @@ async fn export_through_the_collector_gives_the_agents_values_at_their_times() {
         families.push((family.to_string(), name.to_string()));
         let points = series.get(&(family.to_string(), name.to_string()));
         let points = points.unwrap_or_else(|| panic!("no {family} series for {name}: {series:?}"));
-        assert!(points.len() >= 20, "{name}: {} points", points.len());
+        // 36 samples 100 ms apart, published at most every 200 ms of recorded time.
+        assert!(points.len() >= 12, "{name}: {} points", points.len());
         assert!(points.windows(2).all(|w| w[0].0 < w[1].0), "{name}: one point per millisecond, in order");
         for (ms, text) in points {
             // A point stamped at millisecond `ms` holds the state of a sample that was the latest to have
