@@ -37,7 +37,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::task::JoinHandle;
+use tokio::task::JoinSet;
 
 /// The running fleet: the registry of target caches and the tasks that fill it.
 ///
@@ -45,8 +45,7 @@ use tokio::task::JoinHandle;
 #[derive(Debug)]
 pub struct Fleet {
     registry: Registry,
-    stop: watch::Sender<bool>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
+    tasks: Mutex<JoinSet<()>>,
 }
 
 impl Default for Fleet {
@@ -137,7 +136,7 @@ impl Fleet {
 
     /// A fleet with no targets yet.
     pub fn new() -> Fleet {
-        Fleet { registry: Registry::new(), stop: watch::Sender::new(false), tasks: Mutex::new(Vec::new()) }
+        Fleet { registry: Registry::new(), tasks: Mutex::new(JoinSet::new()) }
     }
 
     /// The registry target tasks publish into.
@@ -146,20 +145,18 @@ impl Fleet {
     }
 
     /// Runs `task` in its own tokio task until it ends or the fleet shuts down.
+    ///
+    /// The task is spawned as it is, not inside a wrapper future that also waits for a stop signal:
+    /// such a wrapper stores the task twice (once captured, once awaited), which doubled each target's
+    /// memory. Shutting down aborts the tasks instead.
     pub fn spawn<F>(&self, task: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        let mut stop = self.stop.subscribe();
-        let handle = tokio::spawn(async move {
-            tokio::select! {
-                () = task => {}
-                _ = stop.wait_for(|s| *s) => {}
-            }
-        });
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(handle);
+        // Forget the tasks that ended (a dir_glob's vanished simulators), so the set does not grow.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(task);
     }
 
     /// Every target, sorted by name (Arc clones of each target's cache).
@@ -172,15 +169,12 @@ impl Fleet {
         self.registry.changed()
     }
 
-    /// Stops every target task: each gets a second to end, then is aborted.
+    /// Stops every target task (each is dropped where it waits: its publisher removes the target)
+    /// and waits until they are gone.
     pub async fn shutdown(&self) {
-        self.stop.send_replace(true);
-        let tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
-        for mut t in tasks {
-            if tokio::time::timeout(Duration::from_secs(1), &mut t).await.is_err() {
-                t.abort();
-            }
-        }
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
     }
 }
 

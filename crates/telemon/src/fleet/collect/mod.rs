@@ -55,8 +55,11 @@ impl Retry {
 }
 
 /// Awaits `fut` for at most `limit`; a timeout is a [`Failure`] of kind `timeout` saying `what`.
+///
+/// `fut` is boxed: a connect or handshake future is large and short-lived, and held inline it would
+/// size the collector's future, which lives as long as the target.
 pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> Result<T, Failure> {
-    tokio::time::timeout(limit, fut)
+    tokio::time::timeout(limit, Box::pin(fut))
         .await
         .map_err(|_| Failure::new(ErrorKind::Timeout, format!("{what}: no answer within {limit:?}")))
 }
