@@ -116,7 +116,10 @@ fn write_seed_bodies() {
 
     let otlp = corpus("telemon_otlp_reply");
     let reply = |n: i64, msg: &str| ExportMetricsServiceResponse {
-        partial_success: Some(ExportMetricsPartialSuccess { rejected_data_points: n, error_message: msg.into() }),
+        partial_success: Some(ExportMetricsPartialSuccess {
+            rejected_data_points: n,
+            error_message: msg.into(),
+        }),
     };
     write(&otlp, "rejected_7", &prost::Message::encode_to_vec(&reply(7, "bad points")));
     write(&otlp, "rejected_negative", &prost::Message::encode_to_vec(&reply(-3, "")));

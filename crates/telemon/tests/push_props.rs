@@ -46,7 +46,10 @@ fn request() -> impl Strategy<Value = WriteRequest> {
 /// Sample values by their bits, except that proto3 leaves a 0.0 out, so -0.0 arrives as 0.0.
 fn bits(req: &WriteRequest) -> Vec<Vec<(i64, u64)>> {
     let norm = |v: f64| if v == 0.0 { 0 } else { v.to_bits() };
-    req.timeseries.iter().map(|ts| ts.samples.iter().map(|s| (s.timestamp, norm(s.value))).collect()).collect()
+    req.timeseries
+        .iter()
+        .map(|ts| ts.samples.iter().map(|s| (s.timestamp, norm(s.value))).collect())
+        .collect()
 }
 
 fn snappy(raw: &[u8]) -> Vec<u8> {

@@ -565,7 +565,8 @@ mod tests {
         assert_eq!((stale_hist.start_ns, stale_hist.time_ns), (1_000_000_000, 2_000_000_000), "its window");
         let req = Otlp::request(&[], &out);
         let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
-        let Some(metric::Data::Histogram(h)) = &metrics.iter().find(|m| m.name == "lat_seconds").unwrap().data
+        let Some(metric::Data::Histogram(h)) =
+            &metrics.iter().find(|m| m.name == "lat_seconds").unwrap().data
         else {
             panic!("the stale point of a histogram is a histogram point")
         };

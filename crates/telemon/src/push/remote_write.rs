@@ -572,7 +572,10 @@ mod tests {
         };
         for len in [MAX_DECODED as u64 + 1, u32::MAX as u64] {
             let mut body = header(len);
-            assert_eq!(decode_request(&body), Err(DecodeError::TooLarge { len: len as usize, max: MAX_DECODED }));
+            assert_eq!(
+                decode_request(&body),
+                Err(DecodeError::TooLarge { len: len as usize, max: MAX_DECODED })
+            );
             body.extend_from_slice(b"\x00junk");
             assert!(matches!(decode_request(&body), Err(DecodeError::TooLarge { .. })));
         }
@@ -590,7 +593,12 @@ mod tests {
             metadata: Vec::new(),
         });
         let body = encode_request(&prost::Message::decode(raw.as_slice()).unwrap());
-        assert!(raw.len() > 15 * body.len(), "a highly compressible request: {} -> {}", raw.len(), body.len());
+        assert!(
+            raw.len() > 15 * body.len(),
+            "a highly compressible request: {} -> {}",
+            raw.len(),
+            body.len()
+        );
         assert_eq!(decode_request(&body).unwrap().timeseries[0].labels[0].name.len(), 100_000);
     }
 
