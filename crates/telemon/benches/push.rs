@@ -7,7 +7,11 @@
 //! * `remote_write_encode`: a 2,000-sample request, `direct` (pre-encoded labels written straight
 //!   into the body) against `prost` (the reference: prost messages built, then encoded), snappy
 //!   included in both;
-//! * `otlp_sample_encode`: one OTLP tick and a 2,000-point request.
+//! * `otlp_sample_encode`: one OTLP tick and a 2,000-point request;
+//! * `remote_write_decode`: `decode_request` of a body of 1,000 series x 1 sample (a receiver's
+//!   work, and what the fuzz target and tests run), snappy included;
+//! * `otlp_reply_decode`: `rejected_points` of an OTLP reply with a `partial_success`, and of an
+//!   empty reply (the usual answer).
 //!
 //! Every case also runs in count mode, for `cargo xtask bench --table` (the `bench-harness` crate).
 
@@ -16,8 +20,10 @@ use std::sync::{Arc, LazyLock};
 use bench_harness::{count_mode, run_criterion, Case, Group};
 use criterion::{BatchSize, Throughput};
 use telemon::fleet::{FleetSnapshot, MetricKind, Protocol, Series, TargetSnapshot, TargetState, Value};
-use telemon::push::otlp::{Otlp, OtlpPoint};
-use telemon::push::remote_write::{encode_batch, encode_request, write_request, RemoteWrite, RwSample};
+use telemon::push::otlp::{rejected_points, Otlp, OtlpPoint};
+use telemon::push::remote_write::{
+    decode_request, encode_batch, encode_request, write_request, RemoteWrite, RwSample,
+};
 
 const TARGETS: usize = 1_000;
 const FIELDS: [&str; 11] = [
@@ -91,6 +97,25 @@ fn warm_otlp() -> (Otlp, Vec<OtlpPoint>) {
 
 static POINTS: LazyLock<Vec<OtlpPoint>> = LazyLock::new(|| warm_otlp().1[..BATCH].to_vec());
 
+const DECODE_SERIES: usize = 1_000;
+
+/// A remote write body of 1,000 distinct series (the up series and counters of 84 targets), one
+/// sample each.
+static BODY: LazyLock<Vec<u8>> = LazyLock::new(|| encode_batch(&SAMPLES[..DECODE_SERIES]));
+
+/// An OTLP reply rejecting some points.
+static REPLY: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    use opentelemetry_proto::tonic::collector::metrics::v1::{
+        ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
+    };
+    prost::Message::encode_to_vec(&ExportMetricsServiceResponse {
+        partial_success: Some(ExportMetricsPartialSuccess {
+            rejected_data_points: 12,
+            error_message: "12 data points had no value and were dropped".into(),
+        }),
+    })
+});
+
 fn groups() -> Vec<Group> {
     let per_tick = (TARGETS * (FIELDS.len() + 1)) as u64;
     vec![
@@ -112,6 +137,11 @@ fn groups() -> Vec<Group> {
                 (out.len(), body.len())
             }),
         ),
+        Group::new("remote_write_decode", Throughput::Elements(DECODE_SERIES as u64), 20)
+            .case(Case::iter("1000_series", || decode_request(&BODY).map_or(0, |r| r.timeseries.len()))),
+        Group::new("otlp_reply_decode", Throughput::Elements(1), 10_000)
+            .case(Case::iter("partial_success", || rejected_points(&REPLY)))
+            .case(Case::iter("empty", || rejected_points(&[]))),
     ]
 }
 
@@ -125,5 +155,10 @@ fn main() {
         telemon::push::remote_write::decode_request(&encode_request(&write_request(&SAMPLES))).unwrap()
     );
     println!("request of {BATCH} samples: {} bytes compressed", encode_batch(&SAMPLES).len());
+    let decoded = decode_request(&BODY).unwrap();
+    assert_eq!(decoded.timeseries.len(), DECODE_SERIES);
+    assert!(decoded.timeseries.iter().all(|t| t.samples.len() == 1));
+    assert_eq!(rejected_points(&REPLY), 12);
+    println!("request of {DECODE_SERIES} series x 1 sample: {} bytes compressed", BODY.len());
     run_criterion(groups);
 }

@@ -8,6 +8,7 @@
 
 pub mod export;
 pub mod fleet;
+pub mod fuzz;
 pub mod push;
 pub mod record;
 pub mod retry;

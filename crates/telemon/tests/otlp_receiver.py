@@ -3,6 +3,7 @@
 
 Decodes every `POST /v1/metrics` with the official `opentelemetry-proto` package and prints one JSON
 line per data point on stdout (flushed), then answers 200 with an empty ExportMetricsServiceResponse.
+A number point without a value (as telemon sends when a series ends, with `flags` = 1) has `"value": null`.
 Usage: otlp_receiver.py PORT (0 picks a free port; the first line printed is {"listening": PORT}).
 """
 import gzip
@@ -55,11 +56,12 @@ class Handler(BaseHTTPRequestHandler):
                         emit(dict(base, unsupported=True))
                         continue
                     for p in points:
-                        line = dict(base, attrs=attrs(p.attributes), start=p.start_time_unix_nano, time=p.time_unix_nano)
+                        line = dict(base, attrs=attrs(p.attributes), start=p.start_time_unix_nano, time=p.time_unix_nano, flags=p.flags)
                         if kind == "histogram":
                             line.update(bounds=list(p.explicit_bounds), counts=list(p.bucket_counts), sum=p.sum, count=p.count)
                         else:
-                            line["value"] = p.as_double if p.WhichOneof("value") == "as_double" else p.as_int
+                            value = p.WhichOneof("value")
+                            line["value"] = None if value is None else getattr(p, value)
                         emit(line)
         reply = ExportMetricsServiceResponse().SerializeToString()
         self.send_response(200)

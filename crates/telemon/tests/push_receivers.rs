@@ -855,10 +855,42 @@ async fn otlp_through_rotel_arrives_as_sums_gauges_and_histograms() {
             .any(|p| p["start"].as_u64() > Some(first_start))
     })
     .await;
+
+    // Both targets go down: each of their series ends with one point flagged
+    // NO_RECORDED_VALUE (flags = 1) and without a value, sums and histograms alike, and up is 0.
+    let before = seen.len();
+    sys161.stop().await.unwrap();
+    shutdown.cancel();
+    let ended = |s: &[serde_json::Value], name: &str, target: &str| -> Vec<serde_json::Value> {
+        points_of(&s[before..], name)
+            .into_iter()
+            .filter(|p| p["flags"] == 1 && p["attrs"]["target"] == target)
+            .collect()
+    };
+    read_until(&mut seen, "the end of sys161's and rvOS's series", &|s: &[serde_json::Value]| {
+        !ended(s, "sys161_kernel_instructions_total", "os161").is_empty()
+            && !ended(s, "rvos_scheduler_latency_seconds", "vm").is_empty()
+    })
+    .await;
+    let end = &ended(&seen, "sys161_kernel_instructions_total", "os161")[0];
+    assert_eq!((end["type"].as_str(), end["value"].is_null()), (Some("sum"), true), "{end}");
+    assert!(end["start"].as_u64() > Some(first_start), "the last window: {end}");
+    let end = &ended(&seen, "rvos_scheduler_latency_seconds", "vm")[0];
+    assert_eq!(end["type"], "histogram", "{end}");
+    assert_eq!((end["count"].as_u64(), end["counts"].as_array().map(Vec::len)), (Some(0), Some(0)), "{end}");
+    read_until(&mut seen, "up = 0 for both targets", &|s: &[serde_json::Value]| {
+        let down = |target: &str| {
+            points_of(&s[before..], "telemon_target_up")
+                .iter()
+                .any(|p| p["attrs"]["target"] == target && p["value"].as_f64() == Some(0.0))
+        };
+        down("os161") && down("vm")
+    })
+    .await;
+    // The up series themselves go on (the targets are still configured): none of them ended.
+    assert!(points_of(&seen, "telemon_target_up").iter().all(|p| p["flags"] == 0));
     let stats = server.push_stats()[0].clone();
     server.shutdown().await;
     assert!(stats.sent() > 0);
     assert_eq!(stats.dropped_total(), 0);
-    sys161.stop().await.unwrap();
-    shutdown.cancel();
 }

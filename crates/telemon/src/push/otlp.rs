@@ -6,6 +6,10 @@
 //! Histograms with the `le` bounds. The Resource carries `service.name = "telemon"`,
 //! `service.instance.id` and the external labels; the target and its labels are data point
 //! attributes. Units come from the family names (metrics.md's base units).
+//!
+//! A series that vanishes (or whose target goes down or away) gets one last point without a value,
+//! flagged `DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK`: OTLP's stale marker, as remote write sends
+//! Prometheus's.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,8 +19,8 @@ use opentelemetry_proto::tonic::collector::metrics::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{
-    metric, number_data_point, AggregationTemporality, Gauge, Histogram, HistogramDataPoint, Metric,
-    NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
+    metric, number_data_point, AggregationTemporality, DataPointFlags, Gauge, Histogram, HistogramDataPoint,
+    Metric, NumberDataPoint, ResourceMetrics, ScopeMetrics, Sum,
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
@@ -61,7 +65,13 @@ pub enum PointValue {
         /// Number of observations.
         count: u64,
     },
+    /// No value: the series ended (it vanished, or its target went down or away). Sent once, as a
+    /// point flagged [`NO_RECORDED_VALUE`] of the series' kind.
+    Stale,
 }
+
+/// `DataPointFlags::NoRecordedValueMask`: the flag of a [`PointValue::Stale`] point.
+pub const NO_RECORDED_VALUE: u32 = DataPointFlags::NoRecordedValueMask as u32;
 
 /// One queued data point.
 #[derive(Debug, Clone)]
@@ -80,6 +90,7 @@ impl Queued for OtlpPoint {
     fn weight(&self) -> usize {
         let v = match &self.value {
             PointValue::Number(_) => 8,
+            PointValue::Stale => 0,
             PointValue::Histogram { bounds, counts, .. } => 16 + 8 * (bounds.len() + counts.len()),
         };
         self.series.bytes + 32 + v
@@ -128,7 +139,8 @@ impl Otlp {
         Otlp { resource, up_family: Arc::from(UP_FAMILY), seen: HashMap::new(), tick: 0 }
     }
 
-    /// The points of `snapshot` at `now_ms`.
+    /// The points of `snapshot` at `now_ms`, then a [`PointValue::Stale`] point for each series
+    /// that vanished since the last call.
     pub fn sample(&mut self, snapshot: &FleetSnapshot, now_ms: i64, out: &mut Vec<OtlpPoint>) {
         self.tick += 1;
         let tick = self.tick;
@@ -207,7 +219,20 @@ impl Otlp {
                 });
             }
         }
-        self.seen.retain(|_, e| e.tick == tick);
+        // Vanished series (a target down has none; a target gone, not even its up series): one
+        // last point, without a value.
+        self.seen.retain(|_, e| {
+            let keep = e.tick == tick;
+            if !keep {
+                out.push(OtlpPoint {
+                    series: e.series.clone(),
+                    start_ns: e.start_ns,
+                    time_ns: now_ns,
+                    value: PointValue::Stale,
+                });
+            }
+            keep
+        });
     }
 
     /// The export request of `batch`: one Resource, one scope, a Metric per family.
@@ -247,15 +272,19 @@ impl Otlp {
                         metric::Data::Sum(Sum { data_points, .. })
                         | metric::Data::Gauge(Gauge { data_points }),
                     ),
-                    PointValue::Number(v),
+                    value @ (PointValue::Number(_) | PointValue::Stale),
                 ) => {
+                    let (flags, value) = match value {
+                        PointValue::Number(v) => (0, Some(number_data_point::Value::AsDouble(*v))),
+                        _ => (NO_RECORDED_VALUE, None),
+                    };
                     data_points.push(NumberDataPoint {
                         attributes: s.attributes.clone(),
                         start_time_unix_nano: start,
                         time_unix_nano: p.time_ns,
                         exemplars: Vec::new(),
-                        flags: 0,
-                        value: Some(number_data_point::Value::AsDouble(*v)),
+                        flags,
+                        value,
                     });
                 }
                 (Some(metric::Data::Histogram(h)), PointValue::Histogram { bounds, counts, sum, count }) => {
@@ -269,6 +298,21 @@ impl Otlp {
                         explicit_bounds: bounds.clone(),
                         exemplars: Vec::new(),
                         flags: 0,
+                        min: None,
+                        max: None,
+                    });
+                }
+                (Some(metric::Data::Histogram(h)), PointValue::Stale) => {
+                    h.data_points.push(HistogramDataPoint {
+                        attributes: s.attributes.clone(),
+                        start_time_unix_nano: start,
+                        time_unix_nano: p.time_ns,
+                        count: 0,
+                        sum: None,
+                        bucket_counts: Vec::new(),
+                        explicit_bounds: Vec::new(),
+                        exemplars: Vec::new(),
+                        flags: NO_RECORDED_VALUE,
                         min: None,
                         max: None,
                     });
@@ -468,6 +512,83 @@ mod tests {
         out.clear();
         o.sample(&snapshot(2, 4.0), 4_000, &mut out);
         assert_eq!(start(&out), 3_999_999_999);
+    }
+
+    /// Every point of `req` as (metric, target attribute, flags, has a value).
+    fn points(req: &ExportMetricsServiceRequest) -> Vec<(String, String, u32, bool)> {
+        let target = |a: &[KeyValue]| match &a[0].value.as_ref().unwrap().value {
+            Some(any_value::Value::StringValue(v)) => v.clone(),
+            _ => String::new(),
+        };
+        let mut out = Vec::new();
+        for m in &req.resource_metrics[0].scope_metrics[0].metrics {
+            match m.data.as_ref().unwrap() {
+                metric::Data::Sum(Sum { data_points, .. }) | metric::Data::Gauge(Gauge { data_points }) => {
+                    for p in data_points {
+                        out.push((m.name.clone(), target(&p.attributes), p.flags, p.value.is_some()));
+                    }
+                }
+                metric::Data::Histogram(h) => {
+                    for p in &h.data_points {
+                        let has = p.sum.is_some() || !p.bucket_counts.is_empty();
+                        out.push((m.name.clone(), target(&p.attributes), p.flags, has));
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn vanished_series_and_targets_down_or_gone_get_one_point_flagged_no_recorded_value() {
+        let mut o = Otlp::new("host:9464", &[]);
+        let mut out = Vec::new();
+        o.sample(&snapshot(1, 10.0), 1_000, &mut out);
+        assert!(out.iter().all(|p| !matches!(p.value, PointValue::Stale)));
+        let flagged = |out: &[OtlpPoint]| {
+            let req = Otlp::request(&[], out);
+            let all = points(&req);
+            // A flagged point has no value, an unflagged one has one.
+            assert!(all.iter().all(|(_, _, flags, has)| (*flags == NO_RECORDED_VALUE) != *has), "{all:?}");
+            all.into_iter().filter(|p| p.2 == NO_RECORDED_VALUE).map(|p| p.0).collect::<Vec<_>>()
+        };
+
+        // The histogram and the gauge vanish: one flagged point each, kept in their kinds.
+        let mut snap = snapshot(1, 11.0);
+        snap.targets[0].series = snap.targets[0].series.to_vec()[..1].to_vec().into();
+        out.clear();
+        o.sample(&snap, 2_000, &mut out);
+        assert_eq!(flagged(&out), ["b_bytes", "lat_seconds"]);
+        let stale_hist = out.iter().find(|p| &*p.series.family == "lat_seconds").unwrap();
+        assert_eq!((stale_hist.start_ns, stale_hist.time_ns), (1_000_000_000, 2_000_000_000), "its window");
+        let req = Otlp::request(&[], &out);
+        let metrics = &req.resource_metrics[0].scope_metrics[0].metrics;
+        let Some(metric::Data::Histogram(h)) =
+            &metrics.iter().find(|m| m.name == "lat_seconds").unwrap().data
+        else {
+            panic!("the stale point of a histogram is a histogram point")
+        };
+        assert_eq!(h.data_points[0].flags, DataPointFlags::NoRecordedValueMask as u32);
+        // Once only.
+        out.clear();
+        o.sample(&snap, 3_000, &mut out);
+        assert!(flagged(&out).is_empty());
+
+        // The target goes down: its counter ends, up is 0; then it goes away: up ends too.
+        snap.targets[0].state = TargetState::Down;
+        out.clear();
+        o.sample(&snap, 4_000, &mut out);
+        assert_eq!(flagged(&out), ["a_total"]);
+        let up = out.iter().find(|p| &*p.series.family == UP_FAMILY).unwrap();
+        assert!(matches!(up.value, PointValue::Number(v) if v == 0.0));
+        out.clear();
+        o.sample(&FleetSnapshot::default(), 5_000, &mut out);
+        assert_eq!(flagged(&out), [UP_FAMILY]);
+        out.clear();
+        o.sample(&FleetSnapshot::default(), 6_000, &mut out);
+        assert!(out.is_empty());
     }
 
     #[test]

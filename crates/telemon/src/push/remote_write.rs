@@ -209,6 +209,11 @@ pub fn decode_request(body: &[u8]) -> Result<WriteRequest, DecodeError> {
     if len > MAX_DECODED {
         return Err(DecodeError::TooLarge { len, max: MAX_DECODED });
     }
+    // Snappy expands at most 64 bytes out of a 3-byte copy: a header announcing more than that
+    // for the body's size is refused before the output buffer is allocated.
+    if len / MAX_SNAPPY_RATIO > body.len() {
+        return Err(DecodeError::Snappy(format!("{len} bytes announced in a body of {}", body.len())));
+    }
     let raw =
         snap::raw::Decoder::new().decompress_vec(body).map_err(|e| DecodeError::Snappy(e.to_string()))?;
     prost::Message::decode(raw.as_slice())
@@ -217,6 +222,9 @@ pub fn decode_request(body: &[u8]) -> Result<WriteRequest, DecodeError> {
 
 /// The largest decompressed request [`decode_request`] accepts (32 MiB).
 pub const MAX_DECODED: usize = 32 << 20;
+
+/// Snappy's largest expansion: a 3-byte copy element writes at most 64 bytes (rounded up).
+const MAX_SNAPPY_RATIO: usize = 22;
 
 /// A request body that does not decode.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -551,6 +559,47 @@ mod tests {
         assert_eq!(back.timeseries[0].labels, req.timeseries[0].labels);
         assert!(is_stale(back.timeseries[0].samples[2].value), "the marker's bits survive");
         assert!(decode_request(b"\xff\xff\xff\xff\x0fjunk").is_err());
+    }
+
+    #[test]
+    fn a_header_announcing_a_huge_request_is_refused_before_allocating() {
+        // A snappy header is the decompressed length as a varint: announce MAX_DECODED + 1 and
+        // 2^32 - 1 bytes, followed by nothing (or a few bytes of junk).
+        let header = |len: u64| {
+            let mut b = Vec::new();
+            prost::encoding::encode_varint(len, &mut b);
+            b
+        };
+        for len in [MAX_DECODED as u64 + 1, u32::MAX as u64] {
+            let mut body = header(len);
+            assert_eq!(
+                decode_request(&body),
+                Err(DecodeError::TooLarge { len: len as usize, max: MAX_DECODED })
+            );
+            body.extend_from_slice(b"\x00junk");
+            assert!(matches!(decode_request(&body), Err(DecodeError::TooLarge { .. })));
+        }
+        // Under the cap but more than the body could expand to: refused too, without the 32 MiB
+        // buffer (this is what a fuzzer would otherwise allocate for every short input).
+        let body = [header(MAX_DECODED as u64), b"\x00junk".to_vec()].concat();
+        let err = decode_request(&body).unwrap_err();
+        assert!(matches!(&err, DecodeError::Snappy(m) if m.contains("announced")), "{err}");
+        // The largest request snappy can expand a body to still decodes: 22 x its size.
+        let raw = prost::Message::encode_to_vec(&WriteRequest {
+            timeseries: vec![TimeSeries {
+                labels: vec![Label { name: "a".repeat(100_000), value: String::new() }],
+                samples: Vec::new(),
+            }],
+            metadata: Vec::new(),
+        });
+        let body = encode_request(&prost::Message::decode(raw.as_slice()).unwrap());
+        assert!(
+            raw.len() > 15 * body.len(),
+            "a highly compressible request: {} -> {}",
+            raw.len(),
+            body.len()
+        );
+        assert_eq!(decode_request(&body).unwrap().timeseries[0].labels[0].name.len(), 100_000);
     }
 
     proptest::proptest! {
