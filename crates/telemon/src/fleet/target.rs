@@ -53,8 +53,15 @@ pub fn label(name: &'static str, value: &str) -> (Arc<str>, Arc<str>) {
 pub const HEARTBEAT: Duration = Duration::from_secs(5);
 
 /// Owns one target's cache and publishes it into the [`Registry`].
+///
+/// A pointer to its state: a collector's future holds its publisher across every await and an `async
+/// fn` can keep an argument twice, so a small handle keeps each target's task small.
 #[derive(Debug)]
-pub struct Publisher {
+pub struct Publisher(Box<PublisherState>);
+
+/// What a [`Publisher`] holds (its fields are private; use the publisher's methods).
+#[derive(Debug)]
+pub struct PublisherState {
     registry: Registry,
     meta: TargetSnapshot,
     store: SeriesStore,
@@ -87,7 +94,7 @@ impl Publisher {
     }
 
     fn registered(registry: &Registry, meta: TargetSnapshot, series_limit: usize) -> Self {
-        Publisher {
+        Publisher(Box::new(PublisherState {
             registry: registry.clone(),
             meta,
             store: SeriesStore::new(series_limit),
@@ -99,7 +106,7 @@ impl Publisher {
             last_publish: None,
             remove_on_drop: false,
             received: Arc::default(),
-        }
+        }))
     }
 
     /// Registers a target found at run time under a name no other target holds: `None` when the name
@@ -378,6 +385,19 @@ impl Publisher {
         self.dirty = false;
         self.touched = false;
         self.last_publish = Some(Instant::now());
+    }
+}
+
+impl std::ops::Deref for Publisher {
+    type Target = PublisherState;
+    fn deref(&self) -> &PublisherState {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Publisher {
+    fn deref_mut(&mut self) -> &mut PublisherState {
+        &mut self.0
     }
 }
 

@@ -56,12 +56,20 @@ impl Retry {
 
 /// Awaits `fut` for at most `limit`; a timeout is a [`Failure`] of kind `timeout` saying `what`.
 ///
-/// `fut` is boxed: a connect or handshake future is large and short-lived, and held inline it would
-/// size the collector's future, which lives as long as the target.
-pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> Result<T, Failure> {
-    tokio::time::timeout(limit, Box::pin(fut))
-        .await
-        .map_err(|_| Failure::new(ErrorKind::Timeout, format!("{what}: no answer within {limit:?}")))
+/// `fut` is boxed here, before anything is awaited: a connect or handshake future is large and
+/// short-lived, and held inline it would size the collector's future, which lives as long as the
+/// target (an `async fn` would keep its argument inline).
+pub fn within<'a, T>(
+    limit: Duration,
+    what: &'a str,
+    fut: impl Future<Output = T> + Send + 'a,
+) -> impl Future<Output = Result<T, Failure>> + Send + 'a {
+    let fut = Box::pin(fut);
+    async move {
+        tokio::time::timeout(limit, fut)
+            .await
+            .map_err(|_| Failure::new(ErrorKind::Timeout, format!("{what}: no answer within {limit:?}")))
+    }
 }
 
 /// Completes when a held-back change is due to be published (see [`Publisher::flush_due`]); never
