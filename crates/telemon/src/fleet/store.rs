@@ -457,6 +457,11 @@ impl SeriesStore {
         let schema = match &self.schema {
             Some(s) => s.clone(),
             None => {
+                // The set of series changed (mostly: a target's series were created): give back what the
+                // vectors grew beyond, since they are kept for as long as the target.
+                self.families.shrink_to_fit();
+                self.slots.shrink_to_fit();
+                self.samples.shrink_to_fit();
                 let s = Arc::new(self.build_schema());
                 self.schema = Some(s.clone());
                 self.hists_published = None;
