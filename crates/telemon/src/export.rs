@@ -69,7 +69,7 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
         let clock = stream.clock();
         let time_ns = || connection.start_ns + clock.last_read().as_nanos() as u64;
         {
-            let collector = drive(p, connection.target.protocol, stream);
+            let collector = drive(p, &connection, stream);
             let mut collector = std::pin::pin!(collector);
             loop {
                 tokio::select! {
@@ -118,8 +118,7 @@ pub async fn play(registry: Registry, connections: Vec<Connection>, speed: Speed
             let start = tokio::time::Instant::now();
             for c in list {
                 tokio::time::sleep_until(start + speed.scale(Duration::from_nanos(c.start_ns - first))).await;
-                let protocol = c.target.protocol;
-                let failure = drive(&mut p, protocol, ReplayStream::new(&c, speed)).await;
+                let failure = drive(&mut p, &c, ReplayStream::new(&c, speed)).await;
                 tracing::debug!(target = %name, ?failure, "recorded connection played out");
             }
             p.down(&fleet::Failure::new(fleet::ErrorKind::Connect, "the recording ended"));
@@ -141,8 +140,16 @@ fn fleet_protocol(protocol: Protocol) -> Option<fleet::Protocol> {
     }
 }
 
-/// Runs the collector of `protocol` over a replayed connection until it ends.
-async fn drive(p: &mut Publisher, protocol: Protocol, stream: ReplayStream) -> fleet::Failure {
+/// The command of each channel of a recorded sysinfo connection.
+fn recorded_commands(
+    connection: &Connection,
+) -> std::collections::HashMap<sysinfo_wire::ChannelId, sysinfo_wire::SysinfoCommand> {
+    collect::sysinfo::recorded_commands(&connection.bytes(telemon_capture::Direction::Outbound))
+}
+
+/// Runs the collector of the connection's protocol over its replay until it ends.
+async fn drive(p: &mut Publisher, connection: &Connection, stream: ReplayStream) -> fleet::Failure {
+    let protocol = connection.target.protocol;
     let fail = |e: &dyn std::fmt::Display| fleet::Failure::new(fleet::ErrorKind::Protocol, e);
     match protocol {
         Protocol::Meter161 => {
@@ -156,14 +163,8 @@ async fn drive(p: &mut Publisher, protocol: Protocol, stream: ReplayStream) -> f
             let reader = smon_codec::UpdateReader::new(stream, smon_codec::DecoderConfig::default());
             collect::smon::collect(p, reader).await
         }
-        Protocol::Sysinfo => {
-            // The collector's requests go nowhere; the recorded replies come in their recorded order, so
-            // the recording must have been made with the default reports.
-            let client = sysinfo_wire::Client::new(stream, sysinfo_wire::ClientConfig::default());
-            let every = Duration::from_millis(1);
-            let plan = collect::sysinfo::Plan::every(&collect::sysinfo::DEFAULT_REPORTS, every);
-            collect::sysinfo::poll(p, client, &plan).await
-        }
+        // Each reply is the report its channel's recorded command asked for: any reports, any periods.
+        Protocol::Sysinfo => collect::sysinfo::over(p, stream, &recorded_commands(connection)).await,
         // The plan of a `[[hmon]]` block without options: the requests go nowhere, the recorded answers
         // come in their recorded order.
         Protocol::Hmon => collect::hmon::over(p, stream, &collect::hmon::Plan::default()).await,

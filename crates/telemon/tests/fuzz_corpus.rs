@@ -1,8 +1,9 @@
 //! Replays the committed seed corpora of the fuzz targets `telemon_remote_write` and
 //! `telemon_otlp_reply` through the same functions on stable.
 //!
-//! The encoded bodies among the seeds come from telemon's own encoders:
-//! `cargo test -p telemon --test fuzz_corpus -- --ignored` writes them again.
+//! The encoded bodies among the seeds come from telemon's own encoders, and a test checks that the
+//! committed seeds are still what they encode: after a deliberate change of the encoding,
+//! `TELEMON_WRITE_SEEDS=1 cargo test -p telemon --test fuzz_corpus` writes them again.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -71,12 +72,20 @@ fn snapshot(up: bool, with_histogram: bool) -> FleetSnapshot {
     FleetSnapshot { targets: vec![t] }
 }
 
-/// Writes the encoder-made seeds (run by hand, see the module's doc).
+/// The committed seeds are what the encoders make (or, with `TELEMON_WRITE_SEEDS=1`, are written again).
 #[test]
-#[ignore]
-fn write_seed_bodies() {
+fn the_seeds_are_what_the_encoders_make() {
     let rw = corpus("telemon_remote_write");
-    let write = |dir: &Path, name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();
+    let rewrite = std::env::var_os("TELEMON_WRITE_SEEDS").is_some();
+    let write = |dir: &Path, name: &str, bytes: &[u8]| {
+        let path = dir.join(name);
+        if rewrite {
+            std::fs::write(&path, bytes).unwrap();
+        } else {
+            let committed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            assert_eq!(committed, bytes, "{} is not what the encoder makes now", path.display());
+        }
+    };
     let mut sampler = RemoteWrite::new(vec![("cluster".into(), "lab".into())]);
     let mut out = Vec::new();
     sampler.sample(&snapshot(true, true), 1_700_000_000_000, &mut out);

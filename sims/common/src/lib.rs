@@ -242,10 +242,30 @@ impl std::fmt::Debug for ClientWriter {
     }
 }
 
+/// The most bytes one coalescing write gathers (see [`ClientWriter::spawn_coalescing`]).
+pub const COALESCE_BYTES: usize = 64 * 1024;
+
 impl ClientWriter {
     /// Spawns the writer task for `stream`, with room for `capacity` unsent messages and at most
     /// [`DEFAULT_MAX_QUEUED_BYTES`] unsent bytes.
-    pub fn spawn<W>(mut stream: W, capacity: usize, peer: impl Display) -> Self
+    pub fn spawn<W>(stream: W, capacity: usize, peer: impl Display) -> Self
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        Self::spawn_with(stream, capacity, peer, false)
+    }
+
+    /// Like [`ClientWriter::spawn`], but the messages queued at the moment a write starts go out in
+    /// that one write (up to [`COALESCE_BYTES`]): for a peer whose messages are framed on one stream
+    /// (rvOS's host transport), not for one that writes each line by itself (sys161).
+    pub fn spawn_coalescing<W>(stream: W, capacity: usize, peer: impl Display) -> Self
+    where
+        W: AsyncWrite + Unpin + Send + 'static,
+    {
+        Self::spawn_with(stream, capacity, peer, true)
+    }
+
+    fn spawn_with<W>(mut stream: W, capacity: usize, peer: impl Display, coalesce: bool) -> Self
     where
         W: AsyncWrite + Unpin + Send + 'static,
     {
@@ -266,8 +286,20 @@ impl ClientWriter {
                     _ = task_cut.cancelled() => return,
                     next = rx.recv() => next,
                 };
-                // The permit goes back to the budget once the bytes are written (or the task ends).
-                let Some((buf, _permit)) = next else { break };
+                // The permits go back to the budget once the bytes are written (or the task ends).
+                let Some((mut buf, permit)) = next else { break };
+                let mut permits = vec![permit];
+                if coalesce {
+                    let mut batch: Option<bytes::BytesMut> = None;
+                    while batch.as_ref().map_or(buf.len(), |b| b.len()) < COALESCE_BYTES {
+                        let Ok((more, permit)) = rx.try_recv() else { break };
+                        batch.get_or_insert_with(|| bytes::BytesMut::from(&buf[..])).extend_from_slice(&more);
+                        permits.push(permit);
+                    }
+                    if let Some(batch) = batch {
+                        buf = batch.freeze();
+                    }
+                }
                 tokio::select! {
                     biased;
                     _ = task_cut.cancelled() => return,
@@ -609,6 +641,63 @@ impl Drop for Running {
 mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
+
+    /// Records each write it is given.
+    struct Writes(std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>);
+
+    impl AsyncWrite for Writes {
+        fn poll_write(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<std::io::Result<usize>> {
+            self.0.lock().unwrap().push(buf.to_vec());
+            std::task::Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<std::io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_coalescing_writer_writes_what_is_queued_at_once_and_a_plain_one_each_message() {
+        for coalesce in [false, true] {
+            let writes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let w = Writes(writes.clone());
+            let writer = if coalesce {
+                ClientWriter::spawn_coalescing(w, 8, "c")
+            } else {
+                ClientWriter::spawn(w, 8, "p")
+            };
+            // Queued before the writer task first runs (a current-thread runtime): all there at once.
+            for m in [&b"one"[..], b"two", b"three"] {
+                writer.send(Bytes::from_static(m)).unwrap();
+            }
+            drop(writer);
+            tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                while writes.lock().unwrap().concat().len() < 11 {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await
+            .expect("the writer writes");
+            let got = writes.lock().unwrap().clone();
+            if coalesce {
+                assert_eq!(got, [b"onetwothree".to_vec()]);
+            } else {
+                assert_eq!(got, [b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]);
+            }
+        }
+    }
 
     #[tokio::test]
     async fn running_serves_until_stopped_and_reports_how_it_ended() {

@@ -213,7 +213,8 @@ where
     S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
     let (read, write) = tokio::io::split(stream);
-    let writer = ClientWriter::spawn(write, QUEUE_DEPTH, &peer);
+    // A reply's frames, queued together, go out in one write, as one would send them over a socket.
+    let writer = ClientWriter::spawn_coalescing(write, QUEUE_DEPTH, &peer);
     // One reply in flight per connection (the real service serves one client at a time): a client that asks
     // on many channels and reads none pins one rendered reply, not one per channel.
     let reply_slot = Arc::new(tokio::sync::Semaphore::new(1));

@@ -449,3 +449,51 @@ async fn export_gives_the_peers_figures() {
         );
     }
 }
+
+/// `telemon export` of recordings that asked for one report only (`telemon sysinfo kstat --watch` and
+/// `telemon sysinfo memstat --watch`, not the fleet collector's default reports): each reply is read as
+/// the report its channel asked for, one publication per round that changed something.
+#[tokio::test]
+async fn export_of_a_one_report_recording_gives_the_peers_figures() {
+    let export = |file: &'static str| async move {
+        let f = path(file);
+        let out = run(&["export", f.to_str().unwrap(), "--format", "openmetrics"], None).await;
+        assert_eq!(code(&out), 0, "{}", stderr(&out));
+        stdout(&out)
+    };
+    let t = format!("target=\"tcp:{PEER}\"");
+
+    let om = export("sysinfo-kstat.pcapng").await;
+    let mut counters: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for a in reference("sysinfo-kstat") {
+        for row in a.text.lines() {
+            let (name, value) = row.trim().split_once(' ').unwrap();
+            counters.entry(name.to_owned()).or_default().push(value.trim().parse().unwrap());
+        }
+    }
+    assert_eq!(counters.len(), 18);
+    for (name, want) in &counters {
+        let got = series(&om, &format!("rvos_kstat_total{{{t},counter=\"{name}\"}}"));
+        assert_eq!(&got, want, "{name}: one point per round, the peer's figure");
+    }
+    assert!(!om.contains("rvos_process_"), "no report but kstat was asked for");
+
+    let om = export("sysinfo-memstat.pcapng").await;
+    let used: Vec<f64> = reference("sysinfo-memstat")
+        .iter()
+        .map(|a| {
+            let line = a.text.lines().next().unwrap();
+            let nums: Vec<f64> = line
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().unwrap())
+                .collect();
+            nums[1] * 1024.0
+        })
+        .collect();
+    // A round whose figures did not change publishes nothing new (the second round here).
+    let mut changes = used.clone();
+    changes.dedup();
+    assert!(changes.len() < used.len(), "the recording has a round without a change");
+    assert_eq!(series(&om, &format!("rvos_kernel_heap_bytes{{{t},state=\"used\"}}")), changes);
+}

@@ -241,6 +241,94 @@ pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure
     }
 }
 
+/// The command a recorded connection sent on each channel (from the bytes it wrote): what each
+/// channel's reply answers. Boot requests and anything that is not a command are skipped, and so is
+/// the rest after a frame that does not decode.
+pub fn recorded_commands(
+    outbound: &[u8],
+) -> std::collections::HashMap<sysinfo_wire::ChannelId, SysinfoCommand> {
+    let mut buf = bytes::BytesMut::from(outbound);
+    let mut commands = std::collections::HashMap::new();
+    while let Ok(Some(frame)) = sysinfo_wire::decode_frame(&mut buf) {
+        if let sysinfo_wire::Frame::Message { channel, message } = frame {
+            if channel != sysinfo_wire::ChannelId::BOOT {
+                if let Ok(command) = message.decode::<SysinfoCommand>() {
+                    commands.entry(channel).or_insert(command);
+                }
+            }
+        }
+    }
+    commands
+}
+
+/// Replays a recorded connection through this collector: each reply on a channel whose command is in
+/// `commands` (see [`recorded_commands`]) is parsed as that report and recorded, whatever reports or
+/// periods the recording was made with. As live, the target is published once per round: when every
+/// channel that init granted has its reply. Returns when the stream ends.
+pub async fn over<S>(
+    p: &mut Publisher,
+    stream: S,
+    commands: &std::collections::HashMap<sysinfo_wire::ChannelId, SysinfoCommand>,
+) -> Failure
+where
+    S: tokio::io::AsyncRead + Unpin,
+{
+    use futures::StreamExt as _;
+    let mut frames = tokio_util::codec::FramedRead::new(stream, sysinfo_wire::HostCodec);
+    // Replies being reassembled: at most one per channel of a recorded command.
+    let mut open: std::collections::HashMap<sysinfo_wire::ChannelId, sysinfo_wire::Reassembler> =
+        Default::default();
+    let mut answered = false;
+    loop {
+        let (channel, message) = match frames.next().await {
+            None => return Failure::new(ErrorKind::Connect, "the recording ends"),
+            Some(Err(e)) => return Failure::new(ErrorKind::Decode, e),
+            Some(Ok(sysinfo_wire::Frame::Message { channel, message })) => (channel, Some(message)),
+            Some(Ok(sysinfo_wire::Frame::Close { channel })) => (channel, None),
+        };
+        if channel == sysinfo_wire::ChannelId::BOOT {
+            // Init granting the round's channels: their replies make the round.
+            for cap in message.iter().flat_map(|m| m.caps()) {
+                if commands.contains_key(cap) {
+                    open.entry(*cap).or_default();
+                }
+            }
+            continue;
+        }
+        let Some(&command) = commands.get(&channel) else { continue };
+        let done = match message {
+            // The service closes a channel after its reply's sentinel: that reply was recorded already.
+            // A close before the sentinel ends the reply (the live client does the same).
+            None => match open.get_mut(&channel) {
+                Some(reply) => {
+                    reply.close();
+                    true
+                }
+                None => continue,
+            },
+            Some(m) => match open.entry(channel).or_default().push_owned(m.into_data()) {
+                Ok(done) => done,
+                Err(e) => {
+                    open.remove(&channel);
+                    p.error(&Failure::new(ErrorKind::Decode, e));
+                    false
+                }
+            },
+        };
+        if done {
+            let reply = open.remove(&channel).unwrap_or_default().finish();
+            if !answered {
+                answered = true;
+                p.up();
+            }
+            record(p, &Report::parse(command, &reply.text));
+        }
+        if open.is_empty() {
+            p.flush_if_dirty();
+        }
+    }
+}
+
 /// Sets the series of one report.
 pub fn record(p: &mut Publisher, report: &Report) {
     match report {
