@@ -32,6 +32,10 @@ use crate::message::{
 };
 use crate::proto::{self, HandshakeOrder, Requests, Role, Standing};
 
+/// The initial size of a connection's read and write buffers: a reply of a few KiB fits, larger ones grow
+/// them (a fleet holds a thousand connections, so 8 KiB each by default would be most of its memory).
+const IO_BUFFER: usize = 2048;
+
 /// Reconnecting with exponential backoff.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reconnect {
@@ -189,7 +193,7 @@ impl Client {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
+        let mut framed = Framed::with_capacity(stream, ClientCodec::new(config.max_frame_len), IO_BUFFER);
         handshake(&mut framed, &config).await?;
         Ok(Self::spawn(framed, None, config))
     }
@@ -389,7 +393,7 @@ impl Connection {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
+        let mut framed = Framed::with_capacity(stream, ClientCodec::new(config.max_frame_len), IO_BUFFER);
         handshake(&mut framed, &config).await?;
         Ok(Connection::from_framed(framed, Arc::new(config)))
     }
@@ -553,7 +557,7 @@ async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, Cli
         .await
         .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
     let _ = stream.set_nodelay(true);
-    let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
+    let mut framed = Framed::with_capacity(stream, ClientCodec::new(config.max_frame_len), IO_BUFFER);
     handshake(&mut framed, config).await?;
     Ok(framed)
 }
@@ -658,7 +662,7 @@ impl Listener {
                     let _ = stream.set_nodelay(true);
                     let config = self.config.clone();
                     self.handshakes.spawn(async move {
-                        let mut framed = Framed::new(stream, ClientCodec::new(config.max_frame_len));
+                        let mut framed = Framed::with_capacity(stream, ClientCodec::new(config.max_frame_len), IO_BUFFER);
                         handshake(&mut framed, &config).await?;
                         Ok((framed, peer))
                     });

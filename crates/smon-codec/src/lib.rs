@@ -146,7 +146,7 @@ pub use encoder::{EncoderConfig, StreamEncoder};
 pub use error::{DecodeError, EncodeError};
 pub use message::{Kind, Sample, Update, Value};
 #[cfg(feature = "client")]
-pub use reader::{UpdateReader, READ_CHUNK};
+pub use reader::{UpdateReader, FIRST_READ_CHUNK, READ_CHUNK};
 pub use wire::{Limits, BYTE_ORDER, RESYNC};
 
 /// Fuzz-target bodies, shared by `fuzz/` and the corpus replay test. Not a stable API.

@@ -9,8 +9,13 @@ use crate::decoder::{DecoderConfig, StreamDecoder};
 use crate::error::DecodeError;
 use crate::message::Update;
 
-/// How many bytes one read asks for.
+/// The most bytes one read asks for.
 pub const READ_CHUNK: usize = 16 * 1024;
+
+/// What the first read asks for: a reader starts small (a stream of a few updates a second needs no
+/// more, and a fleet holds a thousand readers) and doubles its reads, up to [`READ_CHUNK`], while they
+/// come back full.
+pub const FIRST_READ_CHUNK: usize = 1024;
 
 /// Reads [`Update`]s from any [`AsyncRead`]: a file (several runs appended to it decode as one stream,
 /// each run starting with a resync), stdin, or a TCP stream.
@@ -43,6 +48,8 @@ pub struct UpdateReader<R> {
     inner: R,
     decoder: StreamDecoder,
     buf: BytesMut,
+    /// How many bytes the next read asks for.
+    chunk: usize,
     follow: Option<Duration>,
     eof: bool,
     done: bool,
@@ -54,7 +61,8 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
         UpdateReader {
             inner,
             decoder: StreamDecoder::new(config),
-            buf: BytesMut::with_capacity(READ_CHUNK),
+            buf: BytesMut::new(),
+            chunk: FIRST_READ_CHUNK,
             follow: None,
             eof: false,
             done: false,
@@ -107,13 +115,18 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
             if self.done {
                 return None;
             }
-            self.buf.reserve(READ_CHUNK);
+            self.buf.reserve(self.chunk);
+            let room = self.buf.capacity() - self.buf.len();
             match self.inner.read_buf(&mut self.buf).await {
                 Ok(0) => match self.follow {
                     Some(poll) => tokio::time::sleep(poll).await,
                     None => self.eof = true,
                 },
-                Ok(_) => {}
+                Ok(n) => {
+                    if n == room {
+                        self.chunk = (self.chunk * 2).min(READ_CHUNK);
+                    }
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     self.done = true;

@@ -15,6 +15,11 @@ use crate::report::Report;
 use crate::transport::{Frame, HostCodec, TransportError};
 use crate::wire::{self, WireError};
 
+/// The initial size of the connection's read and write buffers: a batch of requests fits, and replies grow
+/// the read buffer as they need (a fleet holds a thousand connections, so 8 KiB each by default would be
+/// most of its memory).
+const IO_BUFFER: usize = 4096;
+
 /// Where `rvos-sim` listens and `telemon sysinfo` connects by default (TCP, loopback).
 pub const DEFAULT_ADDR: &str = "127.0.0.1:7461";
 
@@ -172,7 +177,7 @@ impl Client {
     pub fn new(stream: impl HostStream + 'static, config: ClientConfig) -> Self {
         let stream: Box<dyn HostStream> = Box::new(stream);
         Client {
-            framed: Framed::new(stream, HostCodec),
+            framed: Framed::with_capacity(stream, HostCodec, IO_BUFFER),
             config,
             open: HashSet::from([ChannelId::BOOT]),
             queued: HashMap::new(),
