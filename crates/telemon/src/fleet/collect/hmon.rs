@@ -442,18 +442,7 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
                 Some(_) => {}
             },
             Some(lks) = lks_rx.recv() => match lks {
-                Ok(state) => {
-                    let ts = state.activity.as_ref().and_then(|a| a.ts).or(state.ts);
-                    if let Some(ts) = ts {
-                        p.put(
-                            "dyalog_last_known_state_timestamp_seconds",
-                            "Unix time of the interpreter's current activity, from GetLastKnownState.",
-                            MetricKind::Gauge,
-                            &[],
-                            ts.unix_millis() as f64 / 1000.0,
-                        );
-                    }
-                }
+                Ok(state) => last_known_state(p, &state),
                 Err(e) => p.error(&fail(e)),
             },
             () = flush_due(p.flush_due()) => p.flush_if_dirty(),
