@@ -283,15 +283,47 @@ fn bucket_of(hi: u64, from: usize) -> usize {
     (from..32).find(|&i| ((1u64 << (i + 1)) - 1) / 10 == hi).expect("a bucket")
 }
 
-/// (c) `telemon export --format openmetrics` of the fleet recording (the collector's default reports): every
-/// published sample equals the figure in the text the peer sent for that round.
-#[tokio::test]
-async fn export_gives_the_peers_figures() {
-    let f = path("fleet-default.pcapng");
+/// `telemon export FILE --format openmetrics` of a recording in this folder.
+async fn export(file: &str) -> String {
+    let f = path(file);
     let out = run(&["export", f.to_str().unwrap(), "--format", "openmetrics"], None).await;
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     let om = stdout(&out);
     assert!(om.ends_with("# EOF\n"));
+    om
+}
+
+/// Every kstat counter's figure in each of `answers`' texts, by counter name.
+fn kstat_counters<'a>(answers: impl IntoIterator<Item = &'a Answer>) -> BTreeMap<String, Vec<f64>> {
+    let mut counters: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for a in answers {
+        for row in a.text.lines() {
+            let (name, value) = row.trim().split_once(' ').unwrap();
+            counters.entry(name.to_owned()).or_default().push(value.trim().parse().unwrap());
+        }
+    }
+    counters
+}
+
+/// The heap's (used, free) bytes in a memstat text's first line,
+/// "Kernel heap: {total}K total, {used}K used ({pct}%), {free}K free".
+fn heap_used_free(text: &str) -> (f64, f64) {
+    let nums: Vec<f64> = text
+        .lines()
+        .next()
+        .unwrap()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().unwrap())
+        .collect();
+    (nums[1] * 1024.0, nums[3] * 1024.0)
+}
+
+/// (c) `telemon export --format openmetrics` of the fleet recording (the collector's default reports): every
+/// published sample equals the figure in the text the peer sent for that round.
+#[tokio::test]
+async fn export_gives_the_peers_figures() {
+    let om = export("fleet-default.pcapng").await;
     let t = format!("target=\"{PEER}\"");
     let answers = reference("fleet-default");
     let of = |c: &str| answers.iter().filter(|a| a.command == c).cloned().collect::<Vec<_>>();
@@ -344,13 +376,7 @@ async fn export_gives_the_peers_figures() {
     assert_eq!(bench_cpu[0], 0.38);
 
     // kstat: every counter.
-    let mut counters: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for a in of("kstat") {
-        for row in a.text.lines() {
-            let (name, value) = row.trim().split_once(' ').unwrap();
-            counters.entry(name.to_owned()).or_default().push(value.trim().parse().unwrap());
-        }
-    }
+    let counters = kstat_counters(&of("kstat"));
     assert_eq!(counters.len(), 18);
     for (name, want) in &counters {
         close(&series(&om, &format!("rvos_kstat_total{{{t},counter=\"{name}\"}}")), want, name);
@@ -359,15 +385,9 @@ async fn export_gives_the_peers_figures() {
     // memstat: the heap line, in bytes.
     let mut heap: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
     for a in of("memstat") {
-        let line = a.text.lines().next().unwrap();
-        let nums: Vec<f64> = line
-            .split(|c: char| !c.is_ascii_digit())
-            .filter(|s| !s.is_empty())
-            .map(|s| s.parse().unwrap())
-            .collect();
-        // "Kernel heap: {total}K total, {used}K used ({pct}%), {free}K free"
-        heap.entry("used").or_default().push(nums[1] * 1024.0);
-        heap.entry("free").or_default().push(nums[3] * 1024.0);
+        let (used, free) = heap_used_free(&a.text);
+        heap.entry("used").or_default().push(used);
+        heap.entry("free").or_default().push(free);
     }
     for (state, want) in &heap {
         close(&series(&om, &format!("rvos_kernel_heap_bytes{{{t},state=\"{state}\"}}")), want, state);
@@ -455,22 +475,10 @@ async fn export_gives_the_peers_figures() {
 /// the report its channel asked for, one publication per round that changed something.
 #[tokio::test]
 async fn export_of_a_one_report_recording_gives_the_peers_figures() {
-    let export = |file: &'static str| async move {
-        let f = path(file);
-        let out = run(&["export", f.to_str().unwrap(), "--format", "openmetrics"], None).await;
-        assert_eq!(code(&out), 0, "{}", stderr(&out));
-        stdout(&out)
-    };
     let t = format!("target=\"tcp:{PEER}\"");
 
     let om = export("sysinfo-kstat.pcapng").await;
-    let mut counters: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    for a in reference("sysinfo-kstat") {
-        for row in a.text.lines() {
-            let (name, value) = row.trim().split_once(' ').unwrap();
-            counters.entry(name.to_owned()).or_default().push(value.trim().parse().unwrap());
-        }
-    }
+    let counters = kstat_counters(&reference("sysinfo-kstat"));
     assert_eq!(counters.len(), 18);
     for (name, want) in &counters {
         let got = series(&om, &format!("rvos_kstat_total{{{t},counter=\"{name}\"}}"));
@@ -479,18 +487,7 @@ async fn export_of_a_one_report_recording_gives_the_peers_figures() {
     assert!(!om.contains("rvos_process_"), "no report but kstat was asked for");
 
     let om = export("sysinfo-memstat.pcapng").await;
-    let used: Vec<f64> = reference("sysinfo-memstat")
-        .iter()
-        .map(|a| {
-            let line = a.text.lines().next().unwrap();
-            let nums: Vec<f64> = line
-                .split(|c: char| !c.is_ascii_digit())
-                .filter(|s| !s.is_empty())
-                .map(|s| s.parse().unwrap())
-                .collect();
-            nums[1] * 1024.0
-        })
-        .collect();
+    let used: Vec<f64> = reference("sysinfo-memstat").iter().map(|a| heap_used_free(&a.text).0).collect();
     // A round whose figures did not change publishes nothing new (the second round here).
     let mut changes = used.clone();
     changes.dedup();
