@@ -5,34 +5,12 @@
 //! Without `prometheus` or `promtool` on `PATH` the test fails when `CI=true`, and elsewhere prints
 //! `SKIPPED: ...` and passes.
 
-use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use telemon_capture::{Direction, Protocol, Record, RecordKind, Target, Writer};
 
 mod support;
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os("PATH")?.to_str()?.split(':').map(|d| Path::new(d).join(name)).find(|p| p.is_file())
-}
-
-fn tools() -> Option<(PathBuf, PathBuf)> {
-    match (on_path("prometheus"), on_path("promtool")) {
-        (Some(p), Some(t)) => Some((p, t)),
-        _ if matches!(std::env::var("CI").as_deref(), Ok("true" | "1")) => {
-            panic!(
-                "prometheus or promtool is not on PATH, and CI=true: install Debian's `prometheus` package"
-            )
-        }
-        _ => {
-            eprintln!(
-                "SKIPPED: backfill: prometheus or promtool is not on PATH (Debian's `prometheus` package)"
-            );
-            None
-        }
-    }
-}
 
 const STEP_S: u64 = 15;
 const SAMPLES: u64 = 241; // one hour, both ends included
@@ -71,7 +49,11 @@ fn recording(start_s: u64) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_exported_recording_backfills_prometheus() {
-    let Some((prometheus, promtool)) = tools() else { return };
+    let Some((prometheus, promtool)) =
+        support::prometheus_and_promtool("an_exported_recording_backfills_prometheus")
+    else {
+        return;
+    };
     let dir = tempfile::tempdir().unwrap();
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
     let start_s = (now - 5 * 3600) / 60 * 60;

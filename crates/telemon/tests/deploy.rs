@@ -8,9 +8,10 @@
 //! `rules.test.yml` tests every rule that `rules.yml` defines.
 
 use std::ffi::OsStr;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+mod support;
 
 /// `deploy/prometheus` at the root of the workspace.
 fn deploy_dir() -> PathBuf {
@@ -23,32 +24,14 @@ fn read(name: &str) -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()))
 }
 
-/// Whether this is a CI run, where a missing `promtool` is an error rather than a reason to skip.
-fn in_ci() -> bool {
-    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
-}
-
-/// The `promtool` found on `PATH`. Missing: panics under `CI=true`, else says SKIPPED on stderr and gives `None`.
+/// The `promtool` found on `PATH` (Debian's `prometheus` package), or [`support::need`]'s `None`.
 fn promtool(test: &str) -> Option<PathBuf> {
-    let found = std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).map(|dir| dir.join("promtool")).find(|p| p.is_file()));
-    match found.flatten() {
-        Some(path) => Some(path),
-        None if in_ci() => panic!(
-            "promtool is not on PATH, and CI=true: install Debian's `prometheus` package \
-             (bash .ci/prometheus.sh) so that {test} can check deploy/prometheus"
-        ),
-        None => {
-            // Straight to the stderr handle: the test harness captures eprintln! and hides it when a test passes.
-            let banner = "*".repeat(80);
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n{banner}\nSKIPPED: {test}: promtool is not on PATH (Debian's `prometheus` package has it;\n\
-                 \x20        `bash .ci/prometheus.sh` installs it). deploy/prometheus was NOT checked.\n{banner}"
-            );
-            None
-        }
-    }
+    support::need(
+        test,
+        "promtool",
+        support::on_path("promtool"),
+        "apt-get install prometheus (bash .ci/prometheus.sh)",
+    )
 }
 
 /// Runs `promtool ARGS` and fails the test, showing everything it printed, unless it succeeds.

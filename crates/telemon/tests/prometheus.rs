@@ -17,9 +17,8 @@
 //! anything took.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -39,44 +38,6 @@ use support::http_get;
 const DEADLINE: Duration = Duration::from_secs(60);
 /// The pause between two polls of Prometheus (it scrapes every second).
 const POLL: Duration = Duration::from_millis(250);
-
-// ---------------------------------------------------------------------------------------------------------------
-// Finding Prometheus
-
-/// Whether this is a CI run, where a missing Prometheus is an error rather than a reason to skip.
-fn in_ci() -> bool {
-    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
-}
-
-/// `name` found on `PATH`.
-fn on_path(name: &str) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|p| p.is_file())
-}
-
-/// `prometheus` and `promtool` from `PATH`. Either missing: panics under `CI=true`, else says SKIPPED on stderr
-/// and gives `None`.
-fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let (prometheus, promtool) = (on_path("prometheus"), on_path("promtool"));
-    if let (Some(prometheus), Some(promtool)) = (prometheus.clone(), promtool) {
-        return Some((prometheus, promtool));
-    }
-    let missing = if prometheus.is_none() { "prometheus" } else { "promtool" };
-    if in_ci() {
-        panic!(
-            "{missing} is not on PATH, and CI=true: install Debian's `prometheus` package \
-             (bash .ci/prometheus.sh) so that {test} can run telemon serve under a real Prometheus"
-        );
-    }
-    // Straight to the stderr handle: the test harness captures eprintln! and hides it when a test passes.
-    let banner = "*".repeat(80);
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n{banner}\nSKIPPED: {test}: {missing} is not on PATH (Debian's `prometheus` package has it;\n\
-         \x20        `bash .ci/prometheus.sh` installs it). telemon serve was NOT checked under Prometheus.\n{banner}"
-    );
-    None
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // A tiny HTTP/1.1 client
@@ -481,7 +442,9 @@ async fn promtool_check_metrics(promtool: &Path, what: &str, exposition: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_every_protocol_and_the_probe() {
-    let Some((prometheus_bin, promtool)) = tools("prometheus_scrapes_every_protocol_and_the_probe") else {
+    let Some((prometheus_bin, promtool)) =
+        support::prometheus_and_promtool("prometheus_scrapes_every_protocol_and_the_probe")
+    else {
         return;
     };
     let mut sims = Sims::start().await;

@@ -20,7 +20,6 @@
 //! poll under a safety net; nothing asserts how long anything took.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -33,41 +32,16 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 mod support;
-use support::{listener, Cpus};
+use support::{listener, need, on_path, Cpus};
 
 /// The safety net of every wait.
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn in_ci() -> bool {
-    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
-}
-
-fn on_path(name: &str) -> Option<PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|p| p.is_file())
-}
 
 /// The virtualenv `.ci/run` makes (`TELEMON_PUSH_VENV` overrides).
 fn venv() -> PathBuf {
     std::env::var_os("TELEMON_PUSH_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/push-venv"))
-}
-
-/// `found`, or: a panic under CI, a loud SKIPPED elsewhere.
-fn need(test: &str, what: &str, found: Option<PathBuf>, hint: &str) -> Option<PathBuf> {
-    if found.is_some() {
-        return found;
-    }
-    if in_ci() {
-        panic!("{what} is missing and CI=true: {hint} so that {test} can run");
-    }
-    let banner = "*".repeat(80);
-    let _ = writeln!(
-        std::io::stderr(),
-        "\n{banner}\nSKIPPED: {test}: {what} is missing ({hint}).\n         The push senders were NOT checked against it.\n{banner}"
-    );
-    None
 }
 
 fn prometheus_bin(test: &str) -> Option<PathBuf> {

@@ -13,6 +13,50 @@ use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 /// The binary under test.
 pub const TELEMON: &str = env!("CARGO_BIN_EXE_telemon");
 
+/// Whether this is a CI run (`CI=true` or `1`), where a missing real component is an error, not a reason to skip.
+pub fn in_ci() -> bool {
+    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
+}
+
+/// `name` found on `PATH`.
+pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|p| p.is_file())
+}
+
+/// `found`, or, when it is `None`: a panic under `CI=true`, else a loud SKIPPED on stderr and `None`. `what`
+/// names the missing component, `hint` how to install it.
+pub fn need(
+    test: &str,
+    what: &str,
+    found: Option<std::path::PathBuf>,
+    hint: &str,
+) -> Option<std::path::PathBuf> {
+    if found.is_some() {
+        return found;
+    }
+    if in_ci() {
+        panic!("{what} is missing and CI=true: {hint} so that {test} can run");
+    }
+    // Straight to the stderr handle: the test harness captures eprintln! and hides it when a test passes.
+    let banner = "*".repeat(80);
+    let _ = std::io::Write::write_fmt(
+        &mut std::io::stderr(),
+        format_args!(
+            "\n{banner}\nSKIPPED: {test}: {what} is missing ({hint}).\n         It did NOT run.\n{banner}\n"
+        ),
+    );
+    None
+}
+
+/// `prometheus` and `promtool` from `PATH` (Debian's `prometheus` package), or [`need`]'s `None`.
+pub fn prometheus_and_promtool(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
+    let hint = "apt-get install prometheus (bash .ci/prometheus.sh)";
+    let prometheus = need(test, "prometheus", on_path("prometheus"), hint)?;
+    let promtool = need(test, "promtool", on_path("promtool"), hint)?;
+    Some((prometheus, promtool))
+}
+
 /// A safety net so that a broken test fails instead of hanging; never a timing assertion.
 pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(60), fut)
