@@ -2,6 +2,7 @@
 
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -14,10 +15,12 @@ use crate::recorder::TargetRecorder;
 /// [`TargetRecorder`], which never blocks: a full queue counts the bytes as lost instead. Creating the tap
 /// records the connection's start, dropping it the connection's end. A tap without a recorder
 /// ([`Tap::off`]) passes everything through, so that code can use one stream type whether it records or not.
+/// With [`Tap::counting`] it also adds the bytes read to a counter, recording or not.
 #[derive(Debug)]
 pub struct Tap<S> {
     inner: S,
     recorder: Option<Arc<TargetRecorder>>,
+    received: Option<Arc<AtomicU64>>,
 }
 
 impl<S> Tap<S> {
@@ -31,12 +34,18 @@ impl<S> Tap<S> {
         if let Some(r) = &recorder {
             r.record(RecordKind::Open);
         }
-        Tap { inner, recorder }
+        Tap { inner, recorder, received: None }
     }
 
     /// Passes `inner` through without recording.
     pub fn off(inner: S) -> Self {
-        Tap { inner, recorder: None }
+        Tap { inner, recorder: None, received: None }
+    }
+
+    /// Also adds the number of bytes read to `received` (whether or not it records).
+    pub fn counting(mut self, received: Arc<AtomicU64>) -> Self {
+        self.received = Some(received);
+        self
     }
 
     /// The wrapped stream.
@@ -64,8 +73,13 @@ impl<S: AsyncRead + Unpin> AsyncRead for Tap<S> {
         let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &poll {
             let new = &buf.filled()[before..];
-            if let (Some(r), false) = (&this.recorder, new.is_empty()) {
-                r.data(Direction::Inbound, new);
+            if !new.is_empty() {
+                if let Some(r) = &this.recorder {
+                    r.data(Direction::Inbound, new);
+                }
+                if let Some(received) = &this.received {
+                    received.fetch_add(new.len() as u64, Ordering::Relaxed);
+                }
             }
         }
         poll

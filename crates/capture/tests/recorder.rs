@@ -21,7 +21,8 @@ async fn a_tap_records_reads_and_writes_and_replays_them() {
     let recorder = Recorder::start(RecorderConfig::new(Destination::File(path.clone()), "test 1")).unwrap();
     let target = recorder.target(Target::new("peer", Protocol::Hmon, "127.0.0.1:4502"));
     let (ours, mut peer) = tokio::io::duplex(64);
-    let mut tap = Tap::new(ours, target);
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tap = Tap::new(ours, target).counting(received.clone());
     tap.write_all(b"request").await.unwrap();
     let mut got = [0u8; 7];
     peer.read_exact(&mut got).await.unwrap();
@@ -29,6 +30,7 @@ async fn a_tap_records_reads_and_writes_and_replays_them() {
     let mut answer = [0u8; 10];
     tap.read_exact(&mut answer).await.unwrap();
     drop(tap);
+    assert_eq!(received.load(std::sync::atomic::Ordering::Relaxed), 10, "the bytes read, not those written");
     let stats = recorder.finish();
     assert_eq!((stats.lost_records, stats.files), (0, 1));
 
@@ -175,4 +177,16 @@ fn a_full_queue_drops_and_counts_instead_of_blocking() {
         ],
         "the next record says one was lost before it"
     );
+}
+
+#[tokio::test]
+async fn a_tap_that_does_not_record_still_counts_what_it_reads() {
+    let (ours, mut peer) = tokio::io::duplex(64);
+    let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mut tap = Tap::off(ours).counting(received.clone());
+    peer.write_all(b"twelve bytes").await.unwrap();
+    let mut got = [0u8; 12];
+    tap.read_exact(&mut got).await.unwrap();
+    tap.write_all(b"out").await.unwrap();
+    assert_eq!(received.load(std::sync::atomic::Ordering::Relaxed), 12);
 }

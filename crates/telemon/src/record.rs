@@ -7,13 +7,8 @@
 //! installed recording the tap passes everything through.
 
 use std::collections::HashMap;
-use std::io;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::task::{Context, Poll};
-
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use telemon_capture::{Recorder, RecorderStats, Tap, Target, TargetRecorder};
 
@@ -105,69 +100,7 @@ pub fn installed() -> Option<&'static Arc<Recording>> {
 /// records it when a fleet recording is installed, and passes it through otherwise.
 ///
 /// The bytes read are added to `received` (the target's `telemon_target_received_bytes_total`).
-pub fn tap<S>(
-    stream: S,
-    name: &str,
-    protocol: Protocol,
-    address: &str,
-    received: Arc<AtomicU64>,
-) -> Tap<Counted<S>> {
+pub fn tap<S>(stream: S, name: &str, protocol: Protocol, address: &str, received: Arc<AtomicU64>) -> Tap<S> {
     let recorder = installed().map(|r| r.target(Target::new(name, protocol, address)));
-    Tap::maybe(Counted::new(stream, received), recorder)
-}
-
-/// A stream that adds the number of bytes read from it to a shared counter.
-#[derive(Debug)]
-pub struct Counted<S> {
-    inner: S,
-    received: Arc<AtomicU64>,
-}
-
-impl<S> Counted<S> {
-    /// Counts what is read from `inner` into `received`.
-    pub fn new(inner: S, received: Arc<AtomicU64>) -> Self {
-        Counted { inner, received }
-    }
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let before = buf.filled().len();
-        let poll = Pin::new(&mut self.inner).poll_read(cx, buf);
-        let read = buf.filled().len() - before;
-        if read > 0 {
-            self.received.fetch_add(read as u64, Ordering::Relaxed);
-        }
-        poll
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.inner.is_write_vectored()
-    }
+    Tap::maybe(stream, recorder).counting(received)
 }

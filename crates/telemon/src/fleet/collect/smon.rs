@@ -55,7 +55,7 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
         }
         Source::File(path) => match tokio::fs::File::open(path).await {
             Ok(file) => {
-                let file = record::Counted::new(file, p.received().clone());
+                let file = telemon_capture::Tap::off(file).counting(p.received().clone());
                 collect(p, UpdateReader::new(file, DecoderConfig::default()).follow(FOLLOW_POLL)).await
             }
             Err(e) => Failure::new(ErrorKind::Connect, format!("{}: {e}", path.display())),
