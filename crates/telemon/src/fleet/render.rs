@@ -306,19 +306,27 @@ impl Chunks {
                     while let Some(&(ti, fi)) = members.get(*member) {
                         let t = &snapshot.targets[ti as usize];
                         if let Some(f) = t.series.family_at(fi as usize) {
-                            for (prefix, suffix) in prefixes.iter_mut().zip(SUFFIXES) {
-                                prefix.clear();
-                                prefix.push_str(&name);
-                                prefix.push_str(suffix);
-                                prefix.push('{');
-                                prefix.push_str(&t.label_text);
-                            }
-                            let [plain, bucket, sum, count] = &*prefixes;
+                            // The plain prefix now; a histogram's three when the first histogram comes.
+                            let mut made = 0;
+                            let mut make = |prefixes: &mut [String; 4], upto: usize| {
+                                for (prefix, suffix) in prefixes[made..upto].iter_mut().zip(&SUFFIXES[made..])
+                                {
+                                    prefix.clear();
+                                    prefix.push_str(&name);
+                                    prefix.push_str(suffix);
+                                    prefix.push('{');
+                                    prefix.push_str(&t.label_text);
+                                }
+                                made = made.max(upto);
+                            };
+                            make(prefixes, 1);
                             for s in f.series() {
                                 let labels = s.labels().text();
                                 match s.value() {
-                                    ValueRef::Number(v) => line(buf, plain, labels, None, v),
+                                    ValueRef::Number(v) => line(buf, &prefixes[0], labels, None, v),
                                     ValueRef::Histogram(h) => {
+                                        make(prefixes, 4);
+                                        let [_, bucket, sum, count] = &*prefixes;
                                         for (le, &n) in h.le.iter().zip(h.counts.iter()) {
                                             line(buf, bucket, labels, Some(le), Num::Uint(n));
                                         }
