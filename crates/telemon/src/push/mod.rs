@@ -94,7 +94,7 @@ impl Push {
     ) -> Result<(), PushError> {
         let name = block.sender_name();
         let client = client(block).map_err(|message| PushError { section, sender: name.clone(), message })?;
-        let stats = Arc::new(Stats::new(name, W::FORMAT, block.queue_bytes));
+        let stats = Arc::new(Stats::new(name, block.queue_bytes));
         let queue =
             Arc::new(queue::Queue::<W::Item>::new(usize::try_from(block.queue_bytes).unwrap_or(usize::MAX)));
         let inflight = Arc::new(AtomicU64::new(0));

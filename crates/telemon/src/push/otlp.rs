@@ -399,7 +399,6 @@ impl OtlpWire {
 impl Wire for OtlpWire {
     type Item = OtlpPoint;
     type Context = Vec<KeyValue>;
-    const FORMAT: &'static str = "otlp";
     const CONTENT_TYPE: &'static str = "application/x-protobuf";
     const HEADERS: &'static [(&'static str, &'static str)] = &[];
 

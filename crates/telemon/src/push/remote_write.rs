@@ -421,7 +421,6 @@ pub fn fmt_le(v: f64) -> String {
 impl Wire for RemoteWrite {
     type Item = RwSample;
     type Context = ();
-    const FORMAT: &'static str = "remote_write";
     const CONTENT_TYPE: &'static str = "application/x-protobuf";
     const HEADERS: &'static [(&'static str, &'static str)] = &HEADERS;
 

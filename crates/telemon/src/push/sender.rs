@@ -23,8 +23,6 @@ pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
 pub(crate) trait Wire: Send + 'static {
     /// One queued sample or data point.
     type Item: Queued + Send + Sync + 'static;
-    /// The `format` label.
-    const FORMAT: &'static str;
     /// The request's `Content-Type`.
     const CONTENT_TYPE: &'static str;
     /// Other fixed request headers.

@@ -7,6 +7,8 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::fleet::series::{escape_label_value, push_f64, push_num, Num};
+
 /// The upper bounds of `telemon_sender_request_duration_seconds`.
 pub const DURATION_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
 
@@ -40,8 +42,6 @@ pub mod reason {
 pub struct Stats {
     /// The `sender` label.
     pub sender: String,
-    /// `remote_write` or `otlp` (for logs; names are unique across both).
-    pub format: &'static str,
     sent: AtomicU64,
     retried: AtomicU64,
     dropped: Mutex<BTreeMap<String, u64>>,
@@ -61,10 +61,9 @@ pub struct Stats {
 
 impl Stats {
     /// Zeroed stats of a sender.
-    pub fn new(sender: String, format: &'static str, queue_limit: u64) -> Self {
+    pub fn new(sender: String, queue_limit: u64) -> Self {
         Stats {
             sender,
-            format,
             sent: AtomicU64::new(0),
             retried: AtomicU64::new(0),
             dropped: Mutex::new(BTreeMap::new()),
@@ -156,10 +155,15 @@ impl Stats {
 
     /// Writes this sender's series, each line under its family (`families` maps name -> lines).
     fn write(&self, f: &mut BTreeMap<&'static str, (&'static str, &'static str, String)>) {
-        let labels = format!("sender=\"{}\"", escape(&self.sender));
-        let mut line = |name: &'static str, extra: &str, v: f64| {
+        let mut labels = String::from("sender=\"");
+        escape_label_value(&mut labels, &self.sender);
+        labels.push('"');
+        // Counts as exact integers, times as floats, like every other family on the page.
+        let mut line = |name: &'static str, extra: &str, v: Num| {
             let (_, _, lines) = f.get_mut(strip(name)).expect("every family is declared");
-            let _ = writeln!(lines, "{name}{{{labels}{extra}}} {}", fmt_f64(v));
+            let _ = write!(lines, "{name}{{{labels}{extra}}} ");
+            push_num(lines, v);
+            lines.push('\n');
         };
         let mut results: BTreeMap<&str, u64> = BTreeMap::new();
         results.insert("sent", self.sent());
@@ -172,21 +176,34 @@ impl Stats {
             results.insert(r, *n);
         }
         for (r, n) in results {
-            line("telemon_sender_samples_total", &format!(",result=\"{}\"", escape(r)), n as f64);
+            let mut result = String::from(",result=\"");
+            escape_label_value(&mut result, r);
+            result.push('"');
+            line("telemon_sender_samples_total", &result, Num::Uint(n));
         }
-        line("telemon_sender_queue_bytes", "", self.queue_bytes.load(Relaxed) as f64);
-        line("telemon_sender_queue_limit_bytes", "", self.queue_limit as f64);
+        line("telemon_sender_queue_bytes", "", Num::Uint(self.queue_bytes.load(Relaxed)));
+        line("telemon_sender_queue_limit_bytes", "", Num::Uint(self.queue_limit));
         let age = self.oldest_unsent_ms().map_or(0.0, |t| (now_ms() - t).max(0) as f64 / 1000.0);
-        line("telemon_sender_oldest_unsent_age_seconds", "", age);
-        line("telemon_sender_last_success_timestamp_seconds", "", self.last_success_ms() as f64 / 1000.0);
+        line("telemon_sender_oldest_unsent_age_seconds", "", Num::Float(age));
+        line(
+            "telemon_sender_last_success_timestamp_seconds",
+            "",
+            Num::Float(self.last_success_ms() as f64 / 1000.0),
+        );
         for (i, b) in DURATION_BUCKETS.iter().enumerate() {
-            let n = self.durations[i].load(Relaxed) as f64;
-            line("telemon_sender_request_duration_seconds_bucket", &format!(",le=\"{}\"", fmt_f64(*b)), n);
+            let mut le = String::from(",le=\"");
+            push_f64(&mut le, *b);
+            le.push('"');
+            line(
+                "telemon_sender_request_duration_seconds_bucket",
+                &le,
+                Num::Uint(self.durations[i].load(Relaxed)),
+            );
         }
-        let count = self.duration_count.load(Relaxed) as f64;
+        let count = Num::Uint(self.duration_count.load(Relaxed));
         line("telemon_sender_request_duration_seconds_bucket", ",le=\"+Inf\"", count);
         let sum = self.duration_sum_us.load(Relaxed) as f64 / 1e6;
-        line("telemon_sender_request_duration_seconds_sum", "", sum);
+        line("telemon_sender_request_duration_seconds_sum", "", Num::Float(sum));
         line("telemon_sender_request_duration_seconds_count", "", count);
     }
 }
@@ -200,20 +217,6 @@ fn strip(name: &'static str) -> &'static str {
         }
     }
     name
-}
-
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-fn fmt_f64(v: f64) -> String {
-    if v.is_nan() {
-        "NaN".into()
-    } else if v == f64::INFINITY {
-        "+Inf".into()
-    } else {
-        format!("{v}")
-    }
 }
 
 /// Now in Unix milliseconds.
@@ -268,7 +271,7 @@ mod tests {
 
     #[test]
     fn renders_every_family_by_sender_and_result() {
-        let s = std::sync::Arc::new(Stats::new("vm".into(), "remote_write", 1024));
+        let s = std::sync::Arc::new(Stats::new("vm".into(), 1024));
         s.add_sent(10);
         s.add_retried(4);
         s.add_dropped(reason::http(400), 3);
