@@ -44,19 +44,12 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
     let mut publishers: std::collections::HashMap<String, Publisher> = Default::default();
     let mut scrapes = Vec::new();
     for connection in connections {
-        let protocol = match connection.target.protocol {
-            Protocol::Meter161 => fleet::Protocol::Meter161,
-            Protocol::Smon => fleet::Protocol::Smon,
-            Protocol::Sysinfo => fleet::Protocol::Sysinfo,
-            Protocol::Hmon => fleet::Protocol::Hmon,
-            Protocol::Mono => fleet::Protocol::Mono,
-            other => {
-                eprintln!(
-                    "telemon: export: {}: the {other} collector cannot replay recordings yet; skipped",
-                    connection.target.name
-                );
-                continue;
-            }
+        let Some(protocol) = fleet_protocol(connection.target.protocol) else {
+            eprintln!(
+                "telemon: export: {}: no collector replays {} recordings; skipped",
+                connection.target.name, connection.target.protocol
+            );
+            continue;
         };
         let name = connection.target.name.clone();
         let p = publishers
