@@ -19,6 +19,7 @@ pub mod own;
 pub mod push_config;
 pub mod registry;
 pub mod render;
+pub mod rows;
 pub mod series;
 pub mod store;
 pub mod target;

@@ -493,19 +493,21 @@ impl SeriesStore {
         for (r, &f) in order.iter().enumerate() {
             rank[usize::from(f)] = r as u16;
         }
-        let mut live: Vec<(u16, &str, u32)> = self
+        // Within a family, series in slot order: sorting by label text compared strings that are
+        // nowhere near the cache, every time a series came or went.
+        let mut live: Vec<(u16, u32)> = self
             .slots
             .iter()
             .enumerate()
             .filter(|(_, s)| s.live)
-            .map(|(i, s)| (rank[usize::from(s.family)], s.labels.text(), i as u32))
+            .map(|(i, s)| (rank[usize::from(s.family)], i as u32))
             .collect();
         live.sort_unstable();
         let mut runs = Vec::with_capacity(order.len());
         let mut defs = Vec::with_capacity(live.len());
         let mut hist = 0u32;
         let mut start = 0u32;
-        for (pos, &(r, _, i)) in live.iter().enumerate() {
+        for (pos, &(r, i)) in live.iter().enumerate() {
             let s = &self.slots[i as usize];
             let h = if s.hist.is_some() {
                 hist += 1;

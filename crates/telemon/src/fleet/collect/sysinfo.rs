@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use super::{within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::config::SysinfoTarget;
 use crate::fleet::model::{ErrorKind, MetricKind};
+use crate::fleet::rows::RowCache;
 use crate::fleet::target::{Failure, Publisher};
 use crate::record;
 
@@ -111,6 +112,8 @@ struct Due {
     next: Instant,
     /// A hash of the last reply's text that was recorded, if any.
     last: Option<u64>,
+    /// The slots of the report's rows.
+    rows: RowCache,
 }
 
 /// The reports of a plan, each at its own period, all in phase from one start: reports whose
@@ -126,7 +129,13 @@ impl Schedule {
         let due = plan
             .reports
             .iter()
-            .map(|&(command, every)| Due { command, every, next: start, last: None })
+            .map(|&(command, every)| Due {
+                command,
+                every,
+                next: start,
+                last: None,
+                rows: RowCache::default(),
+            })
             .collect();
         Schedule { due, hasher: foldhash::fast::RandomState::default() }
     }
@@ -231,7 +240,8 @@ pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure
                         p.up();
                     }
                     if !schedule.unchanged(i, &reply) {
-                        record(p, &Report::parse(schedule.due[i].command, &reply.text));
+                        let due = &mut schedule.due[i];
+                        record(p, &mut due.rows, &Report::parse(due.command, &reply.text));
                     }
                 }
                 Err(e) => p.error(&Failure::new(kind(&e), e)),
@@ -279,6 +289,7 @@ where
     let mut open: std::collections::HashMap<sysinfo_wire::ChannelId, sysinfo_wire::Reassembler> =
         Default::default();
     let mut answered = false;
+    let mut rows: std::collections::HashMap<SysinfoCommand, RowCache> = Default::default();
     loop {
         let (channel, message) = match frames.next().await {
             None => return Failure::new(ErrorKind::Connect, "the recording ends"),
@@ -321,7 +332,7 @@ where
                 answered = true;
                 p.up();
             }
-            record(p, &Report::parse(command, &reply.text));
+            record(p, rows.entry(command).or_default(), &Report::parse(command, &reply.text));
         }
         if open.is_empty() {
             p.flush_if_dirty();
@@ -329,13 +340,15 @@ where
     }
 }
 
-/// Sets the series of one report.
-pub fn record(p: &mut Publisher, report: &Report) {
+/// Sets the series of one report; `rows` is the report's own cache of its rows' slots, kept from one
+/// report to the next.
+pub fn record(p: &mut Publisher, rows: &mut RowCache, report: &Report) {
+    rows.begin();
     match report {
-        Report::Ps(ps) => record_ps(p, ps),
-        Report::Memstat(m) => record_memstat(p, m),
-        Report::Kstat(k) => record_kstat(p, k),
-        Report::Channels(c) => record_channels(p, c),
+        Report::Ps(ps) => record_ps(p, rows, ps),
+        Report::Memstat(m) => record_memstat(p, rows, m),
+        Report::Kstat(k) => record_kstat(p, rows, k),
+        Report::Channels(c) => record_channels(p, rows, c),
         Report::SchedLatency(h) => record_histogram(
             p,
             "rvos_scheduler_latency_seconds",
@@ -348,7 +361,7 @@ pub fn record(p: &mut Publisher, report: &Report) {
             "IPC delivery latency (log2 buckets of 10 MHz ticks; _sum estimated from bucket midpoints).",
             h,
         ),
-        Report::Watchdog(w) => record_watchdog(p, w),
+        Report::Watchdog(w) => record_watchdog(p, rows, w),
         Report::UnknownCommand => {
             p.error(&Failure::new(ErrorKind::Protocol, "the service answered \"Unknown command\""))
         }
@@ -365,15 +378,29 @@ fn kib_to_bytes(p: &mut Publisher, what: &str, kib: u64) -> u64 {
     })
 }
 
-fn record_ps(p: &mut Publisher, ps: &Ps) {
+/// A row's key: its fields, each followed by a byte that UTF-8 never holds.
+fn row_key<'k>(key: &'k mut Vec<u8>, fields: &[&[u8]]) -> &'k [u8] {
+    key.clear();
+    for f in fields {
+        key.extend_from_slice(f);
+        key.push(0xff);
+    }
+    key
+}
+
+fn record_ps(p: &mut Publisher, rows: &mut RowCache, ps: &Ps) {
     // Processes come and go: what the report no longer lists is swept after it.
     let round = p.begin_round();
+    let mut key = Vec::new();
     for row in &ps.processes {
         let mut pid_text = itoa::Buffer::new();
         let pid = pid_text.format(row.pid);
         let name = row.name.as_str();
+        let state = row.state.padded().trim_end();
+        let mut cached = rows.row(row_key(&mut key, &[pid.as_bytes(), name.as_bytes()]));
         for (window, share) in [("1s", row.cpu_1s), ("1m", row.cpu_1m)] {
-            p.put(
+            cached.put(
+                p,
                 "rvos_process_cpu_ratio",
                 "CPU share of one CPU (kernel EWMA).",
                 MetricKind::Gauge,
@@ -382,18 +409,22 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
             );
         }
         let mem = kib_to_bytes(p, "ps mem", row.mem_kib);
-        p.put(
+        cached.put(
+            p,
             "rvos_process_memory_bytes",
             "Physical memory owned by the process.",
             MetricKind::Gauge,
             &[("pid", pid), ("name", name)],
             mem,
         );
-        p.put(
+        // The state is a row of its own (two fields in its key): a process changing state leaves
+        // its other series where they were.
+        rows.row(row_key(&mut key, &[pid.as_bytes(), name.as_bytes(), state.as_bytes(), b""])).put(
+            p,
             "rvos_process_state",
             "The scheduler state ps shows for the process (the series of that state is 1).",
             MetricKind::Gauge,
-            &[("pid", pid), ("name", name), ("state", row.state.padded().trim_end())],
+            &[("pid", pid), ("name", name), ("state", state)],
             1u64,
         );
     }
@@ -402,11 +433,13 @@ fn record_ps(p: &mut Publisher, ps: &Ps) {
     }
 }
 
-fn record_memstat(p: &mut Publisher, m: &Memstat) {
+fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat) {
     if let Some(h) = &m.heap {
+        let mut row = rows.row(b"");
         for (state, kib) in [("total", h.total_kib), ("used", h.used_kib), ("free", h.free_kib)] {
             let bytes = kib_to_bytes(p, "memstat heap", kib);
-            p.put(
+            row.put(
+                p,
                 "rvos_kernel_heap_bytes",
                 "Kernel heap bytes, by state.",
                 MetricKind::Gauge,
@@ -416,42 +449,47 @@ fn record_memstat(p: &mut Publisher, m: &Memstat) {
         }
     }
     let round = p.begin_round();
+    let mut key = Vec::new();
     for t in &m.tags {
+        // The heap's row has the empty key: a tag's is never empty.
+        let mut row = rows.row(row_key(&mut key, &[t.tag.as_bytes()]));
         for (kind, kib) in [("current", t.current_kib), ("peak", t.peak_kib)] {
             let l = [("tag", t.tag.as_str()), ("kind", kind)];
             let help = "Kernel heap bytes per allocation tag, current and peak.";
             let bytes = kib_to_bytes(p, "memstat tag", kib);
-            p.put("rvos_kernel_heap_tag_bytes", help, MetricKind::Gauge, &l, bytes);
+            row.put(p, "rvos_kernel_heap_tag_bytes", help, MetricKind::Gauge, &l, bytes);
         }
         let help = "Live kernel heap allocations per tag.";
         let l = [("tag", t.tag.as_str())];
-        p.put("rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, &l, t.live_allocations);
+        row.put(p, "rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, &l, t.live_allocations);
     }
     p.sweep_family("rvos_kernel_heap_tag_bytes", round);
     p.sweep_family("rvos_kernel_heap_tag_live_allocations", round);
 }
 
-fn record_kstat(p: &mut Publisher, k: &Kstat) {
+fn record_kstat(p: &mut Publisher, rows: &mut RowCache, k: &Kstat) {
     for c in &k.counters {
         let help = "The kernel's counters (monotonic).";
-        p.put("rvos_kstat_total", help, MetricKind::Counter, &[("counter", &c.name)], c.value);
+        let l = [("counter", c.name.as_str())];
+        rows.row(c.name.as_bytes()).put(p, "rvos_kstat_total", help, MetricKind::Counter, &l, c.value);
     }
 }
 
-fn record_channels(p: &mut Publisher, c: &Channels) {
+fn record_channels(p: &mut Publisher, rows: &mut RowCache, c: &Channels) {
     let families = ["rvos_channel_messages_total", "rvos_channel_bytes_total", "rvos_channel_queue_length"];
     // Closed channels are swept after the report (counters keep their rates across reports).
     let round = p.begin_round();
     for row in c.channels.iter().filter(|r| !r.closed) {
         let mut ch_text = itoa::Buffer::new();
         let ch = ch_text.format(row.channel);
+        let mut cached = rows.row(ch.as_bytes());
         for (side, msgs, bytes, queue) in
             [("a", row.msgs_a, row.bytes_a, row.queue_a), ("b", row.msgs_b, row.bytes_b, row.queue_b)]
         {
             let l = [("channel", ch), ("side", side)];
-            p.put(families[0], "Messages sent on a channel end.", MetricKind::Counter, &l, msgs);
-            p.put(families[1], "Bytes sent on a channel end.", MetricKind::Counter, &l, bytes);
-            p.put(families[2], "Messages queued at a channel end.", MetricKind::Gauge, &l, queue);
+            cached.put(p, families[0], "Messages sent on a channel end.", MetricKind::Counter, &l, msgs);
+            cached.put(p, families[1], "Bytes sent on a channel end.", MetricKind::Counter, &l, bytes);
+            cached.put(p, families[2], "Messages queued at a channel end.", MetricKind::Gauge, &l, queue);
         }
     }
     for fam in families {
@@ -505,8 +543,9 @@ fn record_histogram(p: &mut Publisher, family: &'static str, help: &'static str,
     p.put_histogram(family, help, &[], &bounds, &counts, sum, cumulative);
 }
 
-fn record_watchdog(p: &mut Publisher, w: &Watchdog) {
-    p.put(
+fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog) {
+    rows.row(b"").put(
+        p,
         "rvos_watchdog_enabled",
         "1 when the kernel watchdog is enabled.",
         MetricKind::Gauge,
@@ -515,14 +554,31 @@ fn record_watchdog(p: &mut Publisher, w: &Watchdog) {
     );
     let round = p.begin_round();
     let help = "Seconds since the task's last watchdog heartbeat.";
+    let family = "rvos_watchdog_heartbeat_age_seconds";
+    let mut key = Vec::new();
+    // `enabled`'s row has the empty key: a task's is never empty.
     for t in &w.kernel_tasks {
         let l = [("task", t.name.as_str())];
-        p.put("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, &l, t.ago_ms as f64 / 1000.0);
+        rows.row(row_key(&mut key, &[t.name.as_bytes()])).put(
+            p,
+            family,
+            help,
+            MetricKind::Gauge,
+            &l,
+            t.ago_ms as f64 / 1000.0,
+        );
     }
     for c in &w.critical_processes {
         let task = format!("{}[{}]", c.name, c.pid);
         let l = [("task", task.as_str())];
-        p.put("rvos_watchdog_heartbeat_age_seconds", help, MetricKind::Gauge, &l, c.ago_ms as f64 / 1000.0);
+        rows.row(row_key(&mut key, &[task.as_bytes()])).put(
+            p,
+            family,
+            help,
+            MetricKind::Gauge,
+            &l,
+            c.ago_ms as f64 / 1000.0,
+        );
     }
     p.sweep_family("rvos_watchdog_heartbeat_age_seconds", round);
 }
@@ -556,7 +612,7 @@ mod tests {
         let mut sys = rvos_sim::system::System::new(rvos_sim::system::SystemConfig::default(), 0);
         for command in [SysinfoCommand::Ps, SysinfoCommand::Memstat] {
             let text = with_numbers(&sys.render(command, 0), &[u64::MAX.to_string()]);
-            record(&mut p, &Report::parse(command, &text));
+            record(&mut p, &mut RowCache::default(), &Report::parse(command, &text));
         }
         check_rendered(&reg, &mut p, &[]).unwrap();
         let snap = reg.snapshot();
@@ -582,7 +638,7 @@ mod tests {
             let (reg, mut p) = publisher(crate::fleet::Protocol::Sysinfo);
             let mut sys = rvos_sim::system::System::new(rvos_sim::system::SystemConfig::default(), 5_000_000);
             let text = with_numbers(&sys.render(command, 5_000_000), &numbers);
-            record(&mut p, &Report::parse(command, &text));
+            record(&mut p, &mut RowCache::default(), &Report::parse(command, &text));
             proptest::prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
         }
     }
