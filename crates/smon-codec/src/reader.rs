@@ -12,9 +12,10 @@ use crate::message::Update;
 /// The most bytes one read asks for.
 pub const READ_CHUNK: usize = 16 * 1024;
 
-/// What the first read asks for: a reader starts small (a stream of a few updates a second needs no
-/// more, and a fleet holds a thousand readers) and doubles its reads, up to [`READ_CHUNK`], while they
-/// come back full.
+/// What a read into an empty buffer asks for (the first read, and the wait for the next update): a
+/// reader starts small (a stream of a few updates a second needs no more, and a fleet holds a thousand
+/// readers) and doubles its other reads, up to [`READ_CHUNK`], while they come back full. A buffer that
+/// grew for a large update is given back when it empties.
 pub const FIRST_READ_CHUNK: usize = 1024;
 
 /// Reads [`Update`]s from any [`AsyncRead`]: a file (several runs appended to it decode as one stream,
@@ -115,7 +116,18 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
             if self.done {
                 return None;
             }
-            self.buf.reserve(self.chunk);
+            // An empty buffer waits for the next update with a first read's room only: a stream
+            // that sends a sample a second spends most of its time waiting, and a fleet holds a
+            // thousand of them. The reads that follow, while the sample arrives, ask for `chunk`.
+            let want = if self.buf.is_empty() {
+                if self.buf.capacity() > 2 * FIRST_READ_CHUNK {
+                    self.buf = BytesMut::new();
+                }
+                FIRST_READ_CHUNK
+            } else {
+                self.chunk
+            };
+            self.buf.reserve(want);
             let room = self.buf.capacity() - self.buf.len();
             match self.inner.read_buf(&mut self.buf).await {
                 Ok(0) => match self.follow {
@@ -123,7 +135,7 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
                     None => self.eof = true,
                 },
                 Ok(n) => {
-                    if n == room {
+                    if n == room && want == self.chunk {
                         self.chunk = (self.chunk * 2).min(READ_CHUNK);
                     }
                 }

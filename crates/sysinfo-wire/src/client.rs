@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::codec::Framed;
+use tokio_util::codec::{Framed, FramedParts};
 
 use crate::message::{BootRequest, BootResponse, ChannelId, Message, SysinfoCommand, SYSINFO_SERVICE};
 use crate::reassembly::{Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
@@ -15,9 +15,8 @@ use crate::report::Report;
 use crate::transport::{Frame, HostCodec, TransportError};
 use crate::wire::{self, WireError};
 
-/// The initial size of the connection's read and write buffers: a batch of requests fits, and replies grow
-/// the read buffer as they need (a fleet holds a thousand connections, so 8 KiB each by default would be
-/// most of its memory).
+/// The initial size of the connection's read buffer: replies grow it as they need (a fleet holds a
+/// thousand connections, so 8 KiB for each of the two buffers by default would be most of its memory).
 const IO_BUFFER: usize = 4096;
 
 /// Where `rvos-sim` listens and `telemon sysinfo` connects by default (TCP, loopback).
@@ -177,7 +176,12 @@ impl Client {
     pub fn new(stream: impl HostStream + 'static, config: ClientConfig) -> Self {
         let stream: Box<dyn HostStream> = Box::new(stream);
         Client {
-            framed: Framed::with_capacity(stream, HostCodec, IO_BUFFER),
+            framed: {
+                // Requests are a few dozen bytes: the write buffer grows to a batch's size, no more.
+                let mut parts = FramedParts::new::<Frame>(stream, HostCodec);
+                parts.read_buf = bytes::BytesMut::with_capacity(IO_BUFFER);
+                Framed::from_parts(parts)
+            },
             config,
             open: HashSet::from([ChannelId::BOOT]),
             queued: HashMap::new(),

@@ -30,10 +30,13 @@ struct Pass {
 }
 
 impl Pass {
-    fn clear(&mut self) {
-        self.keys.clear();
-        self.rows.clear();
-        self.slots.clear();
+    /// An empty pass with room for one like `like`.
+    fn sized_like(like: &Pass) -> Pass {
+        Pass {
+            keys: Vec::with_capacity(like.keys.len()),
+            rows: Vec::with_capacity(like.rows.len()),
+            slots: Vec::with_capacity(like.slots.len()),
+        }
     }
 
     /// Row `i`'s key and the range of its slots.
@@ -50,7 +53,8 @@ impl Pass {
 /// The slots a collector's rows resolved to in the last pass over one report, by row key.
 ///
 /// Call [`RowCache::begin`] at the start of each pass over the report (one cache per report), then
-/// [`RowCache::row`] for each row, and put the row's series through the returned [`Row`]. The
+/// [`RowCache::row`] for each row, put the row's series through the returned [`Row`], and
+/// [`RowCache::end`] after the last row (between passes, only the last one is kept). The
 /// contract: a row's key determines the labels of every series the row puts, and a row puts its
 /// series in the same order every time. Rows may come and go between passes; what the cache does
 /// not recognise is looked up by labels as without it, so a wrong guess costs time, never a value
@@ -71,9 +75,14 @@ impl RowCache {
     /// Starts a pass over the report: the rows of the pass before become what the next rows are
     /// matched against.
     pub fn begin(&mut self) {
-        std::mem::swap(&mut self.prev, &mut self.next);
-        self.next.clear();
+        self.prev = std::mem::take(&mut self.next);
+        self.next = Pass::sized_like(&self.prev);
         self.at = 0;
+    }
+
+    /// Ends a pass: the pass before is forgotten.
+    pub fn end(&mut self) {
+        self.prev = Pass::default();
     }
 
     /// Starts the next row, identified by `key` (e.g. a process's pid, state and name).
@@ -173,6 +182,7 @@ mod tests {
                 row.put(p, "a", "h", MetricKind::Gauge, &[("name", name)], v);
                 row.put(p, "b", "h", MetricKind::Gauge, &[("name", name)], v * 10);
             }
+            cache.end();
         };
         pass(&mut p, &mut cache, &[("x", 1), ("y", 2), ("z", 3)]);
         pass(&mut p, &mut cache, &[("x", 4), ("y", 5), ("z", 6)]);

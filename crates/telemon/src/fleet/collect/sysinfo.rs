@@ -367,6 +367,7 @@ pub fn record(p: &mut Publisher, rows: &mut RowCache, report: &Report) {
         }
         Report::Trace(_) | Report::TraceClear(_) => {}
     }
+    rows.end();
 }
 
 /// `kib` in bytes. A count that does not fit in 64 bits (the peer's number is wrong) is a decode
