@@ -97,7 +97,7 @@ fn duration(text: &Option<String>, default: Duration) -> Result<Duration> {
     }
 }
 
-#[tokio::main]
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<()> {
     let args = Args::parse();
     let text = std::fs::read_to_string(&args.config)
