@@ -180,9 +180,10 @@ async fn meter161(dir: PathBuf, interval: Duration, counts: Arc<Counts>) {
 }
 
 /// telemon's hmon collector: subscribe to every event, poll the default facts every `poll`, and
-/// ask for the last known state every `poll` beside them.
+/// ask for the last known state every `poll` beside them (one at a time), all on one [`hmon::Connection`]
+/// driven by the target's one task.
 async fn hmon(addr: String, poll: Duration, counts: Arc<Counts>) {
-    use hmon::{EventKind, FactKind, IdOrName};
+    use hmon::{EventKind, FactKind, GetLastKnownState, IdOrName, Incoming, Request, Subscribe};
     let config = hmon::ClientConfig {
         handshake_timeout: CONNECT_TIMEOUT,
         request_timeout: CONNECT_TIMEOUT.max(poll),
@@ -197,32 +198,43 @@ async fn hmon(addr: String, poll: Duration, counts: Arc<Counts>) {
             .collect();
     let events: Vec<IdOrName> = EventKind::ALL.iter().map(|&k| k.into()).collect();
     loop {
-        let connect = tokio::time::timeout(CONNECT_TIMEOUT * 2, hmon::Client::connect(&addr, config.clone()));
-        if let Ok(Ok((client, mut stream))) = connect.await {
+        let connect =
+            tokio::time::timeout(CONNECT_TIMEOUT * 2, hmon::Connection::connect(&addr, config.clone()));
+        if let Ok(Ok(mut conn)) = connect.await {
             let _up = Up::new(&counts);
-            if client.subscribe(events.clone()).await.is_ok()
-                && client.poll_facts(facts.clone(), Some(poll)).await.is_ok()
+            let subscribe =
+                Request::Subscribe(Subscribe { events: Some(events.clone()), ..Default::default() });
+            if conn.request(subscribe).await.is_ok()
+                && conn.poll_facts(facts.clone(), Some(poll)).await.is_ok()
             {
-                let lks = {
-                    let (client, counts) = (client.clone(), counts.clone());
-                    tokio::spawn(async move {
-                        let mut tick = tokio::time::interval(poll);
-                        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                        loop {
-                            tick.tick().await;
-                            if let Ok(state) = client.last_known_state().await {
-                                counts.decoded(state);
+                let mut asking: Option<String> = None;
+                let mut tick = tokio::time::interval(poll);
+                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                loop {
+                    tokio::select! {
+                        incoming = conn.next() => match incoming {
+                            Err(_) => break,
+                            Ok(Incoming::Reply { uid, response }) => {
+                                if asking.as_ref() == Some(&uid) {
+                                    asking = None;
+                                }
+                                counts.decoded(response);
+                            }
+                            Ok(Incoming::Timeout { uid }) => {
+                                if asking.as_ref() == Some(&uid) {
+                                    asking = None;
+                                }
+                            }
+                            Ok(other) => counts.decoded(other),
+                        },
+                        _ = tick.tick(), if asking.is_none() => {
+                            match conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await {
+                                Ok(uid) => asking = Some(uid),
+                                Err(_) => break,
                             }
                         }
-                    })
-                };
-                while let Some(event) = stream.next().await {
-                    match event {
-                        hmon::Event::Disconnected { .. } => break,
-                        other => counts.decoded(other),
                     }
                 }
-                lks.abort();
             }
         }
         tokio::time::sleep(RETRY).await;
@@ -244,7 +256,7 @@ async fn smon(addr: String, counts: Arc<Counts>) {
     }
 }
 
-/// telemon's sysinfo collector: every `every`, one request per report, one after the other.
+/// telemon's sysinfo collector: every `every`, the seven reports in one pipelined batch.
 async fn sysinfo(addr: String, every: Duration, counts: Arc<Counts>) {
     use sysinfo_wire::SysinfoCommand as C;
     const REPORTS: [C; 7] =
