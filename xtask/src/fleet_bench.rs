@@ -424,9 +424,9 @@ impl Bench {
         let mut scrape = Vec::new();
         let mut first_states = None;
         for i in 1..=self.seconds {
-            let t = Instant::now();
-            scrape = http_get(&listen, "/metrics", false)?.body;
-            latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            let answer = http_get(&listen, "/metrics", false)?;
+            latencies.push(answer.took.as_secs_f64() * 1e3);
+            scrape = answer.body;
             first_states.get_or_insert_with(|| target_states(&scrape));
             if let Some(wait) = (start + Duration::from_secs(i)).checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
@@ -446,7 +446,7 @@ impl Bench {
         for _ in 0..GZIP_SCRAPES.min(self.seconds) {
             let t = Instant::now();
             let answer = http_get(&listen, "/metrics", true)?;
-            gzip_latencies.push(t.elapsed().as_secs_f64() * 1e3);
+            gzip_latencies.push(answer.took.as_secs_f64() * 1e3);
             gzip_size = answer.gzip.then_some(answer.body.len());
             std::thread::sleep(Duration::from_secs(1).saturating_sub(t.elapsed()));
         }
@@ -690,16 +690,29 @@ fn targets_up(listen: &str) -> Result<usize> {
 struct Answer {
     body: Vec<u8>,
     gzip: bool,
+    /// From connecting to the last byte of the answer (the scrape's latency; taking the answer apart
+    /// afterwards, in this unoptimised binary, is not part of it).
+    took: Duration,
 }
 
 /// `GET path`, by plain HTTP/1.1 with `Connection: close` (and `Accept-Encoding: gzip` if `gzip`).
 fn http_get(addr: &str, path: &str, gzip: bool) -> Result<Answer> {
+    let start = Instant::now();
     let mut stream = TcpStream::connect(addr).with_context(|| format!("connecting to {addr}"))?;
     stream.set_read_timeout(Some(Duration::from_secs(30)))?;
     let accept = if gzip { "Accept-Encoding: gzip\r\n" } else { "" };
     write!(stream, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{accept}Connection: close\r\n\r\n")?;
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).with_context(|| format!("reading GET {path}"))?;
+    // Read into a buffer kept from the last answer, so that the time is the scrape's, not this
+    // process's page faults and reallocations for a 20 MB page.
+    thread_local! {
+        static BUFFER: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let (took, answer) = BUFFER.with_borrow_mut(|buffer| {
+        buffer.clear();
+        let read = stream.read_to_end(buffer).with_context(|| format!("reading GET {path}"));
+        (start.elapsed(), read.map(|_| buffer.clone()))
+    });
+    let mut answer = answer?;
     let end = answer.windows(4).position(|w| w == b"\r\n\r\n").context("no end of headers")?;
     let head = String::from_utf8_lossy(&answer[..end]).to_ascii_lowercase();
     if !head.starts_with("http/1.1 200") {
@@ -708,7 +721,7 @@ fn http_get(addr: &str, path: &str, gzip: bool) -> Result<Answer> {
     let body = answer.split_off(end + 4);
     let gzip = head.lines().any(|l| l.starts_with("content-encoding:") && l.contains("gzip"));
     let body = if head.contains("transfer-encoding: chunked") { dechunk(&body)? } else { body };
-    Ok(Answer { body, gzip })
+    Ok(Answer { body, gzip, took })
 }
 
 /// A chunked body's content.

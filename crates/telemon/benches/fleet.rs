@@ -149,7 +149,61 @@ fn groups() -> Vec<Group> {
             })
             .vs("clone_every_series"),
         );
-    vec![render, update, publish]
+    vec![render, render_fleet(), update, publish]
+}
+
+/// Targets and series per target of [`render_fleet`].
+const FLEET_TARGETS: usize = 1_000;
+const FLEET_ROWS: usize = 75;
+
+/// A thousand targets of 300 series each, created a row at a time across all the targets (as a live
+/// fleet's collectors interleave), so that a target's label sets are scattered over the heap.
+fn big_fleet() -> FleetSnapshot {
+    let registry = Registry::new();
+    let mut ps: Vec<Publisher> = (0..FLEET_TARGETS)
+        .map(|i| {
+            let labels = vec![("env".to_owned(), "bench".to_owned())];
+            let mut p = Publisher::new(&registry, format!("vm{i}"), Protocol::Sysinfo, labels, 10_000);
+            p.up();
+            p
+        })
+        .collect();
+    for row in 0..FLEET_ROWS {
+        for (i, p) in ps.iter_mut().enumerate() {
+            let (pid, name) = (row.to_string(), format!("proc-{row}-{}", i % 7));
+            for family in ["rvos_a", "rvos_b", "rvos_c", "rvos_d"] {
+                p.put(family, "h", MetricKind::Gauge, &[("pid", &pid), ("name", &name)], (row * i) as u64);
+            }
+        }
+    }
+    for p in &mut ps {
+        p.flush();
+    }
+    let mut snap = registry.snapshot();
+    for t in &mut snap.targets {
+        t.state = TargetState::Up;
+    }
+    snap
+}
+
+/// Rendering a fleet too large for the CPU's caches (a 19 MB page), with and without prefetching the
+/// series' labels; series per second. The fleet is built on the first call (outside count mode's
+/// counting), once for both cases.
+fn render_fleet() -> Group {
+    let fleet = std::rc::Rc::new(std::cell::OnceCell::new());
+    let render = move |prefetch: bool| {
+        let fleet = fleet.clone();
+        move || {
+            let snap: &FleetSnapshot = fleet.get_or_init(big_fleet);
+            let chunks = Chunks::new(snap.clone(), Format::Text004);
+            let chunks = if prefetch { chunks } else { chunks.without_prefetch() };
+            chunks.map(|c| black_box(c).len()).sum::<usize>()
+        }
+    };
+    Group::new("render_fleet", Throughput::Elements((FLEET_TARGETS * FLEET_ROWS * 4) as u64), 1)
+        .sample_size(10)
+        .case(Case::iter("no_prefetch", render(false)))
+        .case(Case::iter("chunks", render(true)).vs("no_prefetch"))
 }
 
 /// The renderer before the store was keyed once: every label escaped and every value formatted

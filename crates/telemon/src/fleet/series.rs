@@ -441,6 +441,34 @@ impl<'a> FamilyRef<'a> {
         let (family, set) = (self.family, self.set);
         self.defs.iter().map(move |def| SeriesRef { family, def, set })
     }
+
+    /// Starts loading what a walk over the series reads a few series after the `i`th: the label
+    /// set eight ahead, and the label text four ahead (its set was asked for four series ago).
+    ///
+    /// A scrape walks every series of every target: their label sets and texts are scattered over
+    /// the heap, none in the cache, and a walk that waits for each in turn spends most of its time
+    /// waiting. With a prefetch the loads overlap.
+    #[inline]
+    pub(crate) fn prefetch(&self, i: usize) {
+        if let Some(def) = self.defs.get(i + 8) {
+            prefetch(Arc::as_ptr(&def.labels).cast());
+        }
+        if let Some(def) = self.defs.get(i + 4) {
+            prefetch(def.labels.text.as_ptr());
+        }
+    }
+}
+
+/// A hint to the CPU to load the cache line at `p`.
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it reads nothing and never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 impl SeriesSet {
