@@ -148,3 +148,45 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoder::{EncoderConfig, StreamEncoder};
+    use crate::message::Sample;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn a_buffer_that_grew_for_a_large_update_is_given_back_while_waiting() {
+        let (mut peer, ours) = tokio::io::duplex(1 << 20);
+        let mut enc = StreamEncoder::new(EncoderConfig::default());
+        let mut bytes = bytes::BytesMut::new();
+        // A 40 KB string arrives in one go, then a small number.
+        enc.encode(&Sample::new("big.text", [], "x".repeat(40_000).as_str()), &mut bytes).unwrap();
+        peer.write_all(&bytes).await.unwrap();
+        let mut reader = UpdateReader::new(ours, DecoderConfig::default());
+        loop {
+            match reader.next().await {
+                Some(Ok(Update::Value { .. })) => break,
+                Some(Ok(_)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert!(reader.buf.capacity() > 2 * FIRST_READ_CHUNK, "it grew for the string");
+        bytes.clear();
+        enc.encode(&Sample::new("small.n", [], 7u64), &mut bytes).unwrap();
+        peer.write_all(&bytes).await.unwrap();
+        let mut got = None;
+        while got.is_none() {
+            if let Some(Ok(Update::Value { value, .. })) = reader.next().await {
+                got = Some(value.to_string());
+            }
+        }
+        assert_eq!(got.as_deref(), Some("7"));
+        assert!(
+            reader.buf.capacity() <= 2 * FIRST_READ_CHUNK,
+            "waiting with {} bytes of buffer",
+            reader.buf.capacity()
+        );
+    }
+}
