@@ -85,7 +85,7 @@ impl RowCache {
         self.prev = Pass::default();
     }
 
-    /// Starts the next row, identified by `key` (e.g. a process's pid, state and name).
+    /// Starts the next row, identified by `key` (e.g. a process's pid and name).
     pub fn row(&mut self, key: &[u8]) -> Row<'_> {
         let end = self.prev.rows.len().min(self.at + LOOKAHEAD);
         let found = (self.at..end).find_map(|i| {
