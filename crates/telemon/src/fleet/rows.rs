@@ -5,7 +5,7 @@
 //! A lookup by labels ([`Publisher::put`]) hashes the labels and then compares them with the
 //! store's copy, which lives in three separate allocations: with a thousand targets none of them is
 //! in the cache, and those misses were a third of a sysinfo fleet's CPU. A [`RowCache`] compares
-//! a row's key (a few bytes the collector chooses, kept in one contiguous buffer per report) with
+//! a row's key (a few text fields the collector chooses, kept in one contiguous buffer per report) with
 //! the key the row had in the report before, at about the same position, and reuses that row's
 //! slots.
 
@@ -19,6 +19,10 @@ use super::target::Publisher;
 /// How many rows ahead of the expected position a key is looked for (rows removed since the
 /// report before). A row not found there is looked up by labels, series by series.
 const LOOKAHEAD: usize = 8;
+
+/// Ends each field of a key: a byte that UTF-8 never holds, so that keys of different fields (or of a
+/// different number of fields) never compare equal.
+const END_OF_FIELD: u8 = 0xff;
 
 /// The rows of one pass over a report: their keys, one after the other, and their slots.
 #[derive(Debug, Default)]
@@ -85,8 +89,15 @@ impl RowCache {
         self.prev = Pass::default();
     }
 
-    /// Starts the next row, identified by `key` (e.g. a process's pid and name).
-    pub fn row(&mut self, key: &[u8]) -> Row<'_> {
+    /// Starts the next row, identified by the text `fields` of its key (e.g. a process's pid and
+    /// name; no fields for a report's one fixed row).
+    pub fn row(&mut self, fields: &[&str]) -> Row<'_> {
+        let start = self.next.keys.len();
+        for field in fields {
+            self.next.keys.extend_from_slice(field.as_bytes());
+            self.next.keys.push(END_OF_FIELD);
+        }
+        let key = &self.next.keys[start..];
         let end = self.prev.rows.len().min(self.at + LOOKAHEAD);
         let found = (self.at..end).find_map(|i| {
             let (k, slots) = self.prev.row(i)?;
@@ -99,7 +110,6 @@ impl RowCache {
             }
             None => 0..0,
         };
-        self.next.keys.extend_from_slice(key);
         let (key_end, slots_end) = (self.next.keys.len() as u32, self.next.slots.len() as u32);
         self.next.rows.push((key_end, slots_end));
         Row { cache: self, cached }
@@ -178,7 +188,7 @@ mod tests {
         let pass = |p: &mut Publisher, cache: &mut RowCache, rows: &[(&str, u64)]| {
             cache.begin();
             for &(name, v) in rows {
-                let mut row = cache.row(name.as_bytes());
+                let mut row = cache.row(&[name]);
                 row.put(p, "a", "h", MetricKind::Gauge, &[("name", name)], v);
                 row.put(p, "b", "h", MetricKind::Gauge, &[("name", name)], v * 10);
             }
@@ -215,12 +225,12 @@ mod tests {
         let (reg, mut p) = publisher(Protocol::Sysinfo);
         let mut cache = RowCache::default();
         cache.begin();
-        cache.row(b"x").put(&mut p, "a", "h", MetricKind::Gauge, &[("name", "x")], 1u64);
+        cache.row(&["x"]).put(&mut p, "a", "h", MetricKind::Gauge, &[("name", "x")], 1u64);
         // The series goes (a sweep), and another takes its slot.
         p.remove("a", &[("name", "x")]);
         p.put("a", "h", MetricKind::Gauge, &[("name", "other")], 2u64);
         cache.begin();
-        cache.row(b"x").put(&mut p, "a", "h", MetricKind::Gauge, &[("name", "x")], 3u64);
+        cache.row(&["x"]).put(&mut p, "a", "h", MetricKind::Gauge, &[("name", "x")], 3u64);
         assert_eq!(values(&reg, &mut p), ["a{name=\"other\"} Some(2.0)", "a{name=\"x\"} Some(3.0)"]);
         assert_eq!(cache.hits, 0, "the stale slot was refused");
     }

@@ -379,26 +379,15 @@ fn kib_to_bytes(p: &mut Publisher, what: &str, kib: u64) -> u64 {
     })
 }
 
-/// A row's key: its fields, each followed by a byte that UTF-8 never holds.
-fn row_key<'k>(key: &'k mut Vec<u8>, fields: &[&[u8]]) -> &'k [u8] {
-    key.clear();
-    for f in fields {
-        key.extend_from_slice(f);
-        key.push(0xff);
-    }
-    key
-}
-
 fn record_ps(p: &mut Publisher, rows: &mut RowCache, ps: &Ps) {
     // Processes come and go: what the report no longer lists is swept after it.
     let round = p.begin_round();
-    let mut key = Vec::new();
     for row in &ps.processes {
         let mut pid_text = itoa::Buffer::new();
         let pid = pid_text.format(row.pid);
         let name = row.name.as_str();
         let state = row.state.padded().trim_end();
-        let mut cached = rows.row(row_key(&mut key, &[pid.as_bytes(), name.as_bytes()]));
+        let mut cached = rows.row(&[pid, name]);
         for (window, share) in [("1s", row.cpu_1s), ("1m", row.cpu_1m)] {
             cached.put(
                 p,
@@ -418,9 +407,9 @@ fn record_ps(p: &mut Publisher, rows: &mut RowCache, ps: &Ps) {
             &[("pid", pid), ("name", name)],
             mem,
         );
-        // The state is a row of its own (two fields in its key): a process changing state leaves
-        // its other series where they were.
-        rows.row(row_key(&mut key, &[pid.as_bytes(), name.as_bytes(), state.as_bytes(), b""])).put(
+        // The state is a row of its own: a process changing state leaves its other series where
+        // they were.
+        rows.row(&[pid, name, state]).put(
             p,
             "rvos_process_state",
             "The scheduler state ps shows for the process (the series of that state is 1).",
@@ -436,7 +425,7 @@ fn record_ps(p: &mut Publisher, rows: &mut RowCache, ps: &Ps) {
 
 fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat) {
     if let Some(h) = &m.heap {
-        let mut row = rows.row(b"");
+        let mut row = rows.row(&[]);
         for (state, kib) in [("total", h.total_kib), ("used", h.used_kib), ("free", h.free_kib)] {
             let bytes = kib_to_bytes(p, "memstat heap", kib);
             row.put(
@@ -450,10 +439,8 @@ fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat) {
         }
     }
     let round = p.begin_round();
-    let mut key = Vec::new();
     for t in &m.tags {
-        // The heap's row has the empty key: a tag's is never empty.
-        let mut row = rows.row(row_key(&mut key, &[t.tag.as_bytes()]));
+        let mut row = rows.row(&[&t.tag]);
         for (kind, kib) in [("current", t.current_kib), ("peak", t.peak_kib)] {
             let l = [("tag", t.tag.as_str()), ("kind", kind)];
             let help = "Kernel heap bytes per allocation tag, current and peak.";
@@ -472,7 +459,7 @@ fn record_kstat(p: &mut Publisher, rows: &mut RowCache, k: &Kstat) {
     for c in &k.counters {
         let help = "The kernel's counters (monotonic).";
         let l = [("counter", c.name.as_str())];
-        rows.row(c.name.as_bytes()).put(p, "rvos_kstat_total", help, MetricKind::Counter, &l, c.value);
+        rows.row(&[&c.name]).put(p, "rvos_kstat_total", help, MetricKind::Counter, &l, c.value);
     }
 }
 
@@ -483,7 +470,7 @@ fn record_channels(p: &mut Publisher, rows: &mut RowCache, c: &Channels) {
     for row in c.channels.iter().filter(|r| !r.closed) {
         let mut ch_text = itoa::Buffer::new();
         let ch = ch_text.format(row.channel);
-        let mut cached = rows.row(ch.as_bytes());
+        let mut cached = rows.row(&[ch]);
         for (side, msgs, bytes, queue) in
             [("a", row.msgs_a, row.bytes_a, row.queue_a), ("b", row.msgs_b, row.bytes_b, row.queue_b)]
         {
@@ -545,7 +532,7 @@ fn record_histogram(p: &mut Publisher, family: &'static str, help: &'static str,
 }
 
 fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog) {
-    rows.row(b"").put(
+    rows.row(&[]).put(
         p,
         "rvos_watchdog_enabled",
         "1 when the kernel watchdog is enabled.",
@@ -556,30 +543,14 @@ fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog) {
     let round = p.begin_round();
     let help = "Seconds since the task's last watchdog heartbeat.";
     let family = "rvos_watchdog_heartbeat_age_seconds";
-    let mut key = Vec::new();
-    // `enabled`'s row has the empty key: a task's is never empty.
     for t in &w.kernel_tasks {
         let l = [("task", t.name.as_str())];
-        rows.row(row_key(&mut key, &[t.name.as_bytes()])).put(
-            p,
-            family,
-            help,
-            MetricKind::Gauge,
-            &l,
-            t.ago_ms as f64 / 1000.0,
-        );
+        rows.row(&[&t.name]).put(p, family, help, MetricKind::Gauge, &l, t.ago_ms as f64 / 1000.0);
     }
     for c in &w.critical_processes {
         let task = format!("{}[{}]", c.name, c.pid);
         let l = [("task", task.as_str())];
-        rows.row(row_key(&mut key, &[task.as_bytes()])).put(
-            p,
-            family,
-            help,
-            MetricKind::Gauge,
-            &l,
-            c.ago_ms as f64 / 1000.0,
-        );
+        rows.row(&[&task]).put(p, family, help, MetricKind::Gauge, &l, c.ago_ms as f64 / 1000.0);
     }
     p.sweep_family("rvos_watchdog_heartbeat_age_seconds", round);
 }
