@@ -193,8 +193,7 @@ impl Client {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let mut framed = Framed::with_capacity(stream, ClientCodec::new(config.max_frame_len), IO_BUFFER);
-        handshake(&mut framed, &config).await?;
+        let framed = handshaken(stream, &config).await?;
         Ok(Self::spawn(framed, None, config))
     }
 
@@ -393,8 +392,7 @@ impl Connection {
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
-        let mut framed = Framed::with_capacity(stream, ClientCodec::new(config.max_frame_len), IO_BUFFER);
-        handshake(&mut framed, &config).await?;
+        let framed = handshaken(stream, &config).await?;
         Ok(Connection::from_framed(framed, Arc::new(config)))
     }
 
@@ -557,6 +555,14 @@ async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, Cli
         .await
         .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
     let _ = stream.set_nodelay(true);
+    handshaken(stream, config).await
+}
+
+/// `stream` framed with [`IO_BUFFER`]-sized buffers, after the handshake.
+async fn handshaken<S>(stream: S, config: &ClientConfig) -> Result<Framed<S, ClientCodec>, ClientError>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     let mut framed = Framed::with_capacity(stream, ClientCodec::new(config.max_frame_len), IO_BUFFER);
     handshake(&mut framed, config).await?;
     Ok(framed)
@@ -661,11 +667,7 @@ impl Listener {
                         accepted.map_err(|source| ClientError::Connect { addr: "listener".into(), source })?;
                     let _ = stream.set_nodelay(true);
                     let config = self.config.clone();
-                    self.handshakes.spawn(async move {
-                        let mut framed = Framed::with_capacity(stream, ClientCodec::new(config.max_frame_len), IO_BUFFER);
-                        handshake(&mut framed, &config).await?;
-                        Ok((framed, peer))
-                    });
+                    self.handshakes.spawn(async move { Ok((handshaken(stream, &config).await?, peer)) });
                 }
                 Some(done) = self.handshakes.join_next(), if !self.handshakes.is_empty() => {
                     return done.unwrap_or_else(|e| Err(ClientError::Closed { reason: Some(e.to_string()) }));
