@@ -232,7 +232,8 @@ mod baseline {
             write_labelled(up, "telemon_target_up", "", &with_proto, [].into_iter(), None, 1.0);
             for s in series {
                 let lines = family(&mut families, &s.family, s.help, s.kind);
-                let extra = s.labels.iter().map(|(k, v)| (&**k, &**v));
+                let pairs: Vec<_> = s.labels.iter().collect();
+                let extra = pairs.iter().map(|(k, v)| (*k, &**v));
                 match &s.value {
                     Value::Number(v) => write_labelled(lines, &s.family, "", &base, extra, None, *v),
                     Value::Histogram { buckets, sum, count } => {

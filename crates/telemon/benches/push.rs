@@ -19,7 +19,9 @@ use std::sync::{Arc, LazyLock};
 
 use bench_harness::{count_mode, run_criterion, Case, Group};
 use criterion::{BatchSize, Throughput};
-use telemon::fleet::{FleetSnapshot, MetricKind, Protocol, Series, TargetSnapshot, TargetState, Value};
+use telemon::fleet::{
+    FleetSnapshot, LabelSet, MetricKind, Protocol, Series, TargetSnapshot, TargetState, Value,
+};
 use telemon::push::otlp::{rejected_points, Otlp, OtlpPoint};
 use telemon::push::remote_write::{
     decode_request, encode_batch, encode_request, write_request, RemoteWrite, RwSample,
@@ -43,7 +45,7 @@ const BATCH: usize = 2_000;
 
 fn fleet(tick: u64) -> FleetSnapshot {
     let families: Vec<Arc<str>> = FIELDS.iter().map(|f| Arc::from(*f)).collect();
-    let no_labels: Arc<[(Arc<str>, Arc<str>)]> = Arc::from(Vec::new());
+    let no_labels = LabelSet::default();
     let targets = (0..TARGETS)
         .map(|i| {
             let mut t = TargetSnapshot::new(

@@ -6,7 +6,6 @@
 //! `TELEMON_WRITE_SEEDS=1 cargo test -p telemon --test fuzz_corpus` writes them again.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
@@ -52,7 +51,7 @@ fn snapshot(up: bool, with_histogram: bool) -> FleetSnapshot {
     let s = |family: &str, kind, value| Series {
         family: family.into(),
         help: "h",
-        labels: vec![(Arc::from("cpu"), Arc::from("0"))].into(),
+        labels: telemon::fleet::LabelSet::new([("cpu", "0")]),
         kind,
         value,
         rate: None,

@@ -200,7 +200,7 @@ pub struct Series {
     pub help: &'static str,
     /// Protocol-specific labels only; `target` and the target's configured labels are added when
     /// rendering. Shared with the store (a snapshot costs no label copies).
-    pub labels: Arc<[(Arc<str>, Arc<str>)]>,
+    pub labels: LabelSet,
     /// Counter, gauge, info or histogram.
     pub kind: MetricKind,
     /// Current value.

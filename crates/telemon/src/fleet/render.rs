@@ -455,7 +455,7 @@ pub fn render(snapshot: &FleetSnapshot, format: Format) -> String {
 mod tests {
     use super::*;
     use crate::fleet::model::SeriesSet;
-    use crate::fleet::model::{ErrorKind, Protocol, Series, TargetState, Value};
+    use crate::fleet::model::{ErrorKind, LabelSet, Protocol, Series, TargetState, Value};
 
     pub(super) fn snap() -> FleetSnapshot {
         let mut t = TargetSnapshot::new("box\"1", Protocol::Smon, vec![("room".into(), "b12".into())]);
@@ -466,7 +466,7 @@ mod tests {
             Series {
                 family: Arc::from("smon_cpu_seconds_total"),
                 help: "CPU time.",
-                labels: vec![(Arc::from("mode"), Arc::from("user"))].into(),
+                labels: LabelSet::new([("mode", "user")]),
                 kind: MetricKind::Counter,
                 value: Value::Number(12.5),
                 rate: None,
@@ -474,7 +474,7 @@ mod tests {
             Series {
                 family: Arc::from("smon_lat_seconds"),
                 help: "Latency.",
-                labels: vec![].into(),
+                labels: LabelSet::default(),
                 kind: MetricKind::Histogram,
                 value: Value::Histogram { buckets: vec![(0.5, 1), (1.0, 3)], sum: 2.0, count: 4 },
                 rate: None,

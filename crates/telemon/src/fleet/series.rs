@@ -6,6 +6,7 @@
 //! next change; a publish copies a flat array of [`Sample`]s (24 bytes each) and shares the
 //! histograms that did not change.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
 use std::sync::Arc;
@@ -173,63 +174,137 @@ pub fn escape_label_value(out: &mut String, v: &str) {
     out.push_str(rest);
 }
 
-/// The labels of one series with their exposition text (`a="x",b="y"`), escaped once when the
-/// label set is created. One label set is shared by every series (of any family) with the same
-/// labels on a target.
-#[derive(Debug, PartialEq, Eq)]
-pub struct LabelSet {
-    /// Shared, so that owned copies of a series ([`SeriesRef::to_series`]) keep the same labels
-    /// (senders recognise a series by pointer).
-    pairs: Arc<[(Arc<str>, Arc<str>)]>,
-    text: Box<str>,
-}
+/// The labels of one series, kept as their exposition text (`a="x",b="y"`), escaped once when the
+/// label set is created: one allocation, which render copies as it is. The pairs are read back
+/// from the text. One label set is shared by every series (of any family) with the same labels on
+/// a target; cloning it costs a reference count.
+///
+/// Label names are written as they are given: they must be valid Prometheus label names
+/// (`[a-zA-Z_][a-zA-Z0-9_]*`), as every name telemon uses is.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct LabelSet(Arc<str>);
 
 impl LabelSet {
     /// A label set from `(name, value)` pairs, kept in the order given.
-    pub fn new(pairs: impl Into<Arc<[(Arc<str>, Arc<str>)]>>) -> LabelSet {
-        let pairs = pairs.into();
+    pub fn new<K: AsRef<str>, V: AsRef<str>>(pairs: impl IntoIterator<Item = (K, V)>) -> LabelSet {
         let mut text = String::new();
-        for (i, (k, v)) in pairs.iter().enumerate() {
-            if i > 0 {
-                text.push(',');
-            }
-            text.push_str(k);
-            text.push_str("=\"");
-            escape_label_value(&mut text, v);
-            text.push('"');
+        for (k, v) in pairs {
+            push_label(&mut text, k.as_ref(), v.as_ref());
         }
-        LabelSet { pairs, text: text.into_boxed_str() }
+        LabelSet::from_text(&text)
     }
 
-    /// The `(name, value)` pairs, in order.
-    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&str, &str)> + Clone + '_ {
-        self.pairs.iter().map(|(k, v)| (&**k, &**v))
+    /// A label set from text that [`push_label`] wrote.
+    pub(crate) fn from_text(text: &str) -> LabelSet {
+        LabelSet(Arc::from(text))
     }
 
-    /// The shared pairs.
-    pub fn pairs(&self) -> &Arc<[(Arc<str>, Arc<str>)]> {
-        &self.pairs
+    /// The `(name, value)` pairs, in order; a value is borrowed from the text unless it had to be
+    /// escaped.
+    pub fn iter(&self) -> Labels<'_> {
+        Labels { rest: &self.0 }
     }
 
     /// The value of the label `name`, if present.
-    pub fn get(&self, name: &str) -> Option<&str> {
-        self.pairs.iter().find(|(k, _)| &**k == name).map(|(_, v)| &**v)
+    pub fn get(&self, name: &str) -> Option<Cow<'_, str>> {
+        self.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
     }
 
     /// Number of labels.
     pub fn len(&self) -> usize {
-        self.pairs.len()
+        self.iter().count()
     }
 
     /// Whether there are no labels.
     pub fn is_empty(&self) -> bool {
-        self.pairs.is_empty()
+        self.0.is_empty()
     }
 
     /// The escaped exposition text, `a="x",b="y"` (empty when there are no labels).
     pub fn text(&self) -> &str {
-        &self.text
+        &self.0
     }
+
+    /// Whether `a` and `b` are the same label set, not only equal ones (senders recognise a series
+    /// they have seen by this).
+    pub fn ptr_eq(a: &LabelSet, b: &LabelSet) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl Default for LabelSet {
+    fn default() -> LabelSet {
+        LabelSet::from_text("")
+    }
+}
+
+impl fmt::Debug for LabelSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{{{}}}", self.text())
+    }
+}
+
+impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for LabelSet {
+    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> LabelSet {
+        LabelSet::new(iter)
+    }
+}
+
+/// Appends one label, `name="value"` with the value escaped, and a comma before it unless `out`
+/// is empty.
+pub(crate) fn push_label(out: &mut String, name: &str, value: &str) {
+    if !out.is_empty() {
+        out.push(',');
+    }
+    out.push_str(name);
+    out.push_str("=\"");
+    escape_label_value(out, value);
+    out.push('"');
+}
+
+/// The pairs of a [`LabelSet`], read from its text.
+#[derive(Debug, Clone)]
+pub struct Labels<'a> {
+    rest: &'a str,
+}
+
+impl<'a> Iterator for Labels<'a> {
+    type Item = (&'a str, Cow<'a, str>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        // `name="escaped value"`, then `,` or the end. Every byte looked for is ASCII, so each cut is
+        // at a character boundary; text that is not in this form (no label set holds any) ends the
+        // walk.
+        let text = self.rest;
+        let eq = text.find("=\"")?;
+        let bytes = text.as_bytes();
+        let mut i = eq + 2;
+        let mut escaped = false;
+        while i < bytes.len() && bytes[i] != b'"' {
+            if bytes[i] == b'\\' {
+                escaped = true;
+                i += 1;
+            }
+            i += 1;
+        }
+        let (name, value) = (text.get(..eq)?, text.get(eq + 2..i)?);
+        self.rest = text.get(i + 1..).map_or("", |r| r.strip_prefix(',').unwrap_or(r));
+        Some((name, if escaped { Cow::Owned(unescape_label_value(value)) } else { Cow::Borrowed(value) }))
+    }
+}
+
+/// The inverse of [`escape_label_value`].
+fn unescape_label_value(v: &str) -> String {
+    let mut out = String::with_capacity(v.len());
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+        } else if let Some(e) = chars.next() {
+            out.push(if e == 'n' { '\n' } else { e });
+        }
+    }
+    out
 }
 
 /// A metric family of a target: name, HELP text and type.
@@ -246,7 +321,7 @@ pub struct Family {
 /// One series in a schema: its family, labels, and where its value is.
 #[derive(Debug, Clone)]
 pub(crate) struct SeriesDef {
-    pub(crate) labels: Arc<LabelSet>,
+    pub(crate) labels: LabelSet,
     /// Index of the value in [`SeriesSet`]'s samples.
     pub(crate) slot: u32,
     /// Index of the histogram in [`SeriesSet`]'s histograms (`u32::MAX`: none).
@@ -370,8 +445,8 @@ impl<'a> SeriesRef<'a> {
     }
 
     /// The value of the label `name`, or `""`.
-    pub fn label(&self, name: &str) -> &'a str {
-        self.def.labels.get(name).unwrap_or("")
+    pub fn label(&self, name: &str) -> Cow<'a, str> {
+        self.def.labels.get(name).unwrap_or_default()
     }
 
     fn sample(&self) -> Sample {
@@ -414,7 +489,7 @@ impl<'a> SeriesRef<'a> {
         Series {
             family: self.family.name.clone(),
             help: self.family.help,
-            labels: self.def.labels.pairs.clone(),
+            labels: self.def.labels.clone(),
             kind: self.family.kind,
             value,
             rate: self.rate(),
@@ -443,7 +518,7 @@ impl<'a> FamilyRef<'a> {
     }
 
     /// Starts loading what a walk over the series reads a few series after the `i`th: the label
-    /// set eight ahead, and the label text four ahead (its set was asked for four series ago).
+    /// text of the series eight ahead.
     ///
     /// A scrape walks every series of every target: their label sets and texts are scattered over
     /// the heap, none in the cache, and a walk that waits for each in turn spends most of its time
@@ -451,10 +526,7 @@ impl<'a> FamilyRef<'a> {
     #[inline]
     pub(crate) fn prefetch(&self, i: usize) {
         if let Some(def) = self.defs.get(i + 8) {
-            prefetch(Arc::as_ptr(&def.labels).cast());
-        }
-        if let Some(def) = self.defs.get(i + 4) {
-            prefetch(def.labels.text.as_ptr());
+            prefetch(def.labels.text().as_ptr());
         }
     }
 }
@@ -519,8 +591,7 @@ impl SeriesSet {
         let now = tokio::time::Instant::now();
         let mut rates = Vec::new();
         for s in series {
-            let labels: Vec<(&str, &str)> = s.labels.iter().map(|(k, v)| (&**k, &**v)).collect();
-            let Some(slot) = store.slot(&s.family, s.help, s.kind, &labels) else { continue };
+            let Some(slot) = store.slot_of_set(&s.family, s.help, s.kind, &s.labels) else { continue };
             match &s.value {
                 Value::Number(v) => {
                     store.set(slot, Num::Float(*v), now);
@@ -629,10 +700,49 @@ mod tests {
         assert_eq!(esc("tab\tand\rcr"), "tab\tand\rcr", "only \\, \" and newline are escaped");
         assert_eq!(esc("été ∑ 日本 🦀"), "été ∑ 日本 🦀", "UTF-8 that is not ASCII is written as it is");
         assert_eq!(esc("\\\"\n"), "\\\\\\\"\\n");
-        let set = LabelSet::new(vec![(Arc::from("a"), Arc::from("x\"y")), (Arc::from("b"), Arc::from(""))]);
+        let set = LabelSet::new([("a", "x\"y"), ("b", "")]);
         assert_eq!(set.text(), r#"a="x\"y",b="""#);
-        assert_eq!(set.get("a"), Some("x\"y"));
-        assert_eq!(LabelSet::new(Vec::new()).text(), "");
+        assert_eq!(set.get("a").as_deref(), Some("x\"y"));
+        assert_eq!(LabelSet::default().text(), "");
+    }
+
+    #[test]
+    fn a_label_set_reads_its_pairs_back_from_its_text() {
+        let pairs = [("a", "x=\"y\",b=\"z"), ("b", "\\"), ("c", ""), ("d", "two\nlines"), ("e", "日本")];
+        let set = LabelSet::new(pairs);
+        let back: Vec<(&str, String)> = set.iter().map(|(k, v)| (k, v.into_owned())).collect();
+        assert_eq!(back, pairs.map(|(k, v)| (k, v.to_owned())));
+        assert_eq!(set.len(), 5);
+        assert_eq!(set.get("c").as_deref(), Some(""));
+        assert_eq!(set.get("z"), None);
+        assert!(matches!(set.get("e"), Some(Cow::Borrowed(_))), "a value with nothing escaped is borrowed");
+        assert_eq!(LabelSet::default().iter().count(), 0);
+        assert!(LabelSet::default().is_empty());
+    }
+
+    #[test]
+    fn text_that_is_not_a_label_set_ends_the_walk_without_panicking() {
+        for text in ["a", "a=\"", "a=\"x", "a=\"x\\", "=\"\"", "a=\"x\"junk", "a=\"\\\u{e9}\"", ",,,"] {
+            let n = LabelSet::from_text(text).iter().count();
+            assert!(n <= 1, "{text:?} gave {n} pairs");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn label_sets_round_trip_any_values(values in proptest::collection::vec(proptest::prelude::any::<String>(), 0..5)) {
+            let pairs: Vec<(String, String)> = values.into_iter().enumerate().map(|(i, v)| (format!("l{i}"), v)).collect();
+            let set = LabelSet::new(pairs.iter().map(|(k, v)| (k, v)));
+            let back: Vec<(String, String)> = set.iter().map(|(k, v)| (k.to_owned(), v.into_owned())).collect();
+            proptest::prop_assert_eq!(back, pairs);
+        }
+
+        #[test]
+        fn any_text_never_panics(text in proptest::prelude::any::<String>()) {
+            let set = LabelSet::from_text(&text);
+            let _ = set.iter().count();
+            let _ = set.get("a");
+        }
     }
 
     #[test]
@@ -641,7 +751,7 @@ mod tests {
             Series {
                 family: Arc::from("b_total"),
                 help: "B.",
-                labels: vec![(Arc::from("k"), Arc::from("v"))].into(),
+                labels: LabelSet::new([("k", "v")]),
                 kind: MetricKind::Counter,
                 value: Value::Number(3.0),
                 rate: Some(1.5),
@@ -649,7 +759,7 @@ mod tests {
             Series {
                 family: Arc::from("a_seconds"),
                 help: "A.",
-                labels: vec![].into(),
+                labels: LabelSet::default(),
                 kind: MetricKind::Histogram,
                 value: Value::Histogram { buckets: vec![(0.5, 1), (1.0, 3)], sum: 2.0, count: 4 },
                 rate: None,
@@ -659,7 +769,7 @@ mod tests {
         assert_eq!(set.len(), 2);
         let back = set.to_vec();
         assert_eq!(back, [series[1].clone(), series[0].clone()], "sorted by family");
-        assert_eq!(set.family("b_total").next().map(|s| s.label("k")), Some("v"));
+        assert_eq!(set.family("b_total").next().map(|s| s.label("k")).as_deref(), Some("v"));
         assert!(set.family("c").next().is_none());
     }
 }

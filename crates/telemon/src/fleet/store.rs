@@ -4,19 +4,19 @@
 //! A series is keyed once: [`SeriesStore::slot`] finds or creates it from borrowed labels (no
 //! allocation when it exists) and returns a [`SlotId`]; updates write a value into the slot.
 //! Collectors that see the same series again and again (a sys161 field, a Mono counter) keep the
-//! slot and skip the lookup. Label names and values are interned per target, a label set (with its
-//! escaped exposition text) is shared by every family that uses it, and [`SeriesStore::publish`]
+//! slot and skip the lookup. Label sets are interned per target: a label set, which is its escaped
+//! exposition text in one allocation, is shared by every family that uses it, and [`SeriesStore::publish`]
 //! shares the schema until the set of series changes.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 use std::sync::Arc;
 use tokio::time::Instant;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::model::MetricKind;
-use super::series::{Family, Hist, LabelSet, Num, Sample, Schema, SeriesDef, SeriesSet};
+use super::series::{push_label, Family, Hist, LabelSet, Num, Sample, Schema, SeriesDef, SeriesSet};
 
 /// Default per-target cap on series.
 pub const DEFAULT_SERIES_LIMIT: usize = 10_000;
@@ -47,7 +47,7 @@ struct Slot {
     generation: u32,
     /// The round it was last set in (see [`SeriesStore::begin_round`]).
     seen: u32,
-    labels: Arc<LabelSet>,
+    labels: LabelSet,
     /// The counter's previous value (`NaN` when there is none) and when it was set (nanoseconds
     /// since the store's epoch), for the rate.
     prev: f64,
@@ -76,36 +76,27 @@ pub struct SeriesStore {
     free: Vec<u32>,
     /// Slot indexes, by the hash of (family, labels).
     index: HashTable<u32>,
-    /// Interned label sets, strings (names and values).
-    label_sets: HashTable<Arc<LabelSet>>,
-    strings: HashTable<Arc<str>>,
+    /// Interned label sets, by the hash of their text.
+    label_sets: HashTable<LabelSet>,
+    /// Where a lookup writes the labels it is given as text, kept from one lookup to the next.
+    scratch: String,
     hasher: DefaultHashBuilder,
     /// The schema of the last publish; `None` when the set of series changed since.
     schema: Option<Arc<Schema>>,
     hists_published: Option<Arc<[Hist]>>,
-    no_labels: Arc<LabelSet>,
+    no_labels: LabelSet,
 }
 
-fn key_hash<'a>(
-    hasher: &DefaultHashBuilder,
-    family: u16,
-    labels: impl Iterator<Item = (&'a str, &'a str)>,
-) -> u64 {
-    let mut h = hasher.build_hasher();
-    family.hash(&mut h);
-    for (k, v) in labels {
-        k.hash(&mut h);
-        v.hash(&mut h);
+fn key_hash(hasher: &DefaultHashBuilder, family: u16, text: &str) -> u64 {
+    hasher.hash_one((family, text))
+}
+
+/// Writes `labels`, each value cut to [`super::target::MAX_LABEL_LEN`], as a label set's text.
+fn label_text(out: &mut String, labels: &[(&str, &str)]) {
+    out.clear();
+    for &(k, v) in labels {
+        push_label(out, k, cut_label(v));
     }
-    h.finish()
-}
-
-fn set_hash<'a>(hasher: &DefaultHashBuilder, labels: impl Iterator<Item = (&'a str, &'a str)>) -> u64 {
-    key_hash(hasher, u16::MAX, labels)
-}
-
-fn same_labels<'a>(set: &LabelSet, mut labels: impl ExactSizeIterator<Item = (&'a str, &'a str)>) -> bool {
-    set.len() == labels.len() && set.iter().all(|(k, v)| labels.next() == Some((k, v)))
 }
 
 /// Cuts a label value from a peer to [`super::target::MAX_LABEL_LEN`] bytes, at a character boundary.
@@ -133,11 +124,11 @@ impl SeriesStore {
             free: Vec::new(),
             index: HashTable::new(),
             label_sets: HashTable::new(),
-            strings: HashTable::new(),
+            scratch: String::new(),
             hasher: DefaultHashBuilder::default(),
             schema: None,
             hists_published: None,
-            no_labels: Arc::new(LabelSet::new(Vec::new())),
+            no_labels: LabelSet::default(),
         }
     }
 
@@ -185,27 +176,14 @@ impl SeriesStore {
         Some(id)
     }
 
-    fn intern(&mut self, s: &str) -> Arc<str> {
-        let hash = self.hasher.hash_one(s);
-        if let Some(found) = self.strings.find(hash, |k| &**k == s) {
+    fn label_set(&mut self, text: &str) -> LabelSet {
+        let hash = self.hasher.hash_one(text);
+        if let Some(found) = self.label_sets.find(hash, |s| s.text() == text) {
             return found.clone();
         }
-        let arc: Arc<str> = Arc::from(s);
+        let set = LabelSet::from_text(text);
         let hasher = &self.hasher;
-        self.strings.insert_unique(hash, arc.clone(), |k| hasher.hash_one(&**k));
-        arc
-    }
-
-    fn label_set(&mut self, labels: &[(&str, &str)]) -> Arc<LabelSet> {
-        let hash = set_hash(&self.hasher, labels.iter().copied());
-        if let Some(found) = self.label_sets.find(hash, |s| same_labels(s, labels.iter().copied())) {
-            return found.clone();
-        }
-        let pairs: Box<[(Arc<str>, Arc<str>)]> =
-            labels.iter().map(|(k, v)| (self.intern(k), self.intern(v))).collect();
-        let set = Arc::new(LabelSet::new(pairs));
-        let hasher = &self.hasher;
-        self.label_sets.insert_unique(hash, set.clone(), |s| set_hash(hasher, s.iter()));
+        self.label_sets.insert_unique(hash, set.clone(), |s| hasher.hash_one(s.text()));
         set
     }
 
@@ -219,16 +197,40 @@ impl SeriesStore {
         kind: MetricKind,
         labels: &[(&str, &str)],
     ) -> Option<SlotId> {
+        let mut text = std::mem::take(&mut self.scratch);
+        label_text(&mut text, labels);
+        let slot = self.slot_of_text(family, help, kind, &text);
+        self.scratch = text;
+        slot
+    }
+
+    /// [`SeriesStore::slot`] for labels that are already a set (values are not cut again).
+    pub(crate) fn slot_of_set(
+        &mut self,
+        family: &str,
+        help: &'static str,
+        kind: MetricKind,
+        labels: &LabelSet,
+    ) -> Option<SlotId> {
+        self.slot_of_text(family, help, kind, labels.text())
+    }
+
+    fn slot_of_text(
+        &mut self,
+        family: &str,
+        help: &'static str,
+        kind: MetricKind,
+        text: &str,
+    ) -> Option<SlotId> {
         let Some(fam) = self.family_id(family, help, kind) else {
             self.dropped = self.dropped.saturating_add(1);
             return None;
         };
-        let cut = labels.iter().map(|&(k, v)| (k, cut_label(v)));
-        let hash = key_hash(&self.hasher, fam, cut.clone());
+        let hash = key_hash(&self.hasher, fam, text);
         let slots = &self.slots;
         if let Some(&i) = self.index.find(hash, |&i| {
             let s = &slots[i as usize];
-            s.family == fam && same_labels(&s.labels, cut.clone())
+            s.family == fam && s.labels.text() == text
         }) {
             let s = &mut self.slots[i as usize];
             s.seen = self.round;
@@ -238,8 +240,7 @@ impl SeriesStore {
             self.dropped = self.dropped.saturating_add(1);
             return None;
         }
-        let owned: Vec<(&str, &str)> = cut.collect();
-        let labels = self.label_set(&owned);
+        let labels = self.label_set(text);
         let slot = Slot {
             family: fam,
             live: true,
@@ -270,7 +271,7 @@ impl SeriesStore {
         let (slots, hasher) = (&self.slots, &self.hasher);
         self.index.insert_unique(hash, index, |&i| {
             let s = &slots[i as usize];
-            key_hash(hasher, s.family, s.labels.iter())
+            key_hash(hasher, s.family, s.labels.text())
         });
         self.families[usize::from(fam)].live += 1;
         self.len += 1;
@@ -367,14 +368,14 @@ impl SeriesStore {
         if !s.live {
             return;
         }
-        let hash = key_hash(&self.hasher, s.family, s.labels.iter());
+        let hash = key_hash(&self.hasher, s.family, s.labels.text());
         s.live = false;
         s.generation = s.generation.wrapping_add(1);
         if s.hist.take().is_some() {
             self.hists_published = None;
         }
         // Drop the label set's reference (the slot keeps a shared empty one until it is reused).
-        s.labels = Arc::clone(&self.no_labels);
+        s.labels = self.no_labels.clone();
         let fam = s.family;
         if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
             entry.remove();
@@ -405,7 +406,10 @@ impl SeriesStore {
 
     /// Removes the series of `family` with exactly `labels`, if present.
     pub fn remove(&mut self, family: &str, labels: &[(&str, &str)]) {
-        self.remove_where(family, |s| same_labels(&s.labels, labels.iter().map(|&(k, v)| (k, cut_label(v)))));
+        let mut text = std::mem::take(&mut self.scratch);
+        label_text(&mut text, labels);
+        self.remove_where(family, |s| s.labels.text() == text);
+        self.scratch = text;
     }
 
     /// Removes every series of `family` whose labels do not satisfy `keep` (e.g. processes that
@@ -421,18 +425,12 @@ impl SeriesStore {
         self.remove_where(family, |s| s.seen.wrapping_sub(round) > u32::MAX / 2);
     }
 
-    /// Forgets label sets and strings no series uses (published schemas may still hold theirs).
+    /// Forgets label sets no series uses (published schemas may still hold theirs).
     fn purge_label_sets(&mut self) {
-        if self.label_sets.len() > 2 * self.len + 64 || self.strings.len() > 4 * self.len + 64 {
-            let live: std::collections::HashSet<*const LabelSet> =
-                self.slots.iter().filter(|s| s.live).map(|s| Arc::as_ptr(&s.labels)).collect();
-            self.label_sets.retain(|s| live.contains(&Arc::as_ptr(s)));
-            let strings: std::collections::HashSet<*const u8> = self
-                .label_sets
-                .iter()
-                .flat_map(|s| s.pairs().iter().flat_map(|(k, v)| [k.as_ptr(), v.as_ptr()]))
-                .collect();
-            self.strings.retain(|s| strings.contains(&s.as_ptr()));
+        if self.label_sets.len() > 2 * self.len + 64 {
+            let live: std::collections::HashSet<*const u8> =
+                self.slots.iter().filter(|s| s.live).map(|s| s.labels.text().as_ptr()).collect();
+            self.label_sets.retain(|s| live.contains(&s.text().as_ptr()));
         }
     }
 
@@ -447,7 +445,6 @@ impl SeriesStore {
         }
         self.index.clear();
         self.label_sets.clear();
-        self.strings.clear();
         self.schema = None;
     }
 
@@ -623,7 +620,7 @@ mod tests {
         // An existing series still updates at the limit.
         let id = st.slot("g", "h", MetricKind::Gauge, &[("i", "0")]).unwrap();
         assert_eq!(st.set(id, Num::Float(7.0), now), Change::Changed);
-        st.retain_family("g", |l| l.get("i") != Some("0"));
+        st.retain_family("g", |l| l.get("i").as_deref() != Some("0"));
         assert_eq!(st.len(), 1);
         assert_eq!(st.set(id, Num::Float(8.0), now), Change::Stale, "a removed series' slot is stale");
     }
@@ -658,8 +655,8 @@ mod tests {
         st.set(a, Num::Float(1.0), now);
         st.set(b, Num::Uint(4096), now);
         let first = st.publish();
-        let l: Vec<*const LabelSet> = first.iter().map(|s| s.labels() as *const LabelSet).collect();
-        assert_eq!(l[0], l[1], "one label set for both families");
+        let l: Vec<&LabelSet> = first.iter().map(|s| s.labels()).collect();
+        assert!(LabelSet::ptr_eq(l[0], l[1]), "one label set for both families");
         st.set(a, Num::Float(2.0), now);
         let second = st.publish();
         assert!(Arc::ptr_eq(&first.schema, &second.schema), "same series: the schema is shared");
@@ -683,7 +680,7 @@ mod tests {
         let again = st.slot("g", "h", MetricKind::Gauge, &[("name", &long)]).unwrap();
         assert_eq!(id, again, "the cut value finds the same series");
         let set = st.publish();
-        let v = set.iter().next().unwrap().label("name").to_owned();
+        let v = set.iter().next().unwrap().label("name").into_owned();
         assert!(v.len() <= crate::fleet::target::MAX_LABEL_LEN && v.chars().all(|c| c == 'é'));
         st.clear();
         assert!(st.is_empty() && st.publish().is_empty());

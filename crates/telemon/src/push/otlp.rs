@@ -27,7 +27,7 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use super::queue::Queued;
 use super::sender::Wire;
 use super::view::{self, UP_FAMILY};
-use crate::fleet::{FleetSnapshot, MetricKind, Value};
+use crate::fleet::{FleetSnapshot, LabelSet, MetricKind, Value};
 
 /// `service.name` of the Resource.
 pub const SERVICE_NAME: &str = "telemon";
@@ -107,7 +107,7 @@ fn kv(k: &str, v: &str) -> KeyValue {
     }
 }
 
-type SeriesKey = (Arc<str>, Arc<str>, Arc<[(Arc<str>, Arc<str>)]>);
+type SeriesKey = (Arc<str>, Arc<str>, LabelSet);
 
 #[derive(Debug)]
 struct Seen {
@@ -145,7 +145,7 @@ impl Otlp {
         self.tick += 1;
         let tick = self.tick;
         let now_ns = (now_ms.max(0) as u64) * 1_000_000;
-        let up_labels: Arc<[(Arc<str>, Arc<str>)]> = Arc::from(Vec::new());
+        let up_labels = LabelSet::default();
         for t in view::targets(snapshot) {
             let target_labels = t.labels;
             let name = &t.name;
@@ -188,7 +188,8 @@ impl Otlp {
             for s in t.series.iter() {
                 let key: SeriesKey = (t.name.clone(), s.family.clone(), s.labels.clone());
                 let e = self.seen.entry(key).or_insert_with(|| {
-                    let attributes = attrs(&mut s.labels.iter().map(|(k, v)| (&**k, &**v)));
+                    let labels: Vec<_> = s.labels.iter().collect();
+                    let attributes = attrs(&mut labels.iter().map(|(k, v)| (*k, &**v)));
                     Seen {
                         series: series(s.family.clone(), s.help, s.kind, attributes),
                         start_ns: now_ns,
@@ -440,7 +441,7 @@ mod tests {
         let s = |family: &str, kind, value| Series {
             family: family.into(),
             help: "h",
-            labels: vec![(Arc::from("cpu"), Arc::from("0"))].into(),
+            labels: LabelSet::new([("cpu", "0")]),
             kind,
             value,
             rate: None,

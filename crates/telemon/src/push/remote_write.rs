@@ -12,7 +12,7 @@ use std::sync::Arc;
 use super::queue::Queued;
 use super::sender::Wire;
 use super::view::{self, PushTarget, UP_FAMILY};
-use crate::fleet::{FleetSnapshot, Series, Value};
+use crate::fleet::{FleetSnapshot, LabelSet, Series, Value};
 
 /// The NaN Prometheus writes as a staleness marker.
 pub const STALE_NAN_BITS: u64 = 0x7ff0_0000_0000_0002;
@@ -251,7 +251,7 @@ pub fn is_stale(v: f64) -> bool {
     v.to_bits() == STALE_NAN_BITS
 }
 
-type SeriesKey = (Arc<str>, Arc<[(Arc<str>, Arc<str>)]>);
+type SeriesKey = (Arc<str>, LabelSet);
 
 #[derive(Debug, Default)]
 struct TargetSeen {
@@ -306,7 +306,7 @@ impl RemoteWrite {
             let same = seen.aligned.len() == t.series.len()
                 && seen.aligned.iter().zip(&t.series).all(|((key, wire), s)| {
                     Arc::ptr_eq(&key.0, &s.family)
-                        && Arc::ptr_eq(&key.1, &s.labels)
+                        && LabelSet::ptr_eq(&key.1, &s.labels)
                         && wire.len() == wire_len(&s.value)
                 });
             if same {
@@ -360,8 +360,9 @@ impl RemoteWrite {
 }
 
 fn wire_series(external: &[(String, String)], t: &PushTarget<'_>, s: &Series) -> Vec<Arc<WireSeries>> {
+    let labels: Vec<_> = s.labels.iter().collect();
     let base: Vec<(&str, &str)> = std::iter::once(("target", &**t.name))
-        .chain(s.labels.iter().map(|(k, v)| (&**k, &**v)))
+        .chain(labels.iter().map(|(k, v)| (*k, &**v)))
         .chain(t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .chain(external.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .collect();
@@ -445,7 +446,7 @@ mod tests {
         Series {
             family: family.into(),
             help: "h",
-            labels: labels.iter().map(|(k, v)| (Arc::from(*k), Arc::from(*v))).collect::<Vec<_>>().into(),
+            labels: LabelSet::new(labels.iter().copied()),
             kind: MetricKind::Gauge,
             value,
             rate: None,

@@ -135,7 +135,7 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::{Protocol, Value};
+    use crate::fleet::{LabelSet, Protocol, Value};
 
     fn target(v: f64, rate: Option<f64>) -> TargetSnapshot {
         let mut t = TargetSnapshot::new("t", Protocol::Smon, vec![]);
@@ -143,7 +143,7 @@ mod tests {
             crate::fleet::Series {
                 family: Arc::from("g"),
                 help: "",
-                labels: vec![(Arc::from("i"), Arc::from("0"))].into(),
+                labels: LabelSet::new([("i", "0")]),
                 kind: MetricKind::Gauge,
                 value: Value::Number(v),
                 rate: None,
@@ -151,7 +151,7 @@ mod tests {
             crate::fleet::Series {
                 family: Arc::from("c_total"),
                 help: "",
-                labels: vec![].into(),
+                labels: LabelSet::default(),
                 kind: MetricKind::Counter,
                 value: Value::Number(v * 10.0),
                 rate,

@@ -1,5 +1,6 @@
 //! The right pane, per protocol: each picks the series its users look at first.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use ratatui::layout::{Constraint, Layout, Rect};
@@ -33,7 +34,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn labelled(&self, family: &str, name: &str, value: &str) -> Option<SeriesRef<'a>> {
-        self.series(family).find(|s| s.labels().get(name) == Some(value))
+        self.series(family).find(|s| s.labels().get(name).as_deref() == Some(value))
     }
 
     fn points(&self, s: &SeriesRef) -> Vec<Point> {
@@ -314,7 +315,7 @@ fn mono(f: &mut Frame, area: Rect, ctx: &Ctx) {
 fn smon(f: &mut Frame, area: Rect, ctx: &Ctx) {
     let values: Vec<SeriesRef> = ctx.series("smon_value").collect();
     let groups_len = {
-        let mut names: Vec<&str> =
+        let mut names: Vec<Cow<str>> =
             values.iter().filter(|s| !s.label("index").is_empty()).map(|s| s.label("name")).collect();
         names.dedup();
         names.len().min(8) as u16
@@ -330,7 +331,7 @@ fn smon(f: &mut Frame, area: Rect, ctx: &Ctx) {
         .map(|(_, s)| {
             let index = s.label("index");
             let name = if index.is_empty() {
-                s.label("name").to_owned()
+                s.label("name").into_owned()
             } else {
                 format!("{}[{index}]", s.label("name"))
             };
@@ -339,7 +340,7 @@ fn smon(f: &mut Frame, area: Rect, ctx: &Ctx) {
         .collect();
     spark_table(f, top, rows, ctx.window, ctx.scroll);
     // Per-index groups (per CPU, per disk...): one line per name.
-    let mut groups: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    let mut groups: BTreeMap<Cow<str>, Vec<String>> = BTreeMap::new();
     for s in &values {
         let index = s.label("index");
         if !index.is_empty() {
@@ -374,10 +375,15 @@ fn sysinfo(f: &mut Frame, area: Rect, ctx: &Ctx) {
             .and_then(|m| m.number())
             .map_or("-".to_owned(), bytes);
         let state =
-            ctx.series("rvos_process_state").find(|m| m.label("pid") == pid).map_or("", |m| m.label("state"));
+            ctx.series("rvos_process_state").find(|m| m.label("pid") == pid).map(|m| m.label("state"));
         let cpu = s.number().unwrap_or(0.0);
-        let cells =
-            vec![pid.to_owned(), name.to_owned(), state.to_owned(), format!("{:.1}%", cpu * 100.0), mem];
+        let cells = vec![
+            pid.to_string(),
+            name.into_owned(),
+            state.unwrap_or_default().into_owned(),
+            format!("{:.1}%", cpu * 100.0),
+            mem,
+        ];
         rows.push((pid.parse().unwrap_or(u64::MAX), cells, ctx.points(&s)));
     }
     rows.sort_by_key(|r| r.0);

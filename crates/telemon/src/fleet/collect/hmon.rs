@@ -635,9 +635,9 @@ mod serve_mode_tests {
     }
 
     fn has(t: &TargetSnapshot, family: &str, label: Option<(&str, &str)>) -> bool {
-        t.series
-            .iter()
-            .any(|s| s.family() == family && label.is_none_or(|(k, v)| s.labels().get(k) == Some(v)))
+        t.series.iter().any(|s| {
+            s.family() == family && label.is_none_or(|(k, v)| s.labels().get(k).as_deref() == Some(v))
+        })
     }
 
     #[tokio::test]
