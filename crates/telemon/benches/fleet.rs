@@ -186,24 +186,28 @@ fn big_fleet() -> FleetSnapshot {
     snap
 }
 
-/// Rendering a fleet too large for the CPU's caches (a 19 MB page), with and without prefetching the
-/// series' labels; series per second. The fleet is built on the first call (outside count mode's
-/// counting), once for both cases.
+/// Rendering a fleet too large for the CPU's caches (a 19 MB page), against the renderer of before
+/// (which owns copies of the series); series per second. The fleet is built on the first call
+/// (outside count mode's counting), once for both cases.
 fn render_fleet() -> Group {
-    let fleet = std::rc::Rc::new(std::cell::OnceCell::new());
-    let render = move |prefetch: bool| {
-        let fleet = fleet.clone();
-        move || {
-            let snap: &FleetSnapshot = fleet.get_or_init(big_fleet);
-            let chunks = Chunks::new(snap.clone(), Format::Text004);
-            let chunks = if prefetch { chunks } else { chunks.without_prefetch() };
-            chunks.map(|c| black_box(c).len()).sum::<usize>()
-        }
+    type Fleet = (FleetSnapshot, Vec<(TargetSnapshot, Vec<Series>)>);
+    let fleet: std::rc::Rc<std::cell::OnceCell<Fleet>> = std::rc::Rc::new(std::cell::OnceCell::new());
+    let built = move || {
+        let snap = big_fleet();
+        let owned = snap.targets.iter().map(|t| (t.clone(), t.series.to_vec())).collect();
+        (snap, owned)
     };
+    let f1 = fleet.clone();
     Group::new("render_fleet", Throughput::Elements((FLEET_TARGETS * FLEET_ROWS * 4) as u64), 1)
         .sample_size(10)
-        .case(Case::iter("no_prefetch", render(false)))
-        .case(Case::iter("chunks", render(true)).vs("no_prefetch"))
+        .case(Case::iter("baseline", move || baseline::render(&f1.get_or_init(built).1).len()))
+        .case(
+            Case::iter("chunks", move || {
+                let snap = &fleet.get_or_init(built).0;
+                Chunks::new(snap.clone(), Format::Text004).map(|c| black_box(c).len()).sum::<usize>()
+            })
+            .vs("baseline"),
+        )
 }
 
 /// The renderer before the store was keyed once: every label escaped and every value formatted

@@ -25,8 +25,8 @@ pub mod store;
 pub mod target;
 
 pub use model::{
-    ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, LabelSet, MetricKind, Num, Protocol, Series,
-    SeriesRef, SeriesSet, TargetSnapshot, TargetState, Value, ValueRef,
+    ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, LabelPairs, LabelSet, MetricKind, Num, Protocol,
+    Series, SeriesRef, SeriesSet, TargetSnapshot, TargetState, Value, ValueRef,
 };
 pub use registry::Registry;
 pub use target::{Failure, Publisher};

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::series::escape_label_value;
-pub use super::series::{Family, FamilyRef, Hist, LabelSet, Num, Sample, SeriesRef, SeriesSet, ValueRef};
+pub use super::series::{
+    Family, FamilyRef, Hist, LabelPairs, LabelSet, Num, Sample, SeriesRef, SeriesSet, ValueRef,
+};
 
 /// The monitoring protocol a target speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -156,8 +156,6 @@ pub struct Chunks {
     /// `name{target labels` of the family and target being written, for each suffix ([`SUFFIXES`]): copied
     /// once per line instead of in four pieces.
     prefixes: [String; 4],
-    /// Whether the walk over a family's series prefetches their labels (see [`Chunks::without_prefetch`]).
-    prefetch: bool,
 }
 
 /// The suffixes of a family's sample names: the value itself, then a histogram's three.
@@ -201,15 +199,7 @@ impl Chunks {
             buf: String::new(),
             tail: String::new(),
             prefixes: Default::default(),
-            prefetch: true,
         }
-    }
-
-    /// Renders without prefetching the series' labels: for the `fleet` bench's comparison only.
-    #[doc(hidden)]
-    pub fn without_prefetch(mut self) -> Chunks {
-        self.prefetch = false;
-        self
     }
 
     /// Adds whole families rendered elsewhere (with their `# HELP` and `# TYPE`) at the end of the
@@ -267,7 +257,7 @@ impl Chunks {
                 self.write_header(&name, help, kind);
                 self.header_done = true;
             }
-            let Chunks { plan, snapshot, buf, member, family, header_done, prefixes, prefetch, .. } = self;
+            let Chunks { plan, snapshot, buf, member, family, header_done, prefixes, .. } = self;
             match &plan[*family].1 {
                 Source::Own(Own::Build) => {
                     buf.push_str("telemon_build_info{version=\"");
@@ -330,11 +320,8 @@ impl Chunks {
                                 made = made.max(upto);
                             };
                             make(prefixes, 1);
-                            for (i, s) in f.series().enumerate() {
-                                if *prefetch {
-                                    f.prefetch(i);
-                                }
-                                let labels = s.labels().text();
+                            for s in f.series() {
+                                let labels = s.label_text();
                                 match s.value() {
                                     ValueRef::Number(v) => line(buf, &prefixes[0], labels, None, v),
                                     ValueRef::Histogram(h) => {

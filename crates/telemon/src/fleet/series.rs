@@ -175,14 +175,20 @@ pub fn escape_label_value(out: &mut String, v: &str) {
 }
 
 /// The labels of one series, kept as their exposition text (`a="x",b="y"`), escaped once when the
-/// label set is created: one allocation, which render copies as it is. The pairs are read back
-/// from the text. One label set is shared by every series (of any family) with the same labels on
-/// a target; cloning it costs a reference count.
+/// series is created; render copies the text as it is, and the pairs are read back from it.
+///
+/// A label set is a range of a shared text: the series of a [`SeriesSet`] share their target's
+/// label text (the store keeps it in one buffer, in the order render reads it), so cloning a label
+/// set costs a reference count and owns no copy. Equality and hashing are by text.
 ///
 /// Label names are written as they are given: they must be valid Prometheus label names
 /// (`[a-zA-Z_][a-zA-Z0-9_]*`), as every name telemon uses is.
-#[derive(Clone, PartialEq, Eq, Hash)]
-pub struct LabelSet(Arc<str>);
+#[derive(Clone)]
+pub struct LabelSet {
+    buf: Arc<str>,
+    start: u32,
+    len: u32,
+}
 
 impl LabelSet {
     /// A label set from `(name, value)` pairs, kept in the order given.
@@ -194,20 +200,26 @@ impl LabelSet {
         LabelSet::from_text(&text)
     }
 
-    /// A label set from text that [`push_label`] wrote.
+    /// A label set from text that [`push_label`] wrote (one longer than 4 GiB is cut off).
     pub(crate) fn from_text(text: &str) -> LabelSet {
-        LabelSet(Arc::from(text))
+        let len = u32::try_from(text.len()).unwrap_or(u32::MAX);
+        LabelSet { buf: Arc::from(text), start: 0, len }
+    }
+
+    /// The label set at `start..start + len` of a shared text.
+    pub(crate) fn within(buf: &Arc<str>, start: u32, len: u32) -> LabelSet {
+        LabelSet { buf: buf.clone(), start, len }
     }
 
     /// The `(name, value)` pairs, in order; a value is borrowed from the text unless it had to be
     /// escaped.
-    pub fn iter(&self) -> Labels<'_> {
-        Labels { rest: &self.0 }
+    pub fn iter(&self) -> LabelPairs<'_> {
+        LabelPairs::of(self.text())
     }
 
     /// The value of the label `name`, if present.
     pub fn get(&self, name: &str) -> Option<Cow<'_, str>> {
-        self.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
+        self.iter().get(name)
     }
 
     /// Number of labels.
@@ -217,18 +229,38 @@ impl LabelSet {
 
     /// Whether there are no labels.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.len == 0
     }
 
     /// The escaped exposition text, `a="x",b="y"` (empty when there are no labels).
     pub fn text(&self) -> &str {
-        &self.0
+        text_at(&self.buf, self.start, self.len)
     }
 
-    /// Whether `a` and `b` are the same label set, not only equal ones (senders recognise a series
-    /// they have seen by this).
+    /// Whether `a` and `b` are the same label set of the same text, not only equal ones (senders
+    /// recognise a series they have seen by this).
     pub fn ptr_eq(a: &LabelSet, b: &LabelSet) -> bool {
-        Arc::ptr_eq(&a.0, &b.0)
+        Arc::ptr_eq(&a.buf, &b.buf) && a.start == b.start && a.len == b.len
+    }
+}
+
+/// `len` bytes of `text` from `start` (empty if that is not a range of whole characters in it).
+fn text_at(text: &str, start: u32, len: u32) -> &str {
+    let start = start as usize;
+    text.get(start..start.saturating_add(len as usize)).unwrap_or("")
+}
+
+impl PartialEq for LabelSet {
+    fn eq(&self, other: &LabelSet) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl Eq for LabelSet {}
+
+impl std::hash::Hash for LabelSet {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text().hash(state);
     }
 }
 
@@ -264,11 +296,23 @@ pub(crate) fn push_label(out: &mut String, name: &str, value: &str) {
 
 /// The pairs of a [`LabelSet`], read from its text.
 #[derive(Debug, Clone)]
-pub struct Labels<'a> {
+pub struct LabelPairs<'a> {
     rest: &'a str,
 }
 
-impl<'a> Iterator for Labels<'a> {
+impl<'a> LabelPairs<'a> {
+    /// The pairs of a label set's text.
+    pub(crate) fn of(text: &'a str) -> LabelPairs<'a> {
+        LabelPairs { rest: text }
+    }
+
+    /// The value of the label `name`, if present.
+    pub fn get(mut self, name: &str) -> Option<Cow<'a, str>> {
+        self.find(|(k, _)| *k == name).map(|(_, v)| v)
+    }
+}
+
+impl<'a> Iterator for LabelPairs<'a> {
     type Item = (&'a str, Cow<'a, str>);
 
     fn next(&mut self) -> Option<Self::Item> {
@@ -318,10 +362,12 @@ pub struct Family {
     pub kind: MetricKind,
 }
 
-/// One series in a schema: its family, labels, and where its value is.
+/// One series in a schema: where its label text and its value are.
 #[derive(Debug, Clone)]
 pub(crate) struct SeriesDef {
-    pub(crate) labels: LabelSet,
+    /// Where its label text is in [`Schema::text`].
+    pub(crate) text_at: u32,
+    pub(crate) text_len: u32,
     /// Index of the value in [`SeriesSet`]'s samples.
     pub(crate) slot: u32,
     /// Index of the histogram in [`SeriesSet`]'s histograms (`u32::MAX`: none).
@@ -335,6 +381,8 @@ pub struct Schema {
     /// Per family, its range in `defs`.
     pub(crate) runs: Box<[Range<u32>]>,
     pub(crate) defs: Box<[SeriesDef]>,
+    /// The label text of every series, in order.
+    pub(crate) text: Arc<str>,
 }
 
 impl Schema {
@@ -440,13 +488,18 @@ impl<'a> SeriesRef<'a> {
     }
 
     /// The protocol-specific labels (the target's own labels are not included).
-    pub fn labels(&self) -> &'a LabelSet {
-        &self.def.labels
+    pub fn labels(&self) -> LabelSet {
+        LabelSet::within(&self.set.schema.text, self.def.text_at, self.def.text_len)
+    }
+
+    /// The escaped exposition text of the labels, `a="x",b="y"`.
+    pub fn label_text(&self) -> &'a str {
+        text_at(&self.set.schema.text, self.def.text_at, self.def.text_len)
     }
 
     /// The value of the label `name`, or `""`.
     pub fn label(&self, name: &str) -> Cow<'a, str> {
-        self.def.labels.get(name).unwrap_or_default()
+        LabelPairs::of(self.label_text()).get(name).unwrap_or_default()
     }
 
     fn sample(&self) -> Sample {
@@ -489,7 +542,7 @@ impl<'a> SeriesRef<'a> {
         Series {
             family: self.family.name.clone(),
             help: self.family.help,
-            labels: self.def.labels.clone(),
+            labels: self.labels(),
             kind: self.family.kind,
             value,
             rate: self.rate(),
@@ -516,31 +569,6 @@ impl<'a> FamilyRef<'a> {
         let (family, set) = (self.family, self.set);
         self.defs.iter().map(move |def| SeriesRef { family, def, set })
     }
-
-    /// Starts loading what a walk over the series reads a few series after the `i`th: the label
-    /// text of the series eight ahead.
-    ///
-    /// A scrape walks every series of every target: their label sets and texts are scattered over
-    /// the heap, none in the cache, and a walk that waits for each in turn spends most of its time
-    /// waiting. With a prefetch the loads overlap.
-    #[inline]
-    pub(crate) fn prefetch(&self, i: usize) {
-        if let Some(def) = self.defs.get(i + 8) {
-            prefetch(def.labels.text().as_ptr());
-        }
-    }
-}
-
-/// A hint to the CPU to load the cache line at `p`.
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it reads nothing and never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 impl SeriesSet {

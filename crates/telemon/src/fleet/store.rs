@@ -4,8 +4,9 @@
 //! A series is keyed once: [`SeriesStore::slot`] finds or creates it from borrowed labels (no
 //! allocation when it exists) and returns a [`SlotId`]; updates write a value into the slot.
 //! Collectors that see the same series again and again (a sys161 field, a Mono counter) keep the
-//! slot and skip the lookup. Label sets are interned per target: a label set, which is its escaped
-//! exposition text in one allocation, is shared by every family that uses it, and [`SeriesStore::publish`]
+//! slot and skip the lookup. A series' labels are kept as their escaped exposition text, in one
+//! buffer per target (the *arena*) that the published schema shares, in the order render reads
+//! them; and [`SeriesStore::publish`]
 //! shares the schema until the set of series changes.
 
 use std::collections::HashMap;
@@ -16,7 +17,9 @@ use tokio::time::Instant;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use super::model::MetricKind;
-use super::series::{push_label, Family, Hist, LabelSet, Num, Sample, Schema, SeriesDef, SeriesSet};
+use super::series::{
+    push_label, Family, Hist, LabelPairs, LabelSet, Num, Sample, Schema, SeriesDef, SeriesSet,
+};
 
 /// Default per-target cap on series.
 pub const DEFAULT_SERIES_LIMIT: usize = 10_000;
@@ -47,7 +50,10 @@ struct Slot {
     generation: u32,
     /// The round it was last set in (see [`SeriesStore::begin_round`]).
     seen: u32,
-    labels: LabelSet,
+    /// Where the label text is: in the arena, or, with [`PENDING`] set, in the text of series
+    /// created since the arena was built.
+    text_at: u32,
+    text_len: u32,
     /// The counter's previous value (`NaN` when there is none) and when it was set (nanoseconds
     /// since the store's epoch), for the rate.
     prev: f64,
@@ -76,15 +82,30 @@ pub struct SeriesStore {
     free: Vec<u32>,
     /// Slot indexes, by the hash of (family, labels).
     index: HashTable<u32>,
-    /// Interned label sets, by the hash of their text.
-    label_sets: HashTable<LabelSet>,
+    /// The label text of every series, in schema order, as of the last build of the schema (which
+    /// shares it); removed series leave theirs until the next build.
+    arena: Arc<str>,
+    /// The label text of the series created since the arena was built.
+    pending: String,
     /// Where a lookup writes the labels it is given as text, kept from one lookup to the next.
     scratch: String,
     hasher: DefaultHashBuilder,
     /// The schema of the last publish; `None` when the set of series changed since.
     schema: Option<Arc<Schema>>,
     hists_published: Option<Arc<[Hist]>>,
-    no_labels: LabelSet,
+}
+
+/// Marks a [`Slot::text_at`] in [`SeriesStore::pending`]; it also bounds the label text to 2 GiB.
+const PENDING: u32 = 1 << 31;
+
+/// The most label text of new series held before the arena is built again without a publish.
+const MAX_PENDING: usize = 1 << 20;
+
+/// A slot's label text.
+fn slot_text<'a>(arena: &'a str, pending: &'a str, s: &Slot) -> &'a str {
+    let (text, at) =
+        if s.text_at & PENDING != 0 { (pending, s.text_at & !PENDING) } else { (arena, s.text_at) };
+    text.get(at as usize..at as usize + s.text_len as usize).unwrap_or("")
 }
 
 fn key_hash(hasher: &DefaultHashBuilder, family: u16, text: &str) -> u64 {
@@ -123,12 +144,12 @@ impl SeriesStore {
             samples: Vec::new(),
             free: Vec::new(),
             index: HashTable::new(),
-            label_sets: HashTable::new(),
+            arena: Arc::from(""),
+            pending: String::new(),
             scratch: String::new(),
             hasher: DefaultHashBuilder::default(),
             schema: None,
             hists_published: None,
-            no_labels: LabelSet::default(),
         }
     }
 
@@ -176,17 +197,6 @@ impl SeriesStore {
         Some(id)
     }
 
-    fn label_set(&mut self, text: &str) -> LabelSet {
-        let hash = self.hasher.hash_one(text);
-        if let Some(found) = self.label_sets.find(hash, |s| s.text() == text) {
-            return found.clone();
-        }
-        let set = LabelSet::from_text(text);
-        let hasher = &self.hasher;
-        self.label_sets.insert_unique(hash, set.clone(), |s| hasher.hash_one(s.text()));
-        set
-    }
-
     /// The slot of the series `family{labels}`, created when new. Label values longer than
     /// [`super::target::MAX_LABEL_LEN`] are cut. `None` when the store is full (the series is
     /// counted as dropped).
@@ -227,26 +237,35 @@ impl SeriesStore {
             return None;
         };
         let hash = key_hash(&self.hasher, fam, text);
-        let slots = &self.slots;
+        let (slots, arena, pending) = (&self.slots, &*self.arena, &*self.pending);
         if let Some(&i) = self.index.find(hash, |&i| {
             let s = &slots[i as usize];
-            s.family == fam && s.labels.text() == text
+            s.family == fam && slot_text(arena, pending, s) == text
         }) {
             let s = &mut self.slots[i as usize];
             s.seen = self.round;
             return Some(SlotId { index: i, generation: s.generation });
         }
-        if self.len >= self.limit {
+        if self.pending.len() > MAX_PENDING {
+            // Series come and go and nothing publishes: build the arena now, so that the text of
+            // removed series does not pile up.
+            self.rebuild();
+        }
+        // Both texts stay below PENDING, and so does an arena built from them.
+        let fits = self.arena.len() + self.pending.len() + text.len() < PENDING as usize;
+        if !fits || self.len >= self.limit {
             self.dropped = self.dropped.saturating_add(1);
             return None;
         }
-        let labels = self.label_set(text);
+        let (text_at, text_len) = (self.pending.len() as u32 | PENDING, text.len() as u32);
+        self.pending.push_str(text);
         let slot = Slot {
             family: fam,
             live: true,
             generation: 0,
             seen: self.round,
-            labels,
+            text_at,
+            text_len,
             prev: f64::NAN,
             prev_at: 0,
             hist: None,
@@ -268,10 +287,10 @@ impl SeriesStore {
                 i
             }
         };
-        let (slots, hasher) = (&self.slots, &self.hasher);
+        let (slots, hasher, arena, pending) = (&self.slots, &self.hasher, &*self.arena, &*self.pending);
         self.index.insert_unique(hash, index, |&i| {
             let s = &slots[i as usize];
-            key_hash(hasher, s.family, s.labels.text())
+            key_hash(hasher, s.family, slot_text(arena, pending, s))
         });
         self.families[usize::from(fam)].live += 1;
         self.len += 1;
@@ -368,14 +387,14 @@ impl SeriesStore {
         if !s.live {
             return;
         }
-        let hash = key_hash(&self.hasher, s.family, s.labels.text());
+        let hash = key_hash(&self.hasher, s.family, slot_text(&self.arena, &self.pending, s));
         s.live = false;
         s.generation = s.generation.wrapping_add(1);
         if s.hist.take().is_some() {
             self.hists_published = None;
         }
-        // Drop the label set's reference (the slot keeps a shared empty one until it is reused).
-        s.labels = self.no_labels.clone();
+        // Its label text stays where it is until the arena is built again.
+        (s.text_at, s.text_len) = (0, 0);
         let fam = s.family;
         if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
             entry.remove();
@@ -387,7 +406,7 @@ impl SeriesStore {
         self.schema = None;
     }
 
-    fn remove_where(&mut self, family: &str, mut gone: impl FnMut(&Slot) -> bool) {
+    fn remove_where(&mut self, family: &str, mut gone: impl FnMut(&Slot, &str) -> bool) {
         let Some(&fam) = self.family_index.get(family) else { return };
         if self.families[usize::from(fam)].live == 0 {
             return;
@@ -395,56 +414,47 @@ impl SeriesStore {
         let doomed: Vec<u32> = (0..self.slots.len() as u32)
             .filter(|&i| {
                 let s = &self.slots[i as usize];
-                s.live && s.family == fam && gone(s)
+                s.live && s.family == fam && gone(s, slot_text(&self.arena, &self.pending, s))
             })
             .collect();
         for i in doomed {
             self.remove_slot(i);
         }
-        self.purge_label_sets();
     }
 
     /// Removes the series of `family` with exactly `labels`, if present.
     pub fn remove(&mut self, family: &str, labels: &[(&str, &str)]) {
         let mut text = std::mem::take(&mut self.scratch);
         label_text(&mut text, labels);
-        self.remove_where(family, |s| s.labels.text() == text);
+        self.remove_where(family, |_, labels| labels == text);
         self.scratch = text;
     }
 
     /// Removes every series of `family` whose labels do not satisfy `keep` (e.g. processes that
     /// exited since the last report).
-    pub fn retain_family(&mut self, family: &str, mut keep: impl FnMut(&LabelSet) -> bool) {
-        self.remove_where(family, |s| !keep(&s.labels));
+    pub fn retain_family(&mut self, family: &str, mut keep: impl FnMut(LabelPairs<'_>) -> bool) {
+        self.remove_where(family, |_, labels| !keep(LabelPairs::of(labels)));
     }
 
     /// Removes every series of `family` not set since `round` began.
     pub fn sweep_family(&mut self, family: &str, round: u64) {
         let round = round as u32;
         // Rounds wrap: "set since round began" is "seen - round" small.
-        self.remove_where(family, |s| s.seen.wrapping_sub(round) > u32::MAX / 2);
-    }
-
-    /// Forgets label sets no series uses (published schemas may still hold theirs).
-    fn purge_label_sets(&mut self) {
-        if self.label_sets.len() > 2 * self.len + 64 {
-            let live: std::collections::HashSet<*const u8> =
-                self.slots.iter().filter(|s| s.live).map(|s| s.labels.text().as_ptr()).collect();
-            self.label_sets.retain(|s| live.contains(&s.text().as_ptr()));
-        }
+        self.remove_where(family, |s, _| s.seen.wrapping_sub(round) > u32::MAX / 2);
     }
 
     /// Forgets every series (the peer restarted or went away): the next values start afresh,
     /// with no rate. Slot ids handed out so far become stale.
     pub fn clear(&mut self) {
-        if self.len == 0 && self.label_sets.is_empty() {
+        if self.len == 0 && self.pending.is_empty() && self.arena.is_empty() {
             return;
         }
         for i in 0..self.slots.len() as u32 {
             self.remove_slot(i);
         }
         self.index.clear();
-        self.label_sets.clear();
+        self.arena = Arc::from("");
+        self.pending = String::new();
         self.schema = None;
     }
 
@@ -459,10 +469,7 @@ impl SeriesStore {
                 self.families.shrink_to_fit();
                 self.slots.shrink_to_fit();
                 self.samples.shrink_to_fit();
-                let s = Arc::new(self.build_schema());
-                self.schema = Some(s.clone());
-                self.hists_published = None;
-                s
+                self.rebuild()
             }
         };
         let hists = match &self.hists_published {
@@ -480,7 +487,19 @@ impl SeriesStore {
         SeriesSet { schema, samples: Arc::from(&self.samples[..]), hists }
     }
 
-    fn build_schema(&self) -> Schema {
+    /// Builds the schema and the arena that goes with it.
+    fn rebuild(&mut self) -> Arc<Schema> {
+        let schema = Arc::new(self.build_schema());
+        self.arena = schema.text.clone();
+        self.pending = String::new();
+        self.schema = Some(schema.clone());
+        self.hists_published = None;
+        schema
+    }
+
+    /// The schema of the live series, with a new arena in their order: the labels of each family's
+    /// series one after the other, as render reads them. Each slot is pointed at its text in it.
+    fn build_schema(&mut self) -> Schema {
         let mut order: Vec<u16> =
             (0..self.families.len() as u16).filter(|&f| self.families[usize::from(f)].live > 0).collect();
         order.sort_unstable_by(|&a, &b| {
@@ -502,17 +521,24 @@ impl SeriesStore {
         live.sort_unstable();
         let mut runs = Vec::with_capacity(order.len());
         let mut defs = Vec::with_capacity(live.len());
+        let mut text =
+            String::with_capacity(live.iter().map(|&(_, i)| self.slots[i as usize].text_len as usize).sum());
         let mut hist = 0u32;
         let mut start = 0u32;
         for (pos, &(r, i)) in live.iter().enumerate() {
-            let s = &self.slots[i as usize];
+            let s = &mut self.slots[i as usize];
             let h = if s.hist.is_some() {
                 hist += 1;
                 hist - 1
             } else {
                 u32::MAX
             };
-            defs.push(SeriesDef { labels: s.labels.clone(), slot: i, hist: h });
+            // The arena is no longer than the arena and pending text it is built from, both shorter
+            // than PENDING.
+            let at = text.len() as u32;
+            text.push_str(slot_text(&self.arena, &self.pending, s));
+            s.text_at = at;
+            defs.push(SeriesDef { text_at: at, text_len: s.text_len, slot: i, hist: h });
             if live.get(pos + 1).is_none_or(|n| n.0 != r) {
                 runs.push(start..pos as u32 + 1);
                 start = pos as u32 + 1;
@@ -522,6 +548,7 @@ impl SeriesStore {
             families: order.iter().map(|&f| self.families[usize::from(f)].family.clone()).collect(),
             runs: runs.into_boxed_slice(),
             defs: defs.into_boxed_slice(),
+            text: Arc::from(text),
         }
     }
 }
@@ -647,7 +674,7 @@ mod tests {
     }
 
     #[test]
-    fn label_sets_are_shared_across_families_and_schemas_across_publishes() {
+    fn label_text_is_one_buffer_in_render_order_and_schemas_are_shared_across_publishes() {
         let mut st = SeriesStore::new(100);
         let now = Instant::now();
         let a = st.slot("cpu", "h", MetricKind::Gauge, &[("pid", "1"), ("name", "init")]).unwrap();
@@ -655,8 +682,10 @@ mod tests {
         st.set(a, Num::Float(1.0), now);
         st.set(b, Num::Uint(4096), now);
         let first = st.publish();
-        let l: Vec<&LabelSet> = first.iter().map(|s| s.labels()).collect();
-        assert!(LabelSet::ptr_eq(l[0], l[1]), "one label set for both families");
+        assert_eq!(&*first.schema.text, r#"pid="1",name="init"pid="1",name="init""#);
+        let l: Vec<LabelSet> = first.iter().map(|s| s.labels()).collect();
+        assert_eq!(l[0], l[1]);
+        assert_eq!(first.iter().map(|s| s.label_text()).collect::<Vec<_>>(), [r#"pid="1",name="init""#; 2]);
         st.set(a, Num::Float(2.0), now);
         let second = st.publish();
         assert!(Arc::ptr_eq(&first.schema, &second.schema), "same series: the schema is shared");
@@ -698,6 +727,97 @@ mod tests {
         let b = st.publish();
         assert!(Arc::ptr_eq(&a.hists[0].bounds, &b.hists[0].bounds));
         assert_eq!(&*b.hists[0].counts, &[2, 3]);
+    }
+
+    /// The store's series as `family{labels} value`, sorted, from a publish.
+    fn published(st: &mut SeriesStore) -> Vec<String> {
+        let mut v: Vec<String> = st
+            .publish()
+            .iter()
+            .map(|s| format!("{}{{{}}} {:?}", s.family(), s.label_text(), s.number()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn series_created_between_builds_are_found_and_old_snapshots_keep_their_labels() {
+        let mut st = SeriesStore::new(100);
+        let now = Instant::now();
+        let a = st.slot("g", "h", MetricKind::Gauge, &[("k", "a")]).unwrap();
+        st.set(a, Num::Int(1), now);
+        let old = st.publish();
+        // One series in the arena, one in the pending text, one removed from the arena.
+        let b = st.slot("g", "h", MetricKind::Gauge, &[("k", "b")]).unwrap();
+        st.set(b, Num::Int(2), now);
+        assert_eq!(st.slot("g", "h", MetricKind::Gauge, &[("k", "a")]), Some(a), "found in the arena");
+        assert_eq!(st.slot("g", "h", MetricKind::Gauge, &[("k", "b")]), Some(b), "found in the pending text");
+        st.remove("g", &[("k", "a")]);
+        assert_eq!(published(&mut st), [r#"g{k="b"} Some(2.0)"#]);
+        assert_eq!(st.slot("g", "h", MetricKind::Gauge, &[("k", "b")]), Some(b), "found in the new arena");
+        assert_eq!(&*st.arena, r#"k="b""#, "the removed series' text is gone");
+        let c = st.slot("g", "h", MetricKind::Gauge, &[("k", "a")]).unwrap();
+        assert_ne!(c, a, "a new series in the old slot");
+        assert_eq!(st.set(a, Num::Int(9), now), Change::Stale);
+        let labels: Vec<String> = old.iter().map(|s| s.label_text().to_owned()).collect();
+        assert_eq!(labels, [r#"k="a""#], "an old snapshot reads its own arena");
+    }
+
+    #[test]
+    fn churn_without_a_publish_keeps_the_label_text_bounded() {
+        let mut st = SeriesStore::new(10);
+        let now = Instant::now();
+        let long = "x".repeat(200);
+        for i in 0..20_000u32 {
+            let n = i.to_string();
+            let id = st.slot("g", "h", MetricKind::Gauge, &[("n", &n), ("pad", &long)]).unwrap();
+            st.set(id, Num::Uint(u64::from(i)), now);
+            st.remove("g", &[("n", &n), ("pad", &long)]);
+            assert!(st.pending.len() <= MAX_PENDING + 300, "pending text grew to {}", st.pending.len());
+        }
+        assert!(st.is_empty());
+        let id = st.slot("g", "h", MetricKind::Gauge, &[("n", "last")]).unwrap();
+        st.set(id, Num::Uint(7), now);
+        assert_eq!(published(&mut st), [r#"g{n="last"} Some(7.0)"#]);
+    }
+
+    proptest::proptest! {
+        /// Series created, set, removed and published in any order: every publish lists what a plain
+        /// map of the same operations holds, each series with its own labels and value.
+        #[test]
+        fn any_churn_publishes_what_a_map_holds(ops in proptest::collection::vec((0u8..4, 0u8..6, 0u8..3), 1..200)) {
+            let mut st = SeriesStore::new(100);
+            let now = Instant::now();
+            let mut model = std::collections::BTreeMap::new();
+            for (i, (op, key, fam)) in ops.into_iter().enumerate() {
+                let family = ["a", "b", "c"][usize::from(fam)];
+                let value = key.to_string();
+                let labels = [("k", value.as_str()), ("esc", if key % 2 == 0 { "q\"\n" } else { "" })];
+                match op {
+                    0 | 1 => {
+                        let id = st.slot(family, "h", MetricKind::Gauge, &labels).unwrap();
+                        st.set(id, Num::Uint(i as u64), now);
+                        model.insert((family, key), i);
+                    }
+                    2 => {
+                        st.remove(family, &labels);
+                        model.remove(&(family, key));
+                    }
+                    _ => {}
+                }
+                if op == 3 || i % 7 == 0 {
+                    let mut want: Vec<String> = model
+                        .iter()
+                        .map(|(&(f, k), &v)| {
+                            let esc = if k % 2 == 0 { r#"q\"\n"# } else { "" };
+                            format!(r#"{f}{{k="{k}",esc="{esc}"}} Some({v}.0)"#)
+                        })
+                        .collect();
+                    want.sort();
+                    proptest::prop_assert_eq!(published(&mut st), want);
+                }
+            }
+        }
     }
 
     #[test]

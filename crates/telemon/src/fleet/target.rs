@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::model::{ErrorKind, EventRecord, MetricKind, Protocol, TargetSnapshot, TargetState, Value};
 use super::registry::Registry;
-use super::series::{LabelSet, Num};
+use super::series::{LabelPairs, Num};
 use super::store::{Change, SeriesStore, SlotId};
 
 /// Events kept per target for display.
@@ -323,7 +323,7 @@ impl Publisher {
     }
 
     /// Removes every series of `family` whose labels fail `keep`.
-    pub fn retain_family(&mut self, family: &str, keep: impl FnMut(&LabelSet) -> bool) {
+    pub fn retain_family(&mut self, family: &str, keep: impl FnMut(LabelPairs<'_>) -> bool) {
         let before = self.store.len();
         self.store.retain_family(family, keep);
         self.dirty |= self.store.len() != before;
