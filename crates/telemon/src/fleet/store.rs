@@ -65,6 +65,27 @@ struct Slot {
 struct StoreFamily {
     family: Family,
     live: u32,
+    /// The last round one of its series was set in, and how many of its live series were set in it:
+    /// when that is all of them, a sweep of that round has nothing to remove.
+    round: u32,
+    seen: u32,
+}
+
+/// Marks `slot` as set in `round`.
+fn mark_seen(families: &mut [StoreFamily], slot: &mut Slot, round: u32) {
+    if slot.seen != round {
+        slot.seen = round;
+        count_seen(&mut families[usize::from(slot.family)], round);
+    }
+}
+
+/// Counts one more of `f`'s series as set in `round`.
+fn count_seen(f: &mut StoreFamily, round: u32) {
+    if f.round != round {
+        f.round = round;
+        f.seen = 0;
+    }
+    f.seen += 1;
 }
 
 /// One target's current series, bounded by a series limit.
@@ -192,7 +213,8 @@ impl SeriesStore {
         }
         let id = u16::try_from(self.families.len()).ok().filter(|&i| i < u16::MAX)?;
         let name: Arc<str> = Arc::from(name);
-        self.families.push(StoreFamily { family: Family { name: name.clone(), help, kind }, live: 0 });
+        let f = StoreFamily { family: Family { name: name.clone(), help, kind }, live: 0, round: 0, seen: 0 };
+        self.families.push(f);
         self.family_index.insert(name, id);
         Some(id)
     }
@@ -243,7 +265,7 @@ impl SeriesStore {
             s.family == fam && slot_text(arena, pending, s) == text
         }) {
             let s = &mut self.slots[i as usize];
-            s.seen = self.round;
+            mark_seen(&mut self.families, s, self.round);
             return Some(SlotId { index: i, generation: s.generation });
         }
         if self.pending.len() > MAX_PENDING {
@@ -292,7 +314,9 @@ impl SeriesStore {
             let s = &slots[i as usize];
             key_hash(hasher, s.family, slot_text(arena, pending, s))
         });
-        self.families[usize::from(fam)].live += 1;
+        let f = &mut self.families[usize::from(fam)];
+        f.live += 1;
+        count_seen(f, self.round);
         self.len += 1;
         self.schema = None;
         Some(SlotId { index, generation: self.slots[index as usize].generation })
@@ -316,7 +340,7 @@ impl SeriesStore {
         else {
             return Change::Stale;
         };
-        slot.seen = round;
+        mark_seen(&mut self.families, slot, round);
         let sample = &mut self.samples[id.index as usize];
         let v = value.as_f64();
         let rate = if counter && v >= slot.prev && t > slot.prev_at {
@@ -341,8 +365,12 @@ impl SeriesStore {
     /// count of the observations.
     pub fn set_hist(&mut self, id: SlotId, bounds: &[f64], counts: &[u64], sum: f64, count: u64) -> Change {
         let round = self.round;
-        let Some(slot) = self.live_slot(id) else { return Change::Stale };
-        slot.seen = round;
+        let Some(slot) =
+            self.slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation)
+        else {
+            return Change::Stale;
+        };
+        mark_seen(&mut self.families, slot, round);
         let change = match &mut slot.hist {
             Some(h)
                 if *h.bounds == *bounds
@@ -395,12 +423,15 @@ impl SeriesStore {
         }
         // Its label text stays where it is until the arena is built again.
         (s.text_at, s.text_len) = (0, 0);
-        let fam = s.family;
+        let f = &mut self.families[usize::from(s.family)];
+        f.live -= 1;
+        if s.seen == f.round {
+            f.seen -= 1;
+        }
         if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
             entry.remove();
         }
         self.samples[i as usize] = Sample::EMPTY;
-        self.families[usize::from(fam)].live -= 1;
         self.free.push(i);
         self.len -= 1;
         self.schema = None;
@@ -439,6 +470,10 @@ impl SeriesStore {
     /// Removes every series of `family` not set since `round` began.
     pub fn sweep_family(&mut self, family: &str, round: u64) {
         let round = round as u32;
+        let all_seen = self.family_index.get(family).map(|&f| &self.families[usize::from(f)]);
+        if all_seen.is_none_or(|f| f.round == round && f.seen == f.live) {
+            return;
+        }
         // Rounds wrap: "set since round began" is "seen - round" small.
         self.remove_where(family, |s, _| s.seen.wrapping_sub(round) > u32::MAX / 2);
     }
@@ -650,6 +685,42 @@ mod tests {
         st.retain_family("g", |l| l.get("i").as_deref() != Some("0"));
         assert_eq!(st.len(), 1);
         assert_eq!(st.set(id, Num::Float(8.0), now), Change::Stale, "a removed series' slot is stale");
+    }
+
+    /// A sweep is skipped when every live series of the family was set in its round; these are the
+    /// cases where the count of series set could go wrong.
+    #[test]
+    fn a_sweep_after_a_round_that_set_everything_keeps_everything_and_one_that_did_not_still_sweeps() {
+        let mut st = SeriesStore::new(10);
+        let now = Instant::now();
+        let set = |st: &mut SeriesStore, pid: &str| {
+            let id = st.slot("p", "h", MetricKind::Gauge, &[("pid", pid)]).unwrap();
+            st.set(id, Num::Float(1.0), now);
+            // Set twice in one round: counted once.
+            st.set(id, Num::Float(1.0), now);
+        };
+        let round = st.begin_round();
+        for pid in ["1", "2", "3"] {
+            set(&mut st, pid);
+        }
+        st.sweep_family("p", round);
+        assert_eq!(st.len(), 3, "all set: nothing swept");
+        // A round that sets two, removes one of them and creates one: "1" was not set.
+        let round = st.begin_round();
+        set(&mut st, "2");
+        set(&mut st, "3");
+        st.remove("p", &[("pid", "3")]);
+        set(&mut st, "4");
+        st.sweep_family("p", round);
+        let left: Vec<String> = st.publish().iter().map(|s| s.label("pid").into_owned()).collect();
+        assert_eq!(left, ["2", "4"]);
+        // A sweep of an older round than the family's last one still compares each series' round.
+        let old = st.begin_round();
+        set(&mut st, "2");
+        let _ = st.begin_round();
+        set(&mut st, "4");
+        st.sweep_family("p", old);
+        assert_eq!(st.len(), 2, "both set since the old round began");
     }
 
     #[test]
