@@ -437,15 +437,20 @@ impl SeriesStore {
         self.schema = None;
     }
 
-    fn remove_where(&mut self, family: &str, mut gone: impl FnMut(&Slot, &str) -> bool) {
+    fn remove_where(&mut self, family: &str, gone: impl FnMut(&Slot, &str) -> bool) {
         let Some(&fam) = self.family_index.get(family) else { return };
-        if self.families[usize::from(fam)].live == 0 {
+        self.remove_in(&[fam], gone);
+    }
+
+    /// Removes the live series of the families `fams` that are `gone`, in one pass over the slots.
+    fn remove_in(&mut self, fams: &[u16], mut gone: impl FnMut(&Slot, &str) -> bool) {
+        if fams.iter().all(|&f| self.families[usize::from(f)].live == 0) {
             return;
         }
         let doomed: Vec<u32> = (0..self.slots.len() as u32)
             .filter(|&i| {
                 let s = &self.slots[i as usize];
-                s.live && s.family == fam && gone(s, slot_text(&self.arena, &self.pending, s))
+                s.live && fams.contains(&s.family) && gone(s, slot_text(&self.arena, &self.pending, s))
             })
             .collect();
         for i in doomed {
@@ -469,13 +474,25 @@ impl SeriesStore {
 
     /// Removes every series of `family` not set since `round` began.
     pub fn sweep_family(&mut self, family: &str, round: u64) {
+        self.sweep_families(&[family], round);
+    }
+
+    /// Removes every series of the `families` (of one report) not set since `round` began, in one
+    /// pass over the slots; a family whose live series were all set in `round` is not looked at.
+    pub fn sweep_families(&mut self, families: &[&str], round: u64) {
         let round = round as u32;
-        let all_seen = self.family_index.get(family).map(|&f| &self.families[usize::from(f)]);
-        if all_seen.is_none_or(|f| f.round == round && f.seen == f.live) {
-            return;
+        let due: Vec<u16> = families
+            .iter()
+            .filter_map(|name| self.family_index.get(*name).copied())
+            .filter(|&f| {
+                let f = &self.families[usize::from(f)];
+                f.live > 0 && !(f.round == round && f.seen == f.live)
+            })
+            .collect();
+        if !due.is_empty() {
+            // Rounds wrap: "set since round began" is "seen - round" small.
+            self.remove_in(&due, |s, _| s.seen.wrapping_sub(round) > u32::MAX / 2);
         }
-        // Rounds wrap: "set since round began" is "seen - round" small.
-        self.remove_where(family, |s, _| s.seen.wrapping_sub(round) > u32::MAX / 2);
     }
 
     /// Forgets every series (the peer restarted or went away): the next values start afresh,
@@ -721,6 +738,15 @@ mod tests {
         set(&mut st, "4");
         st.sweep_family("p", old);
         assert_eq!(st.len(), 2, "both set since the old round began");
+        // Two families in one pass: each loses what the round did not set.
+        let q = st.slot("q", "h", MetricKind::Gauge, &[("pid", "9")]).unwrap();
+        st.set(q, Num::Float(1.0), now);
+        let round = st.begin_round();
+        set(&mut st, "4");
+        st.sweep_families(&["p", "q", "absent"], round);
+        let left: Vec<String> =
+            st.publish().iter().map(|s| format!("{}{}", s.family(), s.label("pid"))).collect();
+        assert_eq!(left, ["p4"]);
     }
 
     #[test]

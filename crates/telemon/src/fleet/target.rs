@@ -317,8 +317,13 @@ impl Publisher {
 
     /// Removes every series of `family` not set since `round` began.
     pub fn sweep_family(&mut self, family: &str, round: u64) {
+        self.sweep_families(&[family], round);
+    }
+
+    /// Removes every series of the `families` not set since `round` began, in one pass.
+    pub fn sweep_families(&mut self, families: &[&str], round: u64) {
         let before = self.store.len();
-        self.store.sweep_family(family, round);
+        self.store.sweep_families(families, round);
         self.dirty |= self.store.len() != before;
     }
 

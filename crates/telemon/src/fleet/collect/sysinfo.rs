@@ -418,9 +418,7 @@ fn record_ps(p: &mut Publisher, rows: &mut RowCache, ps: &Ps) {
             1u64,
         );
     }
-    for fam in ["rvos_process_cpu_ratio", "rvos_process_memory_bytes", "rvos_process_state"] {
-        p.sweep_family(fam, round);
-    }
+    p.sweep_families(&["rvos_process_cpu_ratio", "rvos_process_memory_bytes", "rvos_process_state"], round);
 }
 
 fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat) {
@@ -451,8 +449,7 @@ fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat) {
         let l = [("tag", t.tag.as_str())];
         row.put(p, "rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, &l, t.live_allocations);
     }
-    p.sweep_family("rvos_kernel_heap_tag_bytes", round);
-    p.sweep_family("rvos_kernel_heap_tag_live_allocations", round);
+    p.sweep_families(&["rvos_kernel_heap_tag_bytes", "rvos_kernel_heap_tag_live_allocations"], round);
 }
 
 fn record_kstat(p: &mut Publisher, rows: &mut RowCache, k: &Kstat) {
@@ -480,9 +477,7 @@ fn record_channels(p: &mut Publisher, rows: &mut RowCache, c: &Channels) {
             cached.put(p, families[2], "Messages queued at a channel end.", MetricKind::Gauge, &l, queue);
         }
     }
-    for fam in families {
-        p.sweep_family(fam, round);
-    }
+    p.sweep_families(&families, round);
 }
 
 /// Bucket `i` of the kernel's histogram holds latencies in `[2^i, 2^(i+1))` ticks of 10 MHz.
