@@ -1,10 +1,11 @@
-//! A target's published series: a shared schema (families, label sets and their pre-escaped text),
-//! and the values, which are all that a publish copies.
+//! A target's published series: a shared schema (families, and every series' pre-escaped label text
+//! in one buffer), and the values, which are all that a publish copies.
 //!
 //! A [`SeriesSet`] is what a [`super::model::TargetSnapshot`] carries. Its [`Schema`] is built once
 //! when the target's set of series changes and is shared (`Arc`) by every later publish until the
 //! next change; a publish copies a flat array of [`Sample`]s (24 bytes each) and shares the
-//! histograms that did not change.
+//! histograms that did not change. The label text is in the order render writes the series, so a
+//! scrape reads each target's labels front to back.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -187,7 +188,7 @@ pub fn escape_label_value(out: &mut String, v: &str) {
 pub struct LabelSet {
     buf: Arc<str>,
     start: u32,
-    len: u32,
+    text_len: u32,
 }
 
 impl LabelSet {
@@ -200,15 +201,15 @@ impl LabelSet {
         LabelSet::from_text(&text)
     }
 
-    /// A label set from text that [`push_label`] wrote (one longer than 4 GiB is cut off).
+    /// A label set from text that [`push_label`] wrote (a text of 4 GiB or more reads back as empty).
     pub(crate) fn from_text(text: &str) -> LabelSet {
-        let len = u32::try_from(text.len()).unwrap_or(u32::MAX);
-        LabelSet { buf: Arc::from(text), start: 0, len }
+        let text_len = u32::try_from(text.len()).unwrap_or(u32::MAX);
+        LabelSet { buf: Arc::from(text), start: 0, text_len }
     }
 
-    /// The label set at `start..start + len` of a shared text.
-    pub(crate) fn within(buf: &Arc<str>, start: u32, len: u32) -> LabelSet {
-        LabelSet { buf: buf.clone(), start, len }
+    /// The label set at `start..start + text_len` of a shared text.
+    pub(crate) fn within(buf: &Arc<str>, start: u32, text_len: u32) -> LabelSet {
+        LabelSet { buf: buf.clone(), start, text_len }
     }
 
     /// The `(name, value)` pairs, in order; a value is borrowed from the text unless it had to be
@@ -229,18 +230,29 @@ impl LabelSet {
 
     /// Whether there are no labels.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.text_len == 0
     }
 
     /// The escaped exposition text, `a="x",b="y"` (empty when there are no labels).
     pub fn text(&self) -> &str {
-        text_at(&self.buf, self.start, self.len)
+        text_at(&self.buf, self.start, self.text_len)
+    }
+
+    /// A copy that owns only its own text. The label set of a published series shares its
+    /// target's whole label text: one kept for longer than the snapshot it came from (a sender's map
+    /// key) is detached, so that it does not keep that text alive after the target's series change.
+    pub fn detached(&self) -> LabelSet {
+        if self.start == 0 && self.text_len as usize == self.buf.len() {
+            self.clone()
+        } else {
+            LabelSet::from_text(self.text())
+        }
     }
 
     /// Whether `a` and `b` are the same label set of the same text, not only equal ones (senders
     /// recognise a series they have seen by this).
     pub fn ptr_eq(a: &LabelSet, b: &LabelSet) -> bool {
-        Arc::ptr_eq(&a.buf, &b.buf) && a.start == b.start && a.len == b.len
+        Arc::ptr_eq(&a.buf, &b.buf) && a.start == b.start && a.text_len == b.text_len
     }
 }
 

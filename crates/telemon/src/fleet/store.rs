@@ -6,8 +6,7 @@
 //! Collectors that see the same series again and again (a sys161 field, a Mono counter) keep the
 //! slot and skip the lookup. A series' labels are kept as their escaped exposition text, in one
 //! buffer per target (the *arena*) that the published schema shares, in the order render reads
-//! them; and [`SeriesStore::publish`]
-//! shares the schema until the set of series changes.
+//! them. [`SeriesStore::publish`] shares the schema until the set of series changes.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
@@ -858,6 +857,14 @@ mod tests {
         assert_eq!(st.set(a, Num::Int(9), now), Change::Stale);
         let labels: Vec<String> = old.iter().map(|s| s.label_text().to_owned()).collect();
         assert_eq!(labels, [r#"k="a""#], "an old snapshot reads its own arena");
+        // A label set kept beyond its snapshot is detached from the arena.
+        let set = st.publish();
+        let kept: Vec<LabelSet> = set.iter().map(|s| s.labels()).collect();
+        assert!(LabelSet::ptr_eq(&kept[0], &set.iter().next().unwrap().labels()), "one arena per schema");
+        let detached = kept[0].detached();
+        assert_eq!(detached, kept[0]);
+        assert!(!LabelSet::ptr_eq(&detached, &kept[0]));
+        assert!(LabelSet::ptr_eq(&detached.detached(), &detached), "already its own text");
     }
 
     #[test]

@@ -187,17 +187,20 @@ impl Otlp {
 
             for s in t.series.iter() {
                 let key: SeriesKey = (t.name.clone(), s.family.clone(), s.labels.clone());
-                let e = self.seen.entry(key).or_insert_with(|| {
+                if !self.seen.contains_key(&key) {
                     let labels: Vec<_> = s.labels.iter().collect();
                     let attributes = attrs(&mut labels.iter().map(|(k, v)| (*k, &**v)));
-                    Seen {
+                    let seen = Seen {
                         series: series(s.family.clone(), s.help, s.kind, attributes),
                         start_ns: now_ns,
                         last: 0.0,
                         connects: t.connects,
                         tick,
-                    }
-                });
+                    };
+                    // The map outlives this snapshot: its key owns only its own label text.
+                    self.seen.insert((key.0.clone(), key.1.clone(), key.2.detached()), seen);
+                }
+                let Some(e) = self.seen.get_mut(&key) else { continue };
                 let (value, level) = match &s.value {
                     Value::Number(n) => (PointValue::Number(*n), *n),
                     Value::Histogram { buckets, sum, count } => {

@@ -325,7 +325,8 @@ impl RemoteWrite {
                                 stale(&old.wire, now_ms, out);
                             }
                             let wire = wire_series(&self.external, &t, s);
-                            seen.series.insert(key.clone(), Seen { wire, tick });
+                            // The map outlives this snapshot: its key owns only its own label text.
+                            seen.series.insert((key.0.clone(), key.1.detached()), Seen { wire, tick });
                             seen.series.get_mut(&key).expect("inserted above")
                         }
                     };
