@@ -197,14 +197,11 @@ impl Client {
         Ok(Self::spawn(framed, None, config))
     }
 
-    fn spawn<S>(
-        framed: Framed<S, ClientCodec>,
+    fn spawn(
+        framed: Framed<BoxedIo, ClientCodec>,
         addr: Option<String>,
         config: ClientConfig,
-    ) -> (Client, Events)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    ) -> (Client, Events) {
         let (commands, command_rx) = mpsc::channel(64);
         let (event_tx, event_rx) = mpsc::channel(config.event_capacity.max(1));
         let config = Arc::new(config);
@@ -396,12 +393,9 @@ impl Connection {
         Ok(Connection::from_framed(framed, Arc::new(config)))
     }
 
-    fn from_framed<S>(framed: Framed<S, ClientCodec>, config: Arc<ClientConfig>) -> Connection
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    fn from_framed(framed: Framed<BoxedIo, ClientCodec>, config: Arc<ClientConfig>) -> Connection {
         Connection {
-            conn: framed.into(),
+            conn: Conn(framed),
             config,
             pending: Requests::default(),
             expired: std::collections::VecDeque::new(),
@@ -539,18 +533,7 @@ impl<T: AsyncRead + AsyncWrite + Send> AsyncReadWrite for T {}
 /// A framed connection over a boxed transport.
 struct Conn(Framed<BoxedIo, ClientCodec>);
 
-impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> From<Framed<S, ClientCodec>> for Conn {
-    fn from(framed: Framed<S, ClientCodec>) -> Self {
-        let parts = framed.into_parts();
-        let io: BoxedIo = Box::pin(parts.io);
-        let mut new = tokio_util::codec::FramedParts::new::<Payload<Request>>(io, parts.codec);
-        new.read_buf = parts.read_buf;
-        new.write_buf = parts.write_buf;
-        Conn(Framed::from_parts(new))
-    }
-}
-
-async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, ClientCodec>, ClientError> {
+async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<BoxedIo, ClientCodec>, ClientError> {
     let stream = TcpStream::connect(addr)
         .await
         .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
@@ -558,12 +541,15 @@ async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<TcpStream, Cli
     handshaken(stream, config).await
 }
 
-/// `stream` framed with [`IO_BUFFER`]-sized buffers, after the handshake.
-async fn handshaken<S>(stream: S, config: &ClientConfig) -> Result<Framed<S, ClientCodec>, ClientError>
+/// `stream`, boxed and framed with [`IO_BUFFER`]-sized buffers, after the handshake. It is boxed
+/// before it is framed: framing it again afterwards would go through `Framed::from_parts`, which
+/// gives each buffer tokio-util's 8 KiB.
+async fn handshaken<S>(stream: S, config: &ClientConfig) -> Result<Framed<BoxedIo, ClientCodec>, ClientError>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let mut framed = Framed::with_capacity(stream, ClientCodec::new(config.max_frame_len), IO_BUFFER);
+    let io: BoxedIo = Box::pin(stream);
+    let mut framed = Framed::with_capacity(io, ClientCodec::new(config.max_frame_len), IO_BUFFER);
     handshake(&mut framed, config).await?;
     Ok(framed)
 }
@@ -613,7 +599,7 @@ where
 }
 
 /// An interpreter that completed its handshake, and where it came from.
-type Accepted = (Framed<TcpStream, ClientCodec>, std::net::SocketAddr);
+type Accepted = (Framed<BoxedIo, ClientCodec>, std::net::SocketAddr);
 
 /// Accepts interpreters that connect in POLL mode (`POLL:address:port`), one [`Client`] per interpreter.
 ///
@@ -861,6 +847,16 @@ mod tests {
     async fn peer_handshake(peer: &mut Peer, using: u32) {
         peer.feed(Payload::Handshake(Handshake::supported())).await.unwrap();
         peer.send(Payload::Handshake(Handshake::UsingProtocol(using))).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_connection_keeps_its_small_buffers() {
+        let (ours, mut peer) = pipe();
+        peer_handshake(&mut peer, 2).await;
+        let conn = Connection::over(ours, ClientConfig::default()).await.unwrap();
+        // What the handshake frames took from the read buffer is not counted in its capacity.
+        assert!(conn.conn.0.read_buffer().capacity() <= IO_BUFFER);
+        assert!(conn.conn.0.write_buffer().capacity() <= IO_BUFFER);
     }
 
     #[tokio::test]

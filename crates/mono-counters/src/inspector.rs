@@ -146,6 +146,23 @@ impl Inspector {
 
 type Writer = FramedWrite<Pin<Box<dyn AsyncWrite + Send>>, InspectorCodec>;
 
+/// The read buffer a session starts with: it grows to the largest message the agent sends (a
+/// sample of every counter); tokio-util's default is 8 KiB, which a fleet of agents pays per agent.
+const READ_BUFFER: usize = 2048;
+
+/// The agent's half of a session, framed, with a [`READ_BUFFER`]-sized buffer.
+fn framed_read<R: AsyncRead>(read: R, codec: InspectorCodec) -> FramedRead<R, InspectorCodec> {
+    FramedRead::with_capacity(read, codec, READ_BUFFER)
+}
+
+/// The inspector's half, framed, with a write buffer that starts empty (requests are a few dozen
+/// bytes; tokio-util reserves 8 KiB).
+fn framed_write(write: Pin<Box<dyn AsyncWrite + Send>>, codec: InspectorCodec) -> Writer {
+    let mut framed = FramedWrite::new(write, codec);
+    *framed.write_buffer_mut() = bytes::BytesMut::new();
+    framed
+}
+
 #[derive(Default)]
 struct Pending {
     closed: bool,
@@ -201,7 +218,7 @@ impl Session {
     {
         let (read, write) = tokio::io::split(stream);
         let codec = InspectorCodec::new(config.limits).with_opcodes(config.opcodes);
-        let mut framed = FramedRead::new(read, codec.clone());
+        let mut framed = framed_read(read, codec.clone());
         let first = tokio::time::timeout(config.hello_timeout, framed.next())
             .await
             .map_err(|_| ClientError::Timeout { request: "hello", after: config.hello_timeout })?;
@@ -214,7 +231,7 @@ impl Session {
         let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(write);
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::default()),
-            writer: tokio::sync::Mutex::new(FramedWrite::new(writer, codec)),
+            writer: tokio::sync::Mutex::new(framed_write(writer, codec)),
             timeout: config.request_timeout,
         });
         let (tx, samples) = mpsc::channel(config.sample_queue.max(1));
@@ -445,5 +462,18 @@ async fn read_loop<R: AsyncRead + Unpin>(
     }
     if let Some(e) = failure {
         let _ = samples.send(Err(e)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_session_starts_with_small_buffers() {
+        let codec = InspectorCodec::new(Limits::default());
+        let (a, b) = tokio::io::duplex(64);
+        assert_eq!(framed_read(a, codec.clone()).read_buffer().capacity(), READ_BUFFER);
+        assert_eq!(framed_write(Box::pin(b), codec).write_buffer().capacity(), 0);
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::codec::{Framed, FramedParts};
+use tokio_util::codec::Framed;
 
 use crate::message::{BootRequest, BootResponse, ChannelId, Message, SysinfoCommand, SYSINFO_SERVICE};
 use crate::reassembly::{Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
@@ -178,9 +178,10 @@ impl Client {
         Client {
             framed: {
                 // Requests are a few dozen bytes: the write buffer grows to a batch's size, no more.
-                let mut parts = FramedParts::new::<Frame>(stream, HostCodec);
-                parts.read_buf = bytes::BytesMut::with_capacity(IO_BUFFER);
-                Framed::from_parts(parts)
+                // (`Framed::from_parts` would reserve tokio-util's 8 KiB for each buffer.)
+                let mut framed = Framed::with_capacity(stream, HostCodec, IO_BUFFER);
+                *framed.write_buffer_mut() = bytes::BytesMut::new();
+                framed
             },
             config,
             open: HashSet::from([ChannelId::BOOT]),
@@ -570,6 +571,13 @@ mod tests {
     fn pipe() -> (Client, Peer) {
         let (a, b) = tokio::io::duplex(1 << 16);
         (Client::new(a, ClientConfig::default()), Framed::new(b, HostCodec))
+    }
+
+    #[tokio::test]
+    async fn a_new_client_holds_a_small_read_buffer_and_no_write_buffer() {
+        let (client, _peer) = pipe();
+        assert_eq!(client.framed.read_buffer().capacity(), IO_BUFFER);
+        assert_eq!(client.framed.write_buffer().capacity(), 0);
     }
 
     async fn message_on(peer: &mut Peer) -> (ChannelId, Message) {
