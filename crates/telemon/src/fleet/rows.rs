@@ -170,15 +170,7 @@ mod tests {
 
     fn values(reg: &Registry, p: &mut Publisher) -> Vec<String> {
         p.flush();
-        let snap = reg.snapshot();
-        let t = snap.get("t").unwrap();
-        let mut v: Vec<String> = t
-            .series
-            .iter()
-            .map(|s| format!("{}{{{}}} {:?}", s.family(), s.labels().text(), s.number()))
-            .collect();
-        v.sort();
-        v
+        reg.snapshot().get("t").unwrap().series.lines()
     }
 
     #[test]

@@ -620,6 +620,15 @@ impl SeriesSet {
         i.and_then(|i| self.family_at(i)).into_iter().flat_map(|f| f.series())
     }
 
+    /// Every series as `family{labels} value`, sorted (for tests).
+    #[cfg(test)]
+    pub(crate) fn lines(&self) -> Vec<String> {
+        let mut v: Vec<String> =
+            self.iter().map(|s| format!("{}{{{}}} {:?}", s.family(), s.label_text(), s.number())).collect();
+        v.sort();
+        v
+    }
+
     /// Owned copies of every series.
     pub fn to_vec(&self) -> Vec<Series> {
         self.iter().map(|s| s.to_series()).collect()

@@ -321,8 +321,9 @@ impl SeriesStore {
         Some(SlotId { index, generation: self.slots[index as usize].generation })
     }
 
-    fn live_slot(&mut self, id: SlotId) -> Option<&mut Slot> {
-        self.slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation)
+    /// The slot `id` names, if it is still the series it was handed out for.
+    fn live_slot(slots: &mut [Slot], id: SlotId) -> Option<&mut Slot> {
+        slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation)
     }
 
     /// Sets a series' value as observed at `now`. For counters, the rate is computed from the
@@ -334,11 +335,7 @@ impl SeriesStore {
             Some(s) => self.families[usize::from(s.family)].family.kind == MetricKind::Counter,
             None => false,
         };
-        let Some(slot) =
-            self.slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation)
-        else {
-            return Change::Stale;
-        };
+        let Some(slot) = Self::live_slot(&mut self.slots, id) else { return Change::Stale };
         mark_seen(&mut self.families, slot, round);
         let sample = &mut self.samples[id.index as usize];
         let v = value.as_f64();
@@ -364,11 +361,7 @@ impl SeriesStore {
     /// count of the observations.
     pub fn set_hist(&mut self, id: SlotId, bounds: &[f64], counts: &[u64], sum: f64, count: u64) -> Change {
         let round = self.round;
-        let Some(slot) =
-            self.slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation)
-        else {
-            return Change::Stale;
-        };
+        let Some(slot) = Self::live_slot(&mut self.slots, id) else { return Change::Stale };
         mark_seen(&mut self.families, slot, round);
         let change = match &mut slot.hist {
             Some(h)
@@ -404,7 +397,7 @@ impl SeriesStore {
 
     /// Overrides the published rate of a slot (for sets built from owned series).
     pub(crate) fn force_rate(&mut self, id: SlotId, rate: Option<f64>) {
-        if self.live_slot(id).is_some() {
+        if Self::live_slot(&mut self.slots, id).is_some() {
             self.samples[id.index as usize].rate = rate.unwrap_or(f64::NAN);
         }
     }
@@ -827,13 +820,7 @@ mod tests {
 
     /// The store's series as `family{labels} value`, sorted, from a publish.
     fn published(st: &mut SeriesStore) -> Vec<String> {
-        let mut v: Vec<String> = st
-            .publish()
-            .iter()
-            .map(|s| format!("{}{{{}}} {:?}", s.family(), s.label_text(), s.number()))
-            .collect();
-        v.sort();
-        v
+        st.publish().lines()
     }
 
     #[test]

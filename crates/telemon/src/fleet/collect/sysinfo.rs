@@ -547,7 +547,7 @@ fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog) {
         let l = [("task", task.as_str())];
         rows.row(&[&task]).put(p, family, help, MetricKind::Gauge, &l, c.ago_ms as f64 / 1000.0);
     }
-    p.sweep_family("rvos_watchdog_heartbeat_age_seconds", round);
+    p.sweep_family(family, round);
 }
 
 #[cfg(test)]
