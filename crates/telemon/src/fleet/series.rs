@@ -288,12 +288,6 @@ impl fmt::Debug for LabelSet {
     }
 }
 
-impl<K: AsRef<str>, V: AsRef<str>> FromIterator<(K, V)> for LabelSet {
-    fn from_iter<I: IntoIterator<Item = (K, V)>>(iter: I) -> LabelSet {
-        LabelSet::new(iter)
-    }
-}
-
 /// Appends one label, `name="value"` with the value escaped, and a comma before it unless `out`
 /// is empty.
 pub(crate) fn push_label(out: &mut String, name: &str, value: &str) {
