@@ -4,7 +4,8 @@
 //! would pay one wake-up and one `read()` per line. When a read follows the previous one within the
 //! batching window, the stream leaves the reactor (so no further line wakes it) and from then on reads
 //! once every `window` whatever arrived meanwhile, in one go (at once again when a read filled the
-//! whole buffer). A window in which nothing arrived puts the socket back under the reactor, so the
+//! whole buffer). The pause is shorter than the window while lines arrive fast enough that a window
+//! of them would fill the socket, where sys161 waits for its reader. A pause in which nothing arrived puts the socket back under the reactor, so the
 //! first line after a quiet period is read at once: a stream of one line a second is never delayed.
 
 use std::future::Future;
@@ -21,6 +22,21 @@ use tokio::time::{Instant, Sleep};
 /// The batch buffer: at a 10 us interval sys161 sends about 10 KB a millisecond.
 const BATCH_BUFFER: usize = 64 * 1024;
 
+/// The most bytes one pause should let pile up. sys161 writes its lines with blocking `write()`s, and
+/// a Unix socket holds only about 22 KB of them (each write is a buffer of its own) before the
+/// simulator stops to wait for its reader: a pause that let more arrive would slow the machine
+/// being watched.
+const BATCH_TARGET: usize = 4 * 1024;
+
+/// The shortest pause (the timer rounds it up to its own tick).
+const MIN_PAUSE: Duration = Duration::from_micros(100);
+
+/// The pause after a batch of `got` bytes that followed a pause of `pause`: as long as lets about
+/// [`BATCH_TARGET`] bytes arrive at the rate just seen, within `MIN_PAUSE..=window`.
+fn next_pause(pause: Duration, got: usize, window: Duration) -> Duration {
+    pause.mul_f64(BATCH_TARGET as f64 / got.max(1) as f64).clamp(MIN_PAUSE, window.max(MIN_PAUSE))
+}
+
 /// The meter socket as [`crate::Client`] reads it: a Unix stream that batches its reads when lines
 /// arrive closer together than its window (see [`crate::ClientConfig::read_batching`]), and reads
 /// each line as it comes otherwise.
@@ -29,6 +45,9 @@ pub struct BatchedStream {
     io: Io,
     /// `None`: every read is done as soon as the socket is readable.
     window: Option<Duration>,
+    /// The pause between batching reads: the window, shortened while lines arrive fast enough to
+    /// fill sys161's socket within it (see [`next_pause`]).
+    pause_for: Duration,
     /// When the reactor last woke a read that got bytes.
     last_read: Option<Instant>,
     /// Bytes read while batching and not yet handed out (`pending[pos..len]`); allocated on the first
@@ -61,6 +80,7 @@ impl BatchedStream {
         BatchedStream {
             io: Io::Registered(stream),
             window: window.filter(|w| !w.is_zero()),
+            pause_for: window.unwrap_or_default(),
             last_read: None,
             pending: Vec::new(),
             pos: 0,
@@ -103,8 +123,8 @@ impl BatchedStream {
         Ok(())
     }
 
-    fn start_pause(&mut self, window: Duration) {
-        let at = Instant::now() + window;
+    fn start_pause(&mut self) {
+        let at = Instant::now() + self.pause_for;
         match &mut self.pause {
             Some(pause) => pause.as_mut().reset(at),
             None => self.pause = Some(Box::pin(tokio::time::sleep_until(at))),
@@ -126,8 +146,8 @@ impl AsyncRead for BatchedStream {
                 return Poll::Ready(Ok(()));
             }
             if matches!(this.io, Io::Batching(_)) {
-                if let Some(window) = this.window.filter(|_| this.pause_next) {
-                    this.start_pause(window);
+                if this.window.is_some() && this.pause_next {
+                    this.start_pause();
                 }
                 if this.pausing {
                     if let Some(pause) = &mut this.pause {
@@ -159,15 +179,19 @@ impl AsyncRead for BatchedStream {
                         Ok(n) => {
                             (this.pos, this.len) = (0, n);
                             this.got_since_pause = true;
-                            // A read that did not fill the buffer took all there was: one read a window.
+                            // A read that did not fill the buffer took all there was: one read a pause.
                             this.pause_next = n < this.pending.len();
+                            if let Some(window) = this.window {
+                                this.pause_for = next_pause(this.pause_for, n, window);
+                            }
                         }
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                             // Nothing since the last pause: the stream went quiet.
-                            match this.window {
-                                Some(window) if this.got_since_pause => this.start_pause(window),
-                                _ => this.stop_batching()?,
+                            if this.window.is_some() && this.got_since_pause {
+                                this.start_pause();
+                            } else {
+                                this.stop_batching()?;
                             }
                         }
                         Err(e) => return Poll::Ready(Err(e)),
@@ -338,6 +362,22 @@ mod tests {
             });
             proptest::prop_assert_eq!(got, sent);
         }
+    }
+
+    #[test]
+    fn the_pause_shortens_while_batches_are_large_and_grows_back_to_the_window() {
+        let window = Duration::from_millis(5);
+        // A 5 ms pause that let 40 KB pile up (sys161 would have blocked): about 0.5 ms next.
+        let fast = next_pause(window, 40 * 1024, window);
+        assert_eq!(fast, Duration::from_micros(500));
+        // At that rate the next batch is about the target, and the pause stays.
+        assert_eq!(next_pause(fast, BATCH_TARGET, window), fast);
+        // Faster still: never below the shortest pause.
+        assert_eq!(next_pause(MIN_PAUSE, 1 << 20, window), MIN_PAUSE);
+        // Lines slow down: the pause grows, never past the window; an empty batch is not a division by 0.
+        assert_eq!(next_pause(fast, 2 * 1024, window), Duration::from_millis(1));
+        assert_eq!(next_pause(fast, 10, window), window);
+        assert_eq!(next_pause(fast, 0, window), window);
     }
 
     #[tokio::test]

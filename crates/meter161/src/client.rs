@@ -46,7 +46,8 @@ pub struct ClientConfig {
     /// interval pays a wake-up and a read per line; with a window, a read that follows the previous
     /// one within it takes the socket out of the reactor, and the socket is then read once per
     /// window until a window goes by without a byte. The first line after a quiet period is read at
-    /// once, so a 1 s interval is never delayed; a busy stream is read at most one window late.
+    /// once, so a 1 s interval is never delayed; a busy stream is read at most one window late, and
+    /// sooner when a window of its lines would fill the socket (sys161 waits for its reader then).
     pub read_batching: Option<Duration>,
 }
 
