@@ -217,8 +217,8 @@ pub struct Series {
 pub struct EventRecord {
     /// When telemon saw it.
     pub at: SystemTime,
-    /// What happened, one line.
-    pub text: String,
+    /// What happened, one line (shared by every snapshot that lists it).
+    pub text: Arc<str>,
 }
 
 /// What a view sees of one target.

@@ -251,6 +251,28 @@ impl Publisher {
         }
     }
 
+    /// Sets one series' value like [`Publisher::put`], with its slot kept in `kept` from one call to
+    /// the next: the series is looked up only the first time, and again after it was removed. `kept`
+    /// must always be used for the same `family{labels}`.
+    pub fn put_kept(
+        &mut self,
+        kept: &mut Option<SlotId>,
+        family: &'static str,
+        help: &'static str,
+        kind: MetricKind,
+        labels: &[(&str, &str)],
+        value: impl Into<Num>,
+    ) {
+        let value = value.into();
+        if kept.is_some_and(|slot| self.put_slot(slot, value)) {
+            return;
+        }
+        *kept = self.slot(family, help, kind, labels);
+        if let Some(slot) = *kept {
+            self.put_slot(slot, value);
+        }
+    }
+
     /// Sets a histogram series: cumulative `counts` per upper bound in `bounds`, the sum and the
     /// count of the observations.
     #[allow(clippy::too_many_arguments)]
@@ -335,7 +357,7 @@ impl Publisher {
     }
 
     /// Records an event for display (bounded to [`MAX_EVENTS`]).
-    pub fn event(&mut self, text: impl Into<String>) {
+    pub fn event(&mut self, text: impl Into<Arc<str>>) {
         if self.events.len() == MAX_EVENTS {
             self.events.pop_front();
         }
@@ -433,7 +455,7 @@ mod tests {
         assert_eq!(t.connects, 1);
         assert_eq!(t.series.len(), 1);
         assert_eq!(t.series.iter().next().unwrap().label("name").len(), MAX_LABEL_LEN);
-        assert_eq!(t.events[0].text, "hello");
+        assert_eq!(&*t.events[0].text, "hello");
         p.down(&Failure::new(ErrorKind::Connect, "gone"));
         let snap = reg.snapshot();
         let t = snap.get("t").unwrap();
@@ -442,6 +464,26 @@ mod tests {
         assert!(t.events.len() == 1, "events are kept across publishes");
         drop(p);
         assert!(reg.snapshot().get("t").is_none());
+    }
+
+    #[test]
+    fn a_kept_slot_is_reused_and_looked_up_again_once_its_series_is_gone() {
+        let reg = Registry::new();
+        let mut p = Publisher::new(&reg, "t", Protocol::Hmon, vec![], 10);
+        p.up();
+        let mut kept = None;
+        p.put_kept(&mut kept, "g", "h", MetricKind::Gauge, &[("k", "v")], 1u64);
+        let first = kept.expect("a slot is kept");
+        p.put_kept(&mut kept, "g", "h", MetricKind::Gauge, &[("k", "v")], 2u64);
+        assert_eq!(kept, Some(first), "the kept slot is used");
+        p.retain_family("g", |_| false);
+        p.put("other", "h", MetricKind::Gauge, &[], 0u64);
+        p.put_kept(&mut kept, "g", "h", MetricKind::Gauge, &[("k", "v")], 3u64);
+        assert_ne!(kept, Some(first), "a removed series is looked up again");
+        p.flush();
+        let snap = reg.snapshot();
+        let g: Vec<String> = snap.get("t").unwrap().series.lines();
+        assert!(g.iter().any(|l| l.starts_with("g{") && l.ends_with("Some(3.0)")), "{g:?}");
     }
 
     #[test]

@@ -264,7 +264,7 @@ fn hmon(f: &mut Frame, area: Rect, ctx: &Ctx) {
         let at = clock(e.at);
         let style =
             if e.text.starts_with("UntrappedSignal") { Style::new().fg(Color::Red) } else { Style::new() };
-        lines.push(Line::from(vec![Span::raw(format!("{at} ")), Span::styled(e.text.clone(), style)]));
+        lines.push(Line::from(vec![Span::raw(format!("{at} ")), Span::styled(e.text.to_string(), style)]));
     }
     if ctx.t.events.is_empty() {
         lines.push(Line::from("(none yet)"));

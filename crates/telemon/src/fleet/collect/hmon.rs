@@ -22,6 +22,7 @@ use super::{flush_due, within, AbortOnDrop, Retry, ACCEPT_ERROR_PAUSE, CONNECT_T
 use crate::fleet::config::HmonTarget;
 use crate::fleet::model::{ErrorKind, MetricKind, Protocol};
 use crate::fleet::registry::Registry;
+use crate::fleet::store::SlotId;
 use crate::fleet::target::{Failure, Publisher};
 use crate::record;
 
@@ -137,7 +138,14 @@ struct Seen {
     info: Info,
     counts: HashMap<String, u64>,
     facts: bool,
+    /// The slots of the facts' series, each kept by [`Publisher::put_kept`] at its own index.
+    slots: [Option<SlotId>; FACT_SERIES],
+    /// The slot of `dyalog_last_known_state_timestamp_seconds`.
+    activity: Option<SlotId>,
 }
+
+/// How many series the polled facts set, not counting `dyalog_interpreter_info`.
+const FACT_SERIES: usize = 17;
 
 /// SERVE mode: subscribes, starts the poll and asks `GetLastKnownState` every poll period, all on the
 /// one connection driven here (one task per target), until the connection fails.
@@ -183,7 +191,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                 Ok(Incoming::Reply { uid, response }) if asking.as_ref() == Some(&uid) => {
                     asking = None;
                     match response {
-                        Response::LastKnownState(state) => last_known_state(p, &state),
+                        Response::LastKnownState(state) => last_known_state(p, &state, &mut seen.activity),
                         other => p.error(&fail(ClientError::Rejected {
                             name: other.name().to_owned(),
                             request: "GetLastKnownState".into(),
@@ -246,7 +254,7 @@ fn on_event(
                     }
                 }
             }
-            message(p, m, &mut seen.info, &mut seen.counts);
+            message(p, m, seen);
             p.maybe_flush();
         }
         _ => {}
@@ -254,10 +262,11 @@ fn on_event(
     None
 }
 
-fn last_known_state(p: &mut Publisher, state: &hmon::LastKnownState) {
+fn last_known_state(p: &mut Publisher, state: &hmon::LastKnownState, kept: &mut Option<SlotId>) {
     let ts = state.activity.as_ref().and_then(|a| a.ts).or(state.ts);
     if let Some(ts) = ts {
-        p.put(
+        p.put_kept(
+            kept,
             "dyalog_last_known_state_timestamp_seconds",
             "Unix time of the interpreter's current activity, from GetLastKnownState.",
             MetricKind::Gauge,
@@ -383,7 +392,7 @@ struct Info {
 
 /// Subscribes, starts the poll and reads until the connection fails.
 async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: &Plan) -> Failure {
-    let mut counts: HashMap<String, u64> = HashMap::new();
+    let mut seen = Seen::default();
     if !plan.events.is_empty() {
         if let Err(e) = client.subscribe(plan.events.clone()).await {
             return fail(e);
@@ -391,7 +400,7 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
         // Every subscribed event starts at 0 (shown with the first facts), so that rate() sees the
         // first notification.
         for e in plan.events.iter().filter_map(EventKind::resolve) {
-            counts.insert(e.name().to_owned(), 0);
+            seen.counts.insert(e.name().to_owned(), 0);
         }
     }
     if let Err(e) = client.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
@@ -414,8 +423,6 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
         })
     };
     let _abort = AbortOnDrop(poller);
-    let mut info = Info::default();
-    let mut facts_seen = false;
     let mut deadline = tokio::time::Instant::now() + plan.stall();
     loop {
         tokio::select! {
@@ -429,20 +436,20 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
                 Some(Event::Message(m)) => {
                     if let Response::Facts(_) = &m {
                         deadline = tokio::time::Instant::now() + plan.stall();
-                        if !facts_seen {
-                            facts_seen = true;
-                            for (name, &n) in &counts {
+                        if !seen.facts {
+                            seen.facts = true;
+                            for (name, &n) in &seen.counts {
                                 set_event_count(p, name, n);
                             }
                         }
                     }
-                    message(p, m, &mut info, &mut counts);
+                    message(p, m, &mut seen);
                     p.maybe_flush();
                 }
                 Some(_) => {}
             },
             Some(lks) = lks_rx.recv() => match lks {
-                Ok(state) => last_known_state(p, &state),
+                Ok(state) => last_known_state(p, &state, &mut seen.activity),
                 Err(e) => p.error(&fail(e)),
             },
             () = flush_due(p.flush_due()) => p.flush_if_dirty(),
@@ -463,11 +470,12 @@ fn set_event_count(p: &mut Publisher, event: &str, n: u64) {
     );
 }
 
-fn message(p: &mut Publisher, m: Response, info: &mut Info, counts: &mut HashMap<String, u64>) {
+fn message(p: &mut Publisher, m: Response, seen: &mut Seen) {
+    let counts = &mut seen.counts;
     match m {
         Response::Facts(facts) => {
             for fact in facts.facts.into_iter().flatten() {
-                self::fact(p, fact.value, info);
+                self::fact(p, fact.value, &mut seen.info, &mut seen.slots);
             }
         }
         Response::Notification(n) => {
@@ -503,20 +511,32 @@ fn message(p: &mut Publisher, m: Response, info: &mut Info, counts: &mut HashMap
     }
 }
 
-fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
-    let mut new_info = info.clone();
-    match value {
-        FactValue::Host(h) => {
-            if let Some(i) = &h.interpreter {
-                let s = |v: &Option<String>| v.clone().unwrap_or_default();
-                let b = |v: Option<bool>| v.map(|b| b.to_string()).unwrap_or_default();
-                new_info.version = s(&i.version);
-                new_info.bitwidth = i.bit_width.map(|w| w.to_string()).unwrap_or_default();
-                new_info.unicode = b(i.is_unicode);
-                new_info.runtime = b(i.is_runtime);
-                new_info.session_uuid = s(&i.session_uuid);
+/// Sets the series of one polled fact. Each series keeps its slot in `slots`, at an index of its
+/// own (`FACT_SERIES` in all).
+fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut [Option<SlotId>; FACT_SERIES]) {
+    let (account, rest) = slots.split_at_mut(3);
+    let (gauges, rest) = rest.split_at_mut(7);
+    let (counters, rest) = rest.split_at_mut(2);
+    let (pockets, threads) = rest.split_at_mut(3);
+    let changed = match value {
+        FactValue::Host(h) => h.interpreter.is_some_and(|i| {
+            let b = |v: Option<bool>| v.map(|b| b.to_string()).unwrap_or_default();
+            let bitwidth = i.bit_width.map(|w| w.to_string()).unwrap_or_default();
+            let mut changed = false;
+            for (field, new) in [
+                (&mut info.version, i.version.unwrap_or_default()),
+                (&mut info.bitwidth, bitwidth),
+                (&mut info.unicode, b(i.is_unicode)),
+                (&mut info.runtime, b(i.is_runtime)),
+                (&mut info.session_uuid, i.session_uuid.unwrap_or_default()),
+            ] {
+                if *field != new {
+                    *field = new;
+                    changed = true;
+                }
             }
-        }
+            changed
+        }),
         FactValue::AccountInformation(a) => {
             let secs = [
                 ("dyalog_account_cpu_seconds_total", "CPU time used by the APL session.", a.compute_time),
@@ -527,14 +547,15 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
                 ),
                 ("dyalog_account_keying_seconds_total", "Keying time of the APL session.", a.keying_time),
             ];
-            for (fam, help, ms) in secs {
+            for ((fam, help, ms), kept) in secs.into_iter().zip(account) {
                 if let Some(ms) = ms {
-                    p.put(fam, help, MetricKind::Counter, &[], ms as f64 / 1000.0);
+                    p.put_kept(kept, fam, help, MetricKind::Counter, &[], ms as f64 / 1000.0);
                 }
             }
+            false
         }
         FactValue::Workspace(w) => {
-            let gauges = [
+            let values = [
                 ("dyalog_workspace_available_bytes", "Workspace bytes available.", w.available),
                 ("dyalog_workspace_used_bytes", "Workspace bytes used.", w.used),
                 ("dyalog_workspace_allocation_bytes", "Workspace bytes allocated.", w.allocation),
@@ -551,12 +572,12 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
                     w.trap_reserve_actual,
                 ),
             ];
-            for (fam, help, v) in gauges {
+            for ((fam, help, v), kept) in values.into_iter().zip(gauges) {
                 if let Some(v) = v {
-                    p.put(fam, help, MetricKind::Gauge, &[], v);
+                    p.put_kept(kept, fam, help, MetricKind::Gauge, &[], v);
                 }
             }
-            let counters = [
+            let values = [
                 ("dyalog_workspace_compactions_total", "Workspace compactions.", w.compactions),
                 (
                     "dyalog_workspace_garbage_collections_total",
@@ -564,35 +585,47 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info) {
                     w.garbage_collections,
                 ),
             ];
-            for (fam, help, v) in counters {
+            for ((fam, help, v), kept) in values.into_iter().zip(counters) {
                 if let Some(v) = v {
-                    p.put(fam, help, MetricKind::Counter, &[], v);
+                    p.put_kept(kept, fam, help, MetricKind::Counter, &[], v);
                 }
             }
-            for (state, v) in
-                [("garbage", w.garbage_pockets), ("free", w.free_pockets), ("used", w.used_pockets)]
-            {
+            let values = [("garbage", w.garbage_pockets), ("free", w.free_pockets), ("used", w.used_pockets)];
+            for ((state, v), kept) in values.into_iter().zip(pockets) {
                 if let Some(v) = v {
                     let help = "Workspace pockets, by state.";
-                    p.put("dyalog_workspace_pockets", help, MetricKind::Gauge, &[("state", state)], v);
+                    p.put_kept(
+                        kept,
+                        "dyalog_workspace_pockets",
+                        help,
+                        MetricKind::Gauge,
+                        &[("state", state)],
+                        v,
+                    );
                 }
             }
-            if let Some(wsid) = w.wsid {
-                new_info.wsid = wsid;
+            match w.wsid {
+                Some(wsid) if wsid != info.wsid => {
+                    info.wsid = wsid;
+                    true
+                }
+                _ => false,
             }
         }
         FactValue::ThreadCount(t) => {
-            for (state, v) in [("total", t.total), ("suspended", t.suspended)] {
+            for ((state, v), kept) in
+                [("total", t.total), ("suspended", t.suspended)].into_iter().zip(threads)
+            {
                 if let Some(v) = v {
                     let help = "APL threads, all and suspended.";
-                    p.put("dyalog_threads", help, MetricKind::Gauge, &[("state", state)], v);
+                    p.put_kept(kept, "dyalog_threads", help, MetricKind::Gauge, &[("state", state)], v);
                 }
             }
+            false
         }
-        _ => {}
-    }
-    if new_info != *info {
-        *info = new_info;
+        _ => false,
+    };
+    if changed {
         p.retain_family("dyalog_interpreter_info", |_| false);
         let labels = [
             ("version", info.version.as_str()),
@@ -702,8 +735,7 @@ mod props {
             let json = with_numbers(FACTS, &numbers);
             let Ok(response) = hmon::decode_message::<Response>(json.as_bytes()) else { return Ok(()) };
             let (reg, mut p) = publisher(Protocol::Hmon);
-            let (mut info, mut counts) = (Info::default(), HashMap::new());
-            message(&mut p, response, &mut info, &mut counts);
+            message(&mut p, response, &mut Seen::default());
             prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
         }
     }
