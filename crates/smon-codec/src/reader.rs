@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::decoder::{DecoderConfig, StreamDecoder};
+use crate::decoder::{DecoderConfig, StreamDecoder, UpdateRef};
 use crate::error::DecodeError;
 use crate::message::Update;
 
@@ -105,6 +105,30 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
         }
     }
 
+    /// Like [`UpdateReader::next_buffered`], but borrows the update from the decoder (see
+    /// [`StreamDecoder::decode_ref`]): no allocation per value. With [`UpdateReader::fill`], this
+    /// reads a stream with no allocation per update.
+    pub fn next_buffered_ref(&mut self) -> Option<Result<UpdateRef<'_>, DecodeError>> {
+        if self.done {
+            return None;
+        }
+        let step = if self.eof {
+            self.decoder.decode_eof_ref(&mut self.buf)
+        } else {
+            self.decoder.decode_ref(&mut self.buf)
+        };
+        match step {
+            Ok(Some(update)) => Some(Ok(update)),
+            Ok(None) => {
+                if self.eof {
+                    self.done = true;
+                }
+                None
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
     /// The next update, reading as needed; `None` at the end of the input (never, when following).
     ///
     /// Cancel-safe: dropping the future loses no input.
@@ -113,8 +137,26 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
             if let Some(item) = self.next_buffered() {
                 return Some(item);
             }
+            if let Err(e) = self.fill().await? {
+                return Some(Err(e));
+            }
+        }
+    }
+
+    /// Reads more input (one read, or a `follow` pause at the end of a file) for
+    /// [`UpdateReader::next_buffered`] and [`UpdateReader::next_buffered_ref`] to decode. Call it
+    /// when they give `None`. `None` once the input is finished and everything in it was decoded;
+    /// an I/O error ends the input.
+    ///
+    /// Cancel-safe: dropping the future loses no input.
+    pub async fn fill(&mut self) -> Option<Result<(), DecodeError>> {
+        loop {
             if self.done {
                 return None;
+            }
+            if self.eof {
+                // Decode what is left before the end is reported.
+                return Some(Ok(()));
             }
             // An empty buffer waits for the next update with a first read's room only: a stream
             // that sends a sample a second spends most of its time waiting, and a fleet holds a
@@ -138,6 +180,7 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
                     if n == room && want == self.chunk {
                         self.chunk = (self.chunk * 2).min(READ_CHUNK);
                     }
+                    return Some(Ok(()));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) => {

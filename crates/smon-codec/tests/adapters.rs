@@ -105,3 +105,49 @@ async fn the_reader_follows_a_growing_file() {
     writer.flush().await.unwrap();
     assert!(matches!(pending.await.unwrap(), Update::Value { value: Value::Unsigned(300), .. }));
 }
+
+/// Reads every update of `input` through `fill` and `next_buffered_ref`, `chunk` bytes a read.
+async fn read_borrowed(input: &[u8], chunk: usize) -> Vec<Result<Update, String>> {
+    let (mut peer, ours) = tokio::io::duplex(chunk);
+    let input = input.to_vec();
+    let writer = tokio::spawn(async move {
+        for piece in input.chunks(chunk) {
+            peer.write_all(piece).await.unwrap();
+        }
+    });
+    let mut reader = UpdateReader::new(ours, DecoderConfig::default());
+    let mut out = Vec::new();
+    loop {
+        while let Some(u) = reader.next_buffered_ref() {
+            out.push(u.map(|u| u.to_update()).map_err(|e| e.to_string()));
+        }
+        match reader.fill().await {
+            Some(Ok(())) => {}
+            Some(Err(e)) => out.push(Err(e.to_string())),
+            None => break,
+        }
+    }
+    writer.await.unwrap();
+    out
+}
+
+#[tokio::test]
+async fn borrowed_reading_gives_what_owned_reading_gives_in_any_read_size() {
+    let mut enc = smon_codec::StreamEncoder::new(EncoderConfig::default());
+    let mut good = smon_codec::BytesMut::new();
+    for s in samples() {
+        enc.encode(&s, &mut good).unwrap();
+    }
+    // An error, a resync, values, and a truncated item at the end.
+    let input = [b"\x09\x09junk".as_slice(), &good, b"\x00\x04ua.b"].concat();
+    let mut owned = Vec::new();
+    let mut reader = UpdateReader::new(&input[..], DecoderConfig::default());
+    while let Some(u) = reader.next().await {
+        owned.push(u.map_err(|e| e.to_string()));
+    }
+    assert!(owned.iter().any(|u| matches!(u, Ok(Update::Value { .. }))), "{owned:?}");
+    assert!(owned.last().is_some_and(|u| u.is_err()), "the truncated item is reported: {owned:?}");
+    for chunk in [1, 2, 3, 7, 64, 4096] {
+        assert_eq!(read_borrowed(&input, chunk).await, owned, "reads of {chunk} bytes");
+    }
+}

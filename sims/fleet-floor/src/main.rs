@@ -248,8 +248,14 @@ async fn smon(addr: String, counts: Arc<Counts>) {
         if let Ok(Ok(stream)) = connect.await {
             let _up = Up::new(&counts);
             let mut reader = smon_codec::UpdateReader::new(stream, smon_codec::DecoderConfig::default());
-            while let Some(update) = reader.next().await {
-                counts.decoded(update);
+            // As telemon's collector: updates borrowed from the decoder.
+            loop {
+                while let Some(update) = reader.next_buffered_ref() {
+                    counts.decoded(update);
+                }
+                if !matches!(reader.fill().await, Some(Ok(()))) {
+                    break;
+                }
             }
         }
         tokio::time::sleep(RETRY).await;

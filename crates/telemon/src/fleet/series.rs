@@ -163,7 +163,8 @@ fn push_short_decimal(out: &mut String, f: f64) -> bool {
 /// newline are escaped; everything else (any UTF-8) is written as it is.
 pub fn escape_label_value(out: &mut String, v: &str) {
     let mut rest = v;
-    while let Some(i) = rest.find(['\\', '"', '\n']) {
+    // A byte scan: the three are ASCII, so they never sit inside a multi-byte character.
+    while let Some(i) = rest.bytes().position(|b| matches!(b, b'\\' | b'"' | b'\n')) {
         out.push_str(&rest[..i]);
         out.push_str(match rest.as_bytes()[i] {
             b'\\' => "\\\\",

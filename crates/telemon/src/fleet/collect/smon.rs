@@ -3,10 +3,9 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use smon_codec::{DecodeError, DecoderConfig, Update, UpdateReader, Value};
+use smon_codec::{DecodeError, DecoderConfig, UpdateReader, UpdateRef, ValueRef};
 use tokio::io::AsyncRead;
 
 use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
@@ -64,50 +63,54 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
 }
 
 /// Reads updates until the stream fails; the target is up from its first decoded update (also used to
-/// replay a recording through this collector).
+/// replay a recording through this collector). Updates are borrowed from the decoder, so a value
+/// that reaches an existing series allocates nothing.
 pub async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
-    // The current text of each (name, index), so that a new string replaces the old series.
-    let mut texts: HashMap<(Arc<str>, Box<str>), Box<str>> = HashMap::new();
+    let mut texts = Texts::default();
     let mut index_text = String::new();
     loop {
-        let first = tokio::select! {
-            next = reader.next() => next,
-            () = flush_due(p.flush_due()) => {
-                p.flush_if_dirty();
-                continue;
-            }
-        };
-        let Some(first) = first else {
-            return Failure::new(ErrorKind::Connect, "the stream ended");
-        };
-        let mut item = Some(first);
-        while let Some(result) = item {
+        while let Some(result) = reader.next_buffered_ref() {
             match result {
                 Ok(update) => {
                     if p.state() != TargetState::Up {
                         p.up();
                     }
-                    if let Update::Value { name, index, value, .. } = update {
-                        record(p, &mut texts, &mut index_text, name, &index, value);
+                    if let UpdateRef::Value { name, index, value, .. } = update {
+                        record(p, &mut texts, &mut index_text, name, index, value);
                     }
                 }
                 Err(DecodeError::Io(e)) => return Failure::new(ErrorKind::Connect, e),
                 // The decoder skips to the next resync.
                 Err(e) => p.error(&Failure::new(ErrorKind::Decode, e)),
             }
-            item = reader.next_buffered();
         }
         p.maybe_flush();
+        tokio::select! {
+            more = reader.fill() => match more {
+                None => return Failure::new(ErrorKind::Connect, "the stream ended"),
+                Some(Err(e)) => return Failure::new(ErrorKind::Connect, e),
+                Some(Ok(())) => {}
+            },
+            () = flush_due(p.flush_due()) => p.flush_if_dirty(),
+        }
     }
+}
+
+/// The current text of each string's (name, index), so that a new string replaces the old series.
+#[derive(Debug, Default)]
+struct Texts {
+    /// By `name`, a NUL, then the index text.
+    current: HashMap<String, Box<str>>,
+    key: String,
 }
 
 fn record(
     p: &mut Publisher,
-    texts: &mut HashMap<(Arc<str>, Box<str>), Box<str>>,
+    texts: &mut Texts,
     index_text: &mut String,
-    name: Arc<str>,
+    name: &str,
     index: &[u64],
-    value: Value,
+    value: ValueRef<'_>,
 ) {
     index_text.clear();
     for (i, n) in index.iter().enumerate() {
@@ -118,33 +121,37 @@ fn record(
     }
     let index = index_text.as_str();
     match value {
-        Value::Unsigned(v) => p.put(
+        ValueRef::Unsigned(v) => p.put(
             "smon_value",
             "A number from the smon stream, by name and index path.",
             MetricKind::Gauge,
-            &[("name", &name), ("index", index)],
+            &[("name", name), ("index", index)],
             v,
         ),
-        Value::Text(t) => {
-            let text = String::from_utf8_lossy(&t);
+        ValueRef::Text(t) => {
+            let text = String::from_utf8_lossy(t);
             let text = crate::fleet::store::cut_label(&text);
-            let key = (name, Box::<str>::from(index));
-            if let Some(old) = texts.get(&key) {
+            let key = &mut texts.key;
+            key.clear();
+            key.push_str(name);
+            key.push('\0');
+            key.push_str(index);
+            if let Some(old) = texts.current.get(key.as_str()) {
                 if **old == *text {
                     return;
                 }
-                p.remove("smon_info", &[("name", &key.0), ("index", index), ("value", old)]);
-            } else if texts.len() >= p.series_limit() {
+                p.remove("smon_info", &[("name", name), ("index", index), ("value", old)]);
+            } else if texts.current.len() >= p.series_limit() {
                 return;
             }
             p.put(
                 "smon_info",
                 "A string from the smon stream, as the value label.",
                 MetricKind::Info,
-                &[("name", &key.0), ("index", index), ("value", text)],
+                &[("name", name), ("index", index), ("value", text)],
                 1u64,
             );
-            texts.insert(key, Box::from(text));
+            texts.current.insert(key.clone(), Box::from(text));
         }
     }
 }
@@ -165,10 +172,9 @@ mod props {
         ) {
             use super::super::testing::{check_rendered, publisher};
             let (reg, mut p) = publisher(crate::fleet::Protocol::Smon);
-            let (mut texts, mut index_text) = (HashMap::new(), String::new());
-            let name: Arc<str> = Arc::from(name.as_str());
-            record(&mut p, &mut texts, &mut index_text, name.clone(), &index, Value::Unsigned(number));
-            record(&mut p, &mut texts, &mut index_text, name, &index, Value::Text(text.into()));
+            let (mut texts, mut index_text) = (Texts::default(), String::new());
+            record(&mut p, &mut texts, &mut index_text, &name, &index, ValueRef::Unsigned(number));
+            record(&mut p, &mut texts, &mut index_text, &name, &index, ValueRef::Text(&text));
             prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
         }
     }
