@@ -91,13 +91,6 @@ impl Rows {
         self.row_done()
     }
 
-    /// Adds `value` as one JSON line.
-    pub fn json_line(&mut self, value: &impl serde::Serialize) -> CliResult {
-        serde_json::to_writer(&mut self.buf, value).map_err(std::io::Error::from)?;
-        self.buf.push(b'\n');
-        self.row_done()
-    }
-
     /// Writes what is buffered to stdout.
     pub fn flush(&mut self) -> CliResult {
         if !self.buf.is_empty() {
@@ -225,10 +218,9 @@ mod tests {
     fn rows_batch_until_flushed() {
         let mut rows = Rows::default();
         rows.line("a").unwrap();
-        rows.json_line(&[1, 2]).unwrap();
         writeln!(rows.buffer(), "{:<3}|", 7).unwrap();
         rows.row_done().unwrap();
-        assert_eq!(rows.buf, b"a\n[1,2]\n7  |\n");
+        assert_eq!(rows.buf, b"a\n7  |\n");
     }
 
     #[test]
