@@ -554,22 +554,29 @@ impl SeriesStore {
             rank[usize::from(f)] = r as u16;
         }
         // Within a family, series in slot order: sorting by label text compared strings that are
-        // nowhere near the cache, every time a series came or went.
-        let mut live: Vec<(u16, u32)> = self
-            .slots
-            .iter()
-            .enumerate()
-            .filter(|(_, s)| s.live)
-            .map(|(i, s)| (rank[usize::from(s.family)], i as u32))
-            .collect();
-        live.sort_unstable();
-        let mut runs = Vec::with_capacity(order.len());
+        // nowhere near the cache, every time a series came or went. A counting sort by family
+        // places each live slot in two passes.
+        let mut runs: Vec<std::ops::Range<u32>> = vec![0..0; order.len()];
+        for s in self.slots.iter().filter(|s| s.live) {
+            runs[usize::from(rank[usize::from(s.family)])].end += 1;
+        }
+        let mut next = 0u32;
+        for run in &mut runs {
+            *run = next..next + run.end;
+            next = run.end;
+        }
+        let mut live = vec![0u32; next as usize];
+        let mut fill: Vec<u32> = runs.iter().map(|r| r.start).collect();
+        for (i, s) in self.slots.iter().enumerate().filter(|(_, s)| s.live) {
+            let at = &mut fill[usize::from(rank[usize::from(s.family)])];
+            live[*at as usize] = i as u32;
+            *at += 1;
+        }
         let mut defs = Vec::with_capacity(live.len());
         let mut text =
-            String::with_capacity(live.iter().map(|&(_, i)| self.slots[i as usize].text_len as usize).sum());
+            String::with_capacity(live.iter().map(|&i| self.slots[i as usize].text_len as usize).sum());
         let mut hist = 0u32;
-        let mut start = 0u32;
-        for (pos, &(r, i)) in live.iter().enumerate() {
+        for &i in &live {
             let s = &mut self.slots[i as usize];
             let h = if s.hist.is_some() {
                 hist += 1;
@@ -583,10 +590,6 @@ impl SeriesStore {
             text.push_str(slot_text(&self.arena, &self.pending, s));
             s.text_at = at;
             defs.push(SeriesDef { text_at: at, text_len: s.text_len, slot: i, hist: h });
-            if live.get(pos + 1).is_none_or(|n| n.0 != r) {
-                runs.push(start..pos as u32 + 1);
-                start = pos as u32 + 1;
-            }
         }
         Schema {
             families: order.iter().map(|&f| self.families[usize::from(f)].family.clone()).collect(),
