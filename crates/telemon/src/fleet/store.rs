@@ -42,10 +42,14 @@ pub enum Change {
     Stale,
 }
 
+/// 32 bytes: a fleet holds hundreds of thousands. A counter's previous value, for its rate, is the
+/// value in [`SeriesStore::samples`] until the next update.
 #[derive(Debug)]
 struct Slot {
     family: u16,
     live: bool,
+    /// Whether it has a histogram in [`SeriesStore::hists`].
+    hist: bool,
     generation: u32,
     /// The round it was last set in (see [`SeriesStore::begin_round`]).
     seen: u32,
@@ -53,11 +57,8 @@ struct Slot {
     /// created since the arena was built.
     text_at: u32,
     text_len: u32,
-    /// The counter's previous value (`NaN` when there is none) and when it was set (nanoseconds
-    /// since the store's epoch), for the rate.
-    prev: f64,
+    /// When the value was last set (nanoseconds since the store's epoch), for a counter's rate.
     prev_at: u64,
-    hist: Option<Box<Hist>>,
 }
 
 #[derive(Debug)]
@@ -99,6 +100,8 @@ pub struct SeriesStore {
     family_index: HashMap<Arc<str>, u16, DefaultHashBuilder>,
     slots: Vec<Slot>,
     samples: Vec<Sample>,
+    /// The histograms, by slot index (few series are histograms).
+    hists: HashMap<u32, Hist, DefaultHashBuilder>,
     free: Vec<u32>,
     /// Slot indexes, by the hash of (family, labels).
     index: HashTable<u32>,
@@ -162,6 +165,7 @@ impl SeriesStore {
             family_index: HashMap::default(),
             slots: Vec::new(),
             samples: Vec::new(),
+            hists: HashMap::default(),
             free: Vec::new(),
             index: HashTable::new(),
             arena: Arc::from(""),
@@ -287,9 +291,8 @@ impl SeriesStore {
             seen: self.round,
             text_at,
             text_len,
-            prev: f64::NAN,
             prev_at: 0,
-            hist: None,
+            hist: false,
         };
         let index = match self.free.pop() {
             Some(i) => {
@@ -338,15 +341,14 @@ impl SeriesStore {
         let Some(slot) = Self::live_slot(&mut self.slots, id) else { return Change::Stale };
         mark_seen(&mut self.families, slot, round);
         let sample = &mut self.samples[id.index as usize];
-        let v = value.as_f64();
-        let rate = if counter && v >= slot.prev && t > slot.prev_at {
-            (v - slot.prev) / ((t - slot.prev_at) as f64 / 1e9)
-        } else if counter && v >= slot.prev {
+        let (v, prev) = (value.as_f64(), sample.value.as_f64());
+        let rate = if counter && v >= prev && t > slot.prev_at {
+            (v - prev) / ((t - slot.prev_at) as f64 / 1e9)
+        } else if counter && v >= prev {
             sample.rate // two updates at one instant: keep the last rate
         } else {
             f64::NAN
         };
-        slot.prev = v;
         slot.prev_at = t;
         let changed = !sample.value.same(value) || rate.to_bits() != sample.rate.to_bits();
         *sample = Sample { value, rate };
@@ -363,7 +365,7 @@ impl SeriesStore {
         let round = self.round;
         let Some(slot) = Self::live_slot(&mut self.slots, id) else { return Change::Stale };
         mark_seen(&mut self.families, slot, round);
-        let change = match &mut slot.hist {
+        let change = match self.hists.get_mut(&id.index) {
             Some(h)
                 if *h.bounds == *bounds
                     && *h.counts == *counts
@@ -383,7 +385,8 @@ impl SeriesStore {
                 Change::Changed
             }
             None => {
-                slot.hist = Some(Box::new(Hist::new(bounds, counts, sum, count)));
+                slot.hist = true;
+                self.hists.insert(id.index, Hist::new(bounds, counts, sum, count));
                 // Histograms are part of the schema (they are rendered as their own lines).
                 self.schema = None;
                 Change::Changed
@@ -410,7 +413,8 @@ impl SeriesStore {
         let hash = key_hash(&self.hasher, s.family, slot_text(&self.arena, &self.pending, s));
         s.live = false;
         s.generation = s.generation.wrapping_add(1);
-        if s.hist.take().is_some() {
+        if std::mem::take(&mut s.hist) {
+            self.hists.remove(&i);
             self.hists_published = None;
         }
         // Its label text stays where it is until the arena is built again.
@@ -519,11 +523,8 @@ impl SeriesStore {
         let hists = match &self.hists_published {
             Some(h) => h.clone(),
             None => {
-                let h: Arc<[Hist]> = schema
-                    .defs
-                    .iter()
-                    .filter_map(|d| self.slots[d.slot as usize].hist.as_deref().cloned())
-                    .collect();
+                let h: Arc<[Hist]> =
+                    schema.defs.iter().filter_map(|d| self.hists.get(&d.slot).cloned()).collect();
                 self.hists_published = Some(h.clone());
                 h
             }
@@ -578,7 +579,7 @@ impl SeriesStore {
         let mut hist = 0u32;
         for &i in &live {
             let s = &mut self.slots[i as usize];
-            let h = if s.hist.is_some() {
+            let h = if s.hist {
                 hist += 1;
                 hist - 1
             } else {
@@ -626,6 +627,11 @@ impl Unwrap32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_slot_is_32_bytes() {
+        assert_eq!(std::mem::size_of::<Slot>(), 32);
+    }
     use std::time::Duration;
 
     const F: &str = "x_total";
