@@ -19,7 +19,7 @@ use crate::error::{ClientError, ProtocolError};
 use crate::message::{interval_ns, socket_path, ClientMessage, DEFAULT_MAX_FIELDS, DEFAULT_MAX_LINE};
 use crate::session::{Header, Sample, Session, Update};
 
-/// The initial size of the read and write buffers.
+/// The initial size of the read buffer (the write buffer starts empty).
 const IO_BUFFER: usize = 512;
 
 /// How a client connects.
@@ -163,6 +163,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         // holds one client per simulator (tokio-util's default is 8 KiB each way).
         let mut framed =
             Framed::with_capacity(stream, ClientCodec::new(config.max_line, config.max_fields), IO_BUFFER);
+        // The client writes one short INTERVAL line at most.
+        *framed.write_buffer_mut() = bytes::BytesMut::new();
         if let Some(ns) = interval {
             framed.send(ClientMessage::Interval(ns)).await?;
         }
@@ -387,5 +389,22 @@ mod tests {
         let config = super::ClientConfig::default();
         let connect = super::Client::connect_path("/nonexistent", &config);
         assert!(std::mem::size_of_val(&connect) <= 128, "{} bytes", std::mem::size_of_val(&connect));
+    }
+
+    #[tokio::test]
+    async fn a_client_keeps_small_buffers() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (ours, mut sim) = tokio::io::duplex(4096);
+        let config = super::ClientConfig::default().interval(std::time::Duration::from_millis(500));
+        let serve = async {
+            let mut asked = [0u8; 20];
+            sim.read_exact(&mut asked).await.unwrap();
+            sim.write_all(b"HELLO 2\r\nHEAD nsec irqs\r\nWIDTH 11 4\r\n").await.unwrap();
+        };
+        let (client, ()) = tokio::join!(super::Client::over(ours, &config), serve);
+        let client = client.unwrap();
+        assert!(client.framed.read_buffer().capacity() <= super::IO_BUFFER);
+        let written = client.framed.write_buffer().capacity();
+        assert!(written <= 64, "the write buffer holds {written} bytes after the INTERVAL line");
     }
 }

@@ -2,7 +2,6 @@
 //! connection state, and publishes a new [`TargetSnapshot`] when something changed, at most a few
 //! times a second however fast the peer sends.
 
-use std::collections::VecDeque;
 use std::fmt::Display;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -65,8 +64,8 @@ pub struct PublisherState {
     registry: Registry,
     meta: TargetSnapshot,
     store: SeriesStore,
-    events: VecDeque<EventRecord>,
-    events_changed: bool,
+    /// Events since the last publish; the ones before are in `meta.events` only.
+    events: Vec<EventRecord>,
     /// Something a view shows changed since the last publication.
     dirty: bool,
     /// Values arrived since the last publication (changed or not).
@@ -98,8 +97,7 @@ impl Publisher {
             registry: registry.clone(),
             meta,
             store: SeriesStore::new(series_limit),
-            events: VecDeque::new(),
-            events_changed: false,
+            events: Vec::new(),
             dirty: false,
             touched: false,
             now: None,
@@ -359,10 +357,9 @@ impl Publisher {
     /// Records an event for display (bounded to [`MAX_EVENTS`]).
     pub fn event(&mut self, text: impl Into<Arc<str>>) {
         if self.events.len() == MAX_EVENTS {
-            self.events.pop_front();
+            self.events.remove(0);
         }
-        self.events.push_back(EventRecord { at: SystemTime::now(), text: text.into() });
-        self.events_changed = true;
+        self.events.push(EventRecord { at: SystemTime::now(), text: text.into() });
         self.dirty = true;
     }
 
@@ -400,9 +397,13 @@ impl Publisher {
         if self.touched {
             self.meta.last_update = Some(SystemTime::now());
         }
-        if self.events_changed {
-            self.meta.events = self.events.iter().cloned().collect();
-            self.events_changed = false;
+        if !self.events.is_empty() {
+            // The last MAX_EVENTS of the published ones and the new ones; the new ones' vector is
+            // given back, as most publishes have none.
+            let new = std::mem::take(&mut self.events);
+            let old = &self.meta.events;
+            let kept = old.len().min(MAX_EVENTS - new.len());
+            self.meta.events = old[old.len() - kept..].iter().cloned().chain(new).collect();
         }
         self.meta.dropped_series = self.store.dropped();
         self.meta.received_bytes = self.received.load(Ordering::Relaxed);
@@ -464,6 +465,33 @@ mod tests {
         assert!(t.events.len() == 1, "events are kept across publishes");
         drop(p);
         assert!(reg.snapshot().get("t").is_none());
+    }
+
+    #[test]
+    fn the_last_events_are_kept_in_order_across_publishes() {
+        let reg = Registry::new();
+        let mut p = Publisher::new(&reg, "t", Protocol::Hmon, vec![], 10);
+        let texts = |reg: &Registry| -> Vec<String> {
+            reg.snapshot().get("t").unwrap().events.iter().map(|e| e.text.to_string()).collect()
+        };
+        for i in 0..10 {
+            p.event(format!("{i}"));
+        }
+        p.flush();
+        assert_eq!(texts(&reg), (0..10).map(|i| i.to_string()).collect::<Vec<_>>());
+        // 60 more in one publish, then 70 more in another (more than MAX_EVENTS between publishes).
+        for i in 10..70 {
+            p.event(format!("{i}"));
+        }
+        p.flush();
+        assert_eq!(texts(&reg), (6..70).map(|i| i.to_string()).collect::<Vec<_>>());
+        for i in 70..140 {
+            p.event(format!("{i}"));
+        }
+        p.flush();
+        assert_eq!(texts(&reg), (76..140).map(|i| i.to_string()).collect::<Vec<_>>());
+        p.flush();
+        assert_eq!(texts(&reg).len(), MAX_EVENTS, "a publish without events keeps them");
     }
 
     #[test]
