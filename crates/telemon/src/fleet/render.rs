@@ -8,7 +8,7 @@
 //! exactly ([`Num`]), floats in their shortest form. Nothing is built twice, and at most one chunk
 //! of the page is in memory at a time.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
@@ -164,34 +164,47 @@ const SUFFIXES: [&str; 4] = ["", "_bucket", "_sum", "_count"];
 impl Chunks {
     /// Plans the page of `snapshot`: every family name, sorted, with the targets that have it.
     pub fn new(snapshot: FleetSnapshot, format: Format) -> Chunks {
-        let mut plan: BTreeMap<Arc<str>, Source> = BTreeMap::new();
+        let mut plan: Vec<(Arc<str>, Source)> = Vec::new();
+        let mut index: HashMap<Arc<str>, usize> = HashMap::new();
         for own in Own::ALL {
             let listeners = matches!(own, Own::ListenerRefused | Own::ListenerTargets);
             if listeners && super::own::listener_targets().is_empty() {
                 continue;
             }
-            plan.insert(Arc::from(own.name()), Source::Own(own));
+            index.insert(Arc::from(own.name()), plan.len());
+            plan.push((Arc::from(own.name()), Source::Own(own)));
         }
+        // Targets of one protocol mostly have the same families in the same order: the family at
+        // the same position in the target before is tried first (one comparison, no hashing).
+        let mut before: Vec<usize> = Vec::new();
         for (ti, t) in snapshot.targets.iter().enumerate() {
             for (fi, f) in t.series.families().enumerate() {
                 let family = f.family();
-                let source = match plan.get_mut(&*family.name) {
-                    Some(s) => s,
-                    None => plan.entry(family.name.clone()).or_insert(Source::Series {
-                        help: family.help,
-                        kind: family.kind,
-                        members: Vec::new(),
-                    }),
+                let guess = before.get(fi).copied().filter(|&at| *plan[at].0 == *family.name);
+                let at = match guess.or_else(|| index.get(&*family.name).copied()) {
+                    Some(at) => at,
+                    None => {
+                        let source =
+                            Source::Series { help: family.help, kind: family.kind, members: Vec::new() };
+                        index.insert(family.name.clone(), plan.len());
+                        plan.push((family.name.clone(), source));
+                        plan.len() - 1
+                    }
                 };
-                if let Source::Series { members, .. } = source {
+                match before.get_mut(fi) {
+                    Some(b) => *b = at,
+                    None => before.push(at),
+                }
+                if let Source::Series { members, .. } = &mut plan[at].1 {
                     members.push((ti as u32, fi as u32));
                 }
             }
         }
+        plan.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         Chunks {
             snapshot,
             format,
-            plan: plan.into_iter().collect(),
+            plan,
             family: 0,
             member: 0,
             header_done: false,
