@@ -627,12 +627,12 @@ impl Unwrap32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn a_slot_is_32_bytes() {
         assert_eq!(std::mem::size_of::<Slot>(), 32);
     }
-    use std::time::Duration;
 
     const F: &str = "x_total";
 

@@ -138,14 +138,29 @@ struct Seen {
     info: Info,
     counts: HashMap<String, u64>,
     facts: bool,
-    /// The slots of the facts' series, each kept by [`Publisher::put_kept`] at its own index.
-    slots: [Option<SlotId>; FACT_SERIES],
+    /// The slots of the facts' series, each kept by [`Publisher::put_kept`].
+    slots: FactSlots,
     /// The slot of `dyalog_last_known_state_timestamp_seconds`.
     activity: Option<SlotId>,
 }
 
-/// How many series the polled facts set, not counting `dyalog_interpreter_info`.
-const FACT_SERIES: usize = 17;
+/// The slots of the series the polled facts set (all but `dyalog_interpreter_info`), by fact.
+#[derive(Debug, Default)]
+struct FactSlots {
+    account: [Option<SlotId>; 3],
+    workspace: [Option<SlotId>; 7],
+    workspace_counters: [Option<SlotId>; 2],
+    pockets: [Option<SlotId>; 3],
+    threads: [Option<SlotId>; 2],
+}
+
+/// Pairs each of `values` with its kept slot: as many slots as values, or it does not compile.
+fn with_slots<T, const N: usize>(
+    values: [T; N],
+    slots: &mut [Option<SlotId>; N],
+) -> impl Iterator<Item = (T, &mut Option<SlotId>)> {
+    values.into_iter().zip(slots.iter_mut())
+}
 
 /// SERVE mode: subscribes, starts the poll and asks `GetLastKnownState` every poll period, all on the
 /// one connection driven here (one task per target), until the connection fails.
@@ -511,13 +526,8 @@ fn message(p: &mut Publisher, m: Response, seen: &mut Seen) {
     }
 }
 
-/// Sets the series of one polled fact. Each series keeps its slot in `slots`, at an index of its
-/// own (`FACT_SERIES` in all).
-fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut [Option<SlotId>; FACT_SERIES]) {
-    let (account, rest) = slots.split_at_mut(3);
-    let (gauges, rest) = rest.split_at_mut(7);
-    let (counters, rest) = rest.split_at_mut(2);
-    let (pockets, threads) = rest.split_at_mut(3);
+/// Sets the series of one polled fact, each through its slot in `slots`.
+fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut FactSlots) {
     let changed = match value {
         FactValue::Host(h) => h.interpreter.is_some_and(|i| {
             let b = |v: Option<bool>| v.map(|b| b.to_string()).unwrap_or_default();
@@ -547,7 +557,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut [Optio
                 ),
                 ("dyalog_account_keying_seconds_total", "Keying time of the APL session.", a.keying_time),
             ];
-            for ((fam, help, ms), kept) in secs.into_iter().zip(account) {
+            for ((fam, help, ms), kept) in with_slots(secs, &mut slots.account) {
                 if let Some(ms) = ms {
                     p.put_kept(kept, fam, help, MetricKind::Counter, &[], ms as f64 / 1000.0);
                 }
@@ -572,7 +582,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut [Optio
                     w.trap_reserve_actual,
                 ),
             ];
-            for ((fam, help, v), kept) in values.into_iter().zip(gauges) {
+            for ((fam, help, v), kept) in with_slots(values, &mut slots.workspace) {
                 if let Some(v) = v {
                     p.put_kept(kept, fam, help, MetricKind::Gauge, &[], v);
                 }
@@ -585,13 +595,13 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut [Optio
                     w.garbage_collections,
                 ),
             ];
-            for ((fam, help, v), kept) in values.into_iter().zip(counters) {
+            for ((fam, help, v), kept) in with_slots(values, &mut slots.workspace_counters) {
                 if let Some(v) = v {
                     p.put_kept(kept, fam, help, MetricKind::Counter, &[], v);
                 }
             }
             let values = [("garbage", w.garbage_pockets), ("free", w.free_pockets), ("used", w.used_pockets)];
-            for ((state, v), kept) in values.into_iter().zip(pockets) {
+            for ((state, v), kept) in with_slots(values, &mut slots.pockets) {
                 if let Some(v) = v {
                     let help = "Workspace pockets, by state.";
                     p.put_kept(
@@ -614,7 +624,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut [Optio
         }
         FactValue::ThreadCount(t) => {
             for ((state, v), kept) in
-                [("total", t.total), ("suspended", t.suspended)].into_iter().zip(threads)
+                with_slots([("total", t.total), ("suspended", t.suspended)], &mut slots.threads)
             {
                 if let Some(v) = v {
                     let help = "APL threads, all and suspended.";
