@@ -93,16 +93,7 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
         } else {
             self.decoder.decode(&mut self.buf)
         };
-        match step {
-            Ok(Some(update)) => Some(Ok(update)),
-            Ok(None) => {
-                if self.eof {
-                    self.done = true;
-                }
-                None
-            }
-            Err(e) => Some(Err(e)),
-        }
+        settle(step, self.eof, &mut self.done)
     }
 
     /// Like [`UpdateReader::next_buffered`], but borrows the update from the decoder (see
@@ -117,16 +108,7 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
         } else {
             self.decoder.decode_ref(&mut self.buf)
         };
-        match step {
-            Ok(Some(update)) => Some(Ok(update)),
-            Ok(None) => {
-                if self.eof {
-                    self.done = true;
-                }
-                None
-            }
-            Err(e) => Some(Err(e)),
-        }
+        settle(step, self.eof, &mut self.done)
     }
 
     /// The next update, reading as needed; `None` at the end of the input (never, when following).
@@ -189,6 +171,23 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
                 }
             }
         }
+    }
+}
+
+/// A decode step as the next item: `None` when more input is needed, and then, at the end of the
+/// input, the reader is done.
+fn settle<T>(
+    step: Result<Option<T>, DecodeError>,
+    eof: bool,
+    done: &mut bool,
+) -> Option<Result<T, DecodeError>> {
+    match step {
+        Ok(Some(update)) => Some(Ok(update)),
+        Ok(None) => {
+            *done |= eof;
+            None
+        }
+        Err(e) => Some(Err(e)),
     }
 }
 

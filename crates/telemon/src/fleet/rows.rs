@@ -135,24 +135,14 @@ impl Row<'_> {
         labels: &[(&str, &str)],
         value: impl Into<Num>,
     ) {
-        let value = value.into();
-        let cached = self.cached.next().and_then(|i| self.cache.prev.slots[i]);
-        let slot = match cached {
-            Some(slot) if p.put_slot(slot, value) => {
-                #[cfg(test)]
-                {
-                    self.cache.hits += 1;
-                }
-                Some(slot)
-            }
-            _ => {
-                let slot = p.slot(family, help, kind, labels);
-                if let Some(slot) = slot {
-                    p.put_slot(slot, value);
-                }
-                slot
-            }
-        };
+        let mut slot = self.cached.next().and_then(|i| self.cache.prev.slots[i]);
+        #[cfg(test)]
+        let cached = slot;
+        p.put_kept(&mut slot, family, help, kind, labels, value);
+        #[cfg(test)]
+        if cached.is_some() && cached == slot {
+            self.cache.hits += 1;
+        }
         let next = &mut self.cache.next;
         next.slots.push(slot);
         if let Some(last) = next.rows.last_mut() {
