@@ -171,8 +171,9 @@ impl Chunks {
             if listeners && super::own::listener_targets().is_empty() {
                 continue;
             }
-            index.insert(Arc::from(own.name()), plan.len());
-            plan.push((Arc::from(own.name()), Source::Own(own)));
+            let name: Arc<str> = Arc::from(own.name());
+            index.insert(name.clone(), plan.len());
+            plan.push((name, Source::Own(own)));
         }
         // Targets of one protocol mostly have the same families in the same order: the family at
         // the same position in the target before is tried first (one comparison, no hashing).

@@ -334,11 +334,8 @@ impl SeriesStore {
     pub fn set(&mut self, id: SlotId, value: Num, now: Instant) -> Change {
         let t = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
         let round = self.round;
-        let counter = match self.slots.get(id.index as usize) {
-            Some(s) => self.families[usize::from(s.family)].family.kind == MetricKind::Counter,
-            None => false,
-        };
         let Some(slot) = Self::live_slot(&mut self.slots, id) else { return Change::Stale };
+        let counter = self.families[usize::from(slot.family)].family.kind == MetricKind::Counter;
         mark_seen(&mut self.families, slot, round);
         let sample = &mut self.samples[id.index as usize];
         let (v, prev) = (value.as_f64(), sample.value.as_f64());

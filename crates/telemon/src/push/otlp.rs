@@ -187,20 +187,23 @@ impl Otlp {
 
             for s in t.series.iter() {
                 let key: SeriesKey = (t.name.clone(), s.family.clone(), s.labels.clone());
-                if !self.seen.contains_key(&key) {
-                    let labels: Vec<_> = s.labels.iter().collect();
-                    let attributes = attrs(&mut labels.iter().map(|(k, v)| (*k, &**v)));
-                    let seen = Seen {
-                        series: series(s.family.clone(), s.help, s.kind, attributes),
-                        start_ns: now_ns,
-                        last: 0.0,
-                        connects: t.connects,
-                        tick,
-                    };
-                    // The map outlives this snapshot: its key owns only its own label text.
-                    self.seen.insert((key.0.clone(), key.1.clone(), key.2.detached()), seen);
-                }
-                let Some(e) = self.seen.get_mut(&key) else { continue };
+                let e = match self.seen.get_mut(&key) {
+                    Some(e) => e,
+                    None => {
+                        let labels: Vec<_> = s.labels.iter().collect();
+                        let attributes = attrs(&mut labels.iter().map(|(k, v)| (*k, &**v)));
+                        let seen = Seen {
+                            series: series(s.family.clone(), s.help, s.kind, attributes),
+                            start_ns: now_ns,
+                            last: 0.0,
+                            connects: t.connects,
+                            tick,
+                        };
+                        // The map outlives this snapshot: its key owns only its own label text.
+                        self.seen.insert((key.0.clone(), key.1.clone(), key.2.detached()), seen);
+                        self.seen.get_mut(&key).expect("inserted above")
+                    }
+                };
                 let (value, level) = match &s.value {
                     Value::Number(n) => (PointValue::Number(*n), *n),
                     Value::Histogram { buckets, sum, count } => {
