@@ -250,6 +250,7 @@ impl Client {
         if self.peer_closed.contains(&channel) {
             return Ok(None);
         }
+        self.read_buffer();
         loop {
             match self.framed.next().await {
                 None => return Err(ClientError::ConnectionClosed),
@@ -311,6 +312,7 @@ impl Client {
             // Best effort: a server that stopped reading must not make closing hang.
             let _ = tokio::time::timeout(after, self.close(ch)).await;
         }
+        self.idle();
         result
     }
 
@@ -375,7 +377,25 @@ impl Client {
             // Best effort, as in `request_raw`: one write for all the closes still owed.
             let _ = tokio::time::timeout(after, self.close_all(&opened)).await;
         }
+        self.idle();
         result
+    }
+
+    /// Gives the read buffer back between requests when it holds nothing: a host polls many
+    /// rvOS processes, each a second or more apart, and only those in the middle of a request need
+    /// one. [`Client::read_buffer`] gets it back on the next read.
+    fn idle(&mut self) {
+        if self.framed.read_buffer().is_empty() {
+            *self.framed.read_buffer_mut() = bytes::BytesMut::new();
+        }
+    }
+
+    /// A read buffer of [`IO_BUFFER`] bytes before the first read after [`Client::idle`] (tokio-util
+    /// would grow an empty one from a few bytes, a read each).
+    fn read_buffer(&mut self) {
+        if self.framed.read_buffer().capacity() == 0 {
+            self.framed.read_buffer_mut().reserve(IO_BUFFER);
+        }
     }
 
     /// One round of [`Client::request_many_raw`]; the channels it opened and has not closed are in `opened`.
@@ -487,6 +507,7 @@ impl Client {
                 return Ok((channel, None));
             }
         }
+        self.read_buffer();
         loop {
             match self.framed.next().await {
                 None => return Err(ClientError::ConnectionClosed),
@@ -578,6 +599,35 @@ mod tests {
         let (client, _peer) = pipe();
         assert_eq!(client.framed.read_buffer().capacity(), IO_BUFFER);
         assert_eq!(client.framed.write_buffer().capacity(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_idle_client_holds_no_read_buffer_and_reads_whole_buffers_again() {
+        let (mut client, mut peer) = pipe();
+        let long = vec![b'x'; MAX_MSG_SIZE];
+        let server = tokio::spawn(async move {
+            for n in [5u32, 6] {
+                if n == 6 {
+                    // The first batch's close goes out with the second batch.
+                    assert!(matches!(peer.next().await, Some(Ok(Frame::Close { channel: ChannelId(5) }))));
+                }
+                message_on(&mut peer).await;
+                let mut ok = Message::encode(&BootResponse::Ok).unwrap();
+                ok.push_cap(ChannelId(n)).unwrap();
+                peer.send(Frame::Message { channel: ChannelId::BOOT, message: ok }).await.unwrap();
+                message_on(&mut peer).await;
+                for _ in 0..3 {
+                    send(&mut peer, ChannelId(n), &long).await;
+                }
+                send(&mut peer, ChannelId(n), b"").await;
+            }
+        });
+        for _ in 0..2 {
+            let replies = client.request_many_raw(&[&[0x04]]).await.unwrap();
+            assert_eq!(replies[0].as_ref().unwrap().text.len(), 3 * MAX_MSG_SIZE);
+            assert_eq!(client.framed.read_buffer().capacity(), 0, "given back after the batch");
+        }
+        server.await.unwrap();
     }
 
     async fn message_on(peer: &mut Peer) -> (ChannelId, Message) {
