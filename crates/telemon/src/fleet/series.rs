@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use super::model::{MetricKind, Series, Value};
 
@@ -435,14 +435,43 @@ pub struct Hist {
 }
 
 impl Hist {
-    /// A histogram with `le` texts formatted from `bounds`.
+    /// A histogram with `le` texts formatted from `bounds` (both shared with every other histogram
+    /// with the same bounds, see [`shared_bounds`]).
     pub fn new(bounds: &[f64], counts: &[u64], sum: f64, count: u64) -> Hist {
-        Hist { bounds: Arc::from(bounds), le: le_texts(bounds), counts: Arc::from(counts), sum, count }
+        let (bounds, le) = shared_bounds(bounds);
+        Hist { bounds, le, counts: Arc::from(counts), sum, count }
     }
 }
 
+/// How many different sets of bounds [`shared_bounds`] keeps track of at once.
+const MAX_SHARED_BOUNDS: usize = 64;
+
+/// `bounds` and their `le` texts, shared with the histograms that have the same bounds: a fleet of
+/// a thousand peers of one kind has a few sets of bounds, each on thousands of histograms. Only
+/// sets still in use are remembered, at most [`MAX_SHARED_BOUNDS`] of them; others get their own.
+pub(crate) fn shared_bounds(bounds: &[f64]) -> (Arc<[f64]>, Arc<[Box<str>]>) {
+    type Shared = Vec<(Weak<[f64]>, Weak<[Box<str>]>)>;
+    static SHARED: Mutex<Shared> = Mutex::new(Vec::new());
+    let same =
+        |b: &[f64]| b.len() == bounds.len() && b.iter().zip(bounds).all(|(x, y)| x.to_bits() == y.to_bits());
+    let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    for (b, le) in shared.iter() {
+        if let (Some(b), Some(le)) = (b.upgrade(), le.upgrade()) {
+            if same(&b) {
+                return (b, le);
+            }
+        }
+    }
+    let made: (Arc<[f64]>, _) = (Arc::from(bounds), le_texts(bounds));
+    shared.retain(|(b, _)| b.strong_count() > 0);
+    if shared.len() < MAX_SHARED_BOUNDS {
+        shared.push((Arc::downgrade(&made.0), Arc::downgrade(&made.1)));
+    }
+    made
+}
+
 /// The exposition text of each bound.
-pub(crate) fn le_texts(bounds: &[f64]) -> Arc<[Box<str>]> {
+fn le_texts(bounds: &[f64]) -> Arc<[Box<str>]> {
     bounds
         .iter()
         .map(|&b| {
@@ -457,7 +486,9 @@ pub(crate) fn le_texts(bounds: &[f64]) -> Arc<[Box<str>]> {
 #[derive(Debug, Clone, Default)]
 pub struct SeriesSet {
     pub(crate) schema: Arc<Schema>,
-    pub(crate) samples: Arc<[Sample]>,
+    /// The values by slot index: the store's own vector, handed over at a publish (see
+    /// [`super::store::SeriesStore::publish`]).
+    pub(crate) samples: Arc<Vec<Sample>>,
     pub(crate) hists: Arc<[Hist]>,
 }
 
@@ -677,6 +708,23 @@ impl From<Vec<Series>> for SeriesSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn histograms_with_the_same_bounds_share_them_and_their_le_texts() {
+        // Bounds no other test uses: the shared sets are process-wide.
+        let bounds = [0.125, 0.25, 7e20];
+        let a = Hist::new(&bounds, &[1, 2, 3], 1.0, 3);
+        let b = Hist::new(&bounds, &[0, 0, 0], 0.0, 0);
+        assert!(Arc::ptr_eq(&a.bounds, &b.bounds) && Arc::ptr_eq(&a.le, &b.le));
+        assert_eq!(&*a.le, ["0.125".into(), "0.25".into(), "7e20".into()] as [Box<str>; 3]);
+        let c = Hist::new(&[0.125, 0.25], &[1, 2], 1.0, 2);
+        assert!(!Arc::ptr_eq(&a.bounds, &c.bounds), "other bounds are not shared");
+        assert_eq!(a.counts[..], [1, 2, 3], "counts are each histogram's own");
+        // -0.0 and 0.0 are different texts: they are not the same bounds.
+        let (z, le) = shared_bounds(&[-0.0]);
+        let (p, _) = shared_bounds(&[0.0]);
+        assert!(!Arc::ptr_eq(&z, &p) && &*le[0] == "-0");
+    }
 
     fn num(v: Num) -> String {
         let mut s = String::new();
