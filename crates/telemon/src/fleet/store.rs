@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use tokio::time::Instant;
 
@@ -28,7 +29,14 @@ pub const DEFAULT_SERIES_LIMIT: usize = 10_000;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct SlotId {
     index: u32,
-    generation: u32,
+    /// Never zero, so that an `Option<SlotId>` (a collector keeps one per series) is 8 bytes.
+    generation: NonZeroU32,
+}
+
+impl SlotId {
+    fn of(index: u32, generation: u32) -> SlotId {
+        SlotId { index, generation: NonZeroU32::new(generation).unwrap_or(NonZeroU32::MIN) }
+    }
 }
 
 /// What an update did.
@@ -43,13 +51,14 @@ pub enum Change {
 }
 
 /// 32 bytes: a fleet holds hundreds of thousands. A counter's previous value, for its rate, is the
-/// value in [`SeriesStore::samples`] until the next update.
+/// series' current [`Sample`] until the next update.
 #[derive(Debug)]
 struct Slot {
     family: u16,
     live: bool,
     /// Whether it has a histogram in [`SeriesStore::hists`].
     hist: bool,
+    /// Counts the series that held the slot, from 1 (never 0, see [`SlotId::generation`]).
     generation: u32,
     /// The round it was last set in (see [`SeriesStore::begin_round`]).
     seen: u32,
@@ -99,7 +108,12 @@ pub struct SeriesStore {
     families: Vec<StoreFamily>,
     family_index: HashMap<Arc<str>, u16, DefaultHashBuilder>,
     slots: Vec<Slot>,
+    /// The values by slot index, when one changed since the last publish (else empty).
     samples: Vec<Sample>,
+    /// The values handed to the last publish, when none changed since: then they are the current
+    /// values, held once by the store and the snapshot. The first change after a publish copies
+    /// them back into `samples`, and the next publish hands that vector over (no copy).
+    published: Option<Arc<Vec<Sample>>>,
     /// The histograms, by slot index (few series are histograms).
     hists: HashMap<u32, Hist, DefaultHashBuilder>,
     free: Vec<u32>,
@@ -165,6 +179,7 @@ impl SeriesStore {
             family_index: HashMap::default(),
             slots: Vec::new(),
             samples: Vec::new(),
+            published: None,
             hists: HashMap::default(),
             free: Vec::new(),
             index: HashTable::new(),
@@ -269,7 +284,7 @@ impl SeriesStore {
         }) {
             let s = &mut self.slots[i as usize];
             mark_seen(&mut self.families, s, self.round);
-            return Some(SlotId { index: i, generation: s.generation });
+            return Some(SlotId::of(i, s.generation));
         }
         if self.pending.len() > MAX_PENDING {
             // Series come and go and nothing publishes: build the arena now, so that the text of
@@ -287,7 +302,7 @@ impl SeriesStore {
         let slot = Slot {
             family: fam,
             live: true,
-            generation: 0,
+            generation: 1,
             seen: self.round,
             text_at,
             text_len,
@@ -298,7 +313,7 @@ impl SeriesStore {
             Some(i) => {
                 let generation = self.slots[i as usize].generation;
                 self.slots[i as usize] = Slot { generation, ..slot };
-                self.samples[i as usize] = Sample::EMPTY;
+                self.own()[i as usize] = Sample::EMPTY;
                 i
             }
             None => {
@@ -307,7 +322,7 @@ impl SeriesStore {
                     return None;
                 };
                 self.slots.push(slot);
-                self.samples.push(Sample::EMPTY);
+                self.own().push(Sample::EMPTY);
                 i
             }
         };
@@ -321,12 +336,20 @@ impl SeriesStore {
         count_seen(f, self.round);
         self.len += 1;
         self.schema = None;
-        Some(SlotId { index, generation: self.slots[index as usize].generation })
+        Some(SlotId::of(index, self.slots[index as usize].generation))
+    }
+
+    /// The current values, to change: copied from the last publish if it holds them.
+    fn own(&mut self) -> &mut Vec<Sample> {
+        if let Some(published) = self.published.take() {
+            self.samples = Arc::unwrap_or_clone(published);
+        }
+        &mut self.samples
     }
 
     /// The slot `id` names, if it is still the series it was handed out for.
     fn live_slot(slots: &mut [Slot], id: SlotId) -> Option<&mut Slot> {
-        slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation)
+        slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation.get())
     }
 
     /// Sets a series' value as observed at `now`. For counters, the rate is computed from the
@@ -337,7 +360,7 @@ impl SeriesStore {
         let Some(slot) = Self::live_slot(&mut self.slots, id) else { return Change::Stale };
         let counter = self.families[usize::from(slot.family)].family.kind == MetricKind::Counter;
         mark_seen(&mut self.families, slot, round);
-        let sample = &mut self.samples[id.index as usize];
+        let sample = self.published.as_deref().unwrap_or(&self.samples)[id.index as usize];
         let (v, prev) = (value.as_f64(), sample.value.as_f64());
         let rate = if counter && v >= prev && t > slot.prev_at {
             (v - prev) / ((t - slot.prev_at) as f64 / 1e9)
@@ -347,9 +370,8 @@ impl SeriesStore {
             f64::NAN
         };
         slot.prev_at = t;
-        let changed = !sample.value.same(value) || rate.to_bits() != sample.rate.to_bits();
-        *sample = Sample { value, rate };
-        if changed {
+        if !sample.value.same(value) || rate.to_bits() != sample.rate.to_bits() {
+            self.own()[id.index as usize] = Sample { value, rate };
             Change::Changed
         } else {
             Change::Unchanged
@@ -373,8 +395,7 @@ impl SeriesStore {
             }
             Some(h) => {
                 if *h.bounds != *bounds {
-                    h.bounds = Arc::from(bounds);
-                    h.le = super::series::le_texts(bounds);
+                    (h.bounds, h.le) = super::series::shared_bounds(bounds);
                 }
                 h.counts = Arc::from(counts);
                 h.sum = sum;
@@ -398,7 +419,7 @@ impl SeriesStore {
     /// Overrides the published rate of a slot (for sets built from owned series).
     pub(crate) fn force_rate(&mut self, id: SlotId, rate: Option<f64>) {
         if Self::live_slot(&mut self.slots, id).is_some() {
-            self.samples[id.index as usize].rate = rate.unwrap_or(f64::NAN);
+            self.own()[id.index as usize].rate = rate.unwrap_or(f64::NAN);
         }
     }
 
@@ -409,7 +430,7 @@ impl SeriesStore {
         }
         let hash = key_hash(&self.hasher, s.family, slot_text(&self.arena, &self.pending, s));
         s.live = false;
-        s.generation = s.generation.wrapping_add(1);
+        s.generation = s.generation.checked_add(1).unwrap_or(1);
         if std::mem::take(&mut s.hist) {
             self.hists.remove(&i);
             self.hists_published = None;
@@ -424,7 +445,7 @@ impl SeriesStore {
         if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
             entry.remove();
         }
-        self.samples[i as usize] = Sample::EMPTY;
+        // Its sample stays until the slot is used again (which resets it): no snapshot reads it.
         self.free.push(i);
         self.len -= 1;
         self.schema = None;
@@ -513,7 +534,6 @@ impl SeriesStore {
                 // vectors grew beyond, since they are kept for as long as the target.
                 self.families.shrink_to_fit();
                 self.slots.shrink_to_fit();
-                self.samples.shrink_to_fit();
                 self.rebuild()
             }
         };
@@ -526,7 +546,17 @@ impl SeriesStore {
                 h
             }
         };
-        SeriesSet { schema, samples: Arc::from(&self.samples[..]), hists }
+        let samples = match &self.published {
+            Some(p) => p.clone(),
+            None => {
+                let mut own = std::mem::take(&mut self.samples);
+                own.shrink_to_fit();
+                let p = Arc::new(own);
+                self.published = Some(p.clone());
+                p
+            }
+        };
+        SeriesSet { schema, samples, hists }
     }
 
     /// Builds the schema and the arena that goes with it.
@@ -627,8 +657,9 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn a_slot_is_32_bytes() {
+    fn a_slot_is_32_bytes_and_a_kept_slot_id_8() {
         assert_eq!(std::mem::size_of::<Slot>(), 32);
+        assert_eq!(std::mem::size_of::<Option<SlotId>>(), 8);
     }
 
     const F: &str = "x_total";
@@ -671,6 +702,35 @@ mod tests {
         // Same value: the rate moves from 2/s to 0/s, which is a change; then nothing is.
         assert_eq!(st.set(c, Num::Uint(7), t0 + Duration::from_secs(2)), Change::Changed);
         assert_eq!(st.set(c, Num::Uint(7), t0 + Duration::from_secs(3)), Change::Unchanged);
+    }
+
+    #[test]
+    fn values_are_held_once_between_publishes_and_a_snapshot_keeps_its_own() {
+        let mut st = SeriesStore::new(10);
+        let t0 = Instant::now();
+        let a = st.slot("g", "h", MetricKind::Gauge, &[("a", "1")]).unwrap();
+        let b = st.slot("g", "h", MetricKind::Gauge, &[("a", "2")]).unwrap();
+        st.set(a, Num::Int(1), t0);
+        st.set(b, Num::Int(2), t0);
+        let first = st.publish();
+        // Nothing changed: the store and both snapshots hold one vector of values.
+        assert_eq!(st.set(a, Num::Int(1), t0), Change::Unchanged);
+        let second = st.publish();
+        assert!(Arc::ptr_eq(&first.samples, &second.samples));
+        assert!(st.samples.capacity() == 0, "the store keeps no copy of its own");
+        // A change copies them; the snapshots before keep the values they had.
+        assert_eq!(st.set(b, Num::Int(20), t0), Change::Changed);
+        let third = st.publish();
+        assert!(!Arc::ptr_eq(&second.samples, &third.samples));
+        let values = |set: &SeriesSet| set.iter().map(|s| s.number().unwrap()).collect::<Vec<_>>();
+        assert_eq!(values(&first), [1.0, 2.0]);
+        assert_eq!(values(&third), [1.0, 20.0]);
+        // A series created after a publish, and one removed, leave the snapshot as it was.
+        st.remove("g", &[("a", "1")]);
+        let c = st.slot("g", "h", MetricKind::Gauge, &[("a", "3")]).unwrap();
+        st.set(c, Num::Int(3), t0);
+        assert_eq!(values(&third), [1.0, 20.0]);
+        assert_eq!(values(&st.publish()), [3.0, 20.0], "c took a's slot");
     }
 
     #[test]
