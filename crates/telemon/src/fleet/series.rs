@@ -369,16 +369,34 @@ pub struct Family {
     pub kind: MetricKind,
 }
 
-/// One series in a schema: where its label text and its value are.
+/// One series in a schema: where its label text and its value are (12 bytes: a fleet's schemas
+/// hold hundreds of thousands).
 #[derive(Debug, Clone)]
 pub(crate) struct SeriesDef {
     /// Where its label text is in [`Schema::text`].
     pub(crate) text_at: u32,
-    pub(crate) text_len: u32,
-    /// Index of the value in [`SeriesSet`]'s samples.
+    /// The length of its label text, with [`SeriesDef::HIST`] set for a histogram.
+    len_and_hist: u32,
+    /// Index of the value in [`SeriesSet`]'s samples, and the key of its histogram.
     pub(crate) slot: u32,
-    /// Index of the histogram in [`SeriesSet`]'s histograms (`u32::MAX`: none).
-    pub(crate) hist: u32,
+}
+
+impl SeriesDef {
+    /// Marks a histogram in `len_and_hist` (label text is shorter than 2 GiB: see the store's arena).
+    const HIST: u32 = 1 << 31;
+
+    pub(crate) fn new(text_at: u32, text_len: u32, slot: u32, hist: bool) -> SeriesDef {
+        let hist = if hist { SeriesDef::HIST } else { 0 };
+        SeriesDef { text_at, len_and_hist: (text_len & !SeriesDef::HIST) | hist, slot }
+    }
+
+    pub(crate) fn text_len(&self) -> u32 {
+        self.len_and_hist & !SeriesDef::HIST
+    }
+
+    fn is_hist(&self) -> bool {
+        self.len_and_hist & SeriesDef::HIST != 0
+    }
 }
 
 /// The structure of a target's series: families sorted by name, each with its series.
@@ -489,7 +507,8 @@ pub struct SeriesSet {
     /// The values by slot index: the store's own vector, handed over at a publish (see
     /// [`super::store::SeriesStore::publish`]).
     pub(crate) samples: Arc<Vec<Sample>>,
-    pub(crate) hists: Arc<[Hist]>,
+    /// The histograms, by slot index (ascending).
+    pub(crate) hists: Arc<[(u32, Hist)]>,
 }
 
 /// A series' value as a view sees it.
@@ -527,12 +546,12 @@ impl<'a> SeriesRef<'a> {
 
     /// The protocol-specific labels (the target's own labels are not included).
     pub fn labels(&self) -> LabelSet {
-        LabelSet::within(&self.set.schema.text, self.def.text_at, self.def.text_len)
+        LabelSet::within(&self.set.schema.text, self.def.text_at, self.def.text_len())
     }
 
     /// The escaped exposition text of the labels, `a="x",b="y"`.
     pub fn label_text(&self) -> &'a str {
-        text_at(&self.set.schema.text, self.def.text_at, self.def.text_len)
+        text_at(&self.set.schema.text, self.def.text_at, self.def.text_len())
     }
 
     /// The value of the label `name`, or `""`.
@@ -546,10 +565,12 @@ impl<'a> SeriesRef<'a> {
 
     /// The value.
     pub fn value(&self) -> ValueRef<'a> {
-        match self.set.hists.get(self.def.hist as usize) {
-            Some(h) => ValueRef::Histogram(h),
-            None => ValueRef::Number(self.sample().value),
+        if self.def.is_hist() {
+            if let Ok(i) = self.set.hists.binary_search_by_key(&self.def.slot, |h| h.0) {
+                return ValueRef::Histogram(&self.set.hists[i].1);
+            }
         }
+        ValueRef::Number(self.sample().value)
     }
 
     /// The value as `f64`, or `None` for a histogram.
