@@ -3,7 +3,7 @@
 //!
 //! A [`SeriesSet`] is what a [`super::model::TargetSnapshot`] carries. Its [`Schema`] is built once
 //! when the target's set of series changes and is shared (`Arc`) by every later publish until the
-//! next change; a publish copies a flat array of [`Sample`]s (24 bytes each) and shares the
+//! next change; a publish hands over a flat array of [`Sample`]s (16 bytes each) and shares the
 //! histograms that did not change. The label text is in the order render writes the series, so a
 //! scrape reads each target's labels front to back.
 
@@ -423,18 +423,56 @@ impl Schema {
 }
 
 /// The current value of one series as published: its number and, for counters, the rate per second
-/// from the last two updates (`NaN` when there is none).
+/// from the last two updates (`NaN` when there is none). 16 bytes, as a fleet holds hundreds of
+/// thousands: the rate is kept in single precision (about seven digits; it is for display, and the
+/// exported value is the counter itself, exact).
 #[derive(Debug, Clone, Copy)]
 pub struct Sample {
-    /// The value (unused for histograms).
-    pub value: Num,
-    /// The rate per second, `NaN` when unknown.
-    pub rate: f64,
+    /// The value's bits: an `i64`, a `u64` or an `f64`, as `kind` says.
+    bits: u64,
+    rate: f32,
+    kind: NumKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NumKind {
+    Int,
+    Uint,
+    Float,
 }
 
 impl Sample {
-    /// A sample with no rate.
-    pub const EMPTY: Sample = Sample { value: Num::Float(f64::NAN), rate: f64::NAN };
+    /// A sample with no value (`NaN`) and no rate.
+    pub const EMPTY: Sample = Sample::new(Num::Float(f64::NAN), f64::NAN);
+
+    /// A sample of `value` with `rate` (`NaN`: none).
+    pub const fn new(value: Num, rate: f64) -> Sample {
+        let (bits, kind) = match value {
+            Num::Int(v) => (v as u64, NumKind::Int),
+            Num::Uint(v) => (v, NumKind::Uint),
+            Num::Float(v) => (v.to_bits(), NumKind::Float),
+        };
+        Sample { bits, rate: rate as f32, kind }
+    }
+
+    /// The value (unused for histograms).
+    pub const fn value(&self) -> Num {
+        match self.kind {
+            NumKind::Int => Num::Int(self.bits as i64),
+            NumKind::Uint => Num::Uint(self.bits),
+            NumKind::Float => Num::Float(f64::from_bits(self.bits)),
+        }
+    }
+
+    /// The rate per second, `NaN` when unknown.
+    pub fn rate(&self) -> f64 {
+        f64::from(self.rate)
+    }
+
+    /// Whether `self` and `other` hold the same value and rate, bit for bit (a `NaN` equals itself).
+    pub fn same(&self, other: &Sample) -> bool {
+        self.bits == other.bits && self.kind == other.kind && self.rate.to_bits() == other.rate.to_bits()
+    }
 }
 
 /// A histogram's current value: cumulative counts per upper bound (the `+Inf` bucket is `count`).
@@ -570,7 +608,7 @@ impl<'a> SeriesRef<'a> {
                 return ValueRef::Histogram(&self.set.hists[i].1);
             }
         }
-        ValueRef::Number(self.sample().value)
+        ValueRef::Number(self.sample().value())
     }
 
     /// The value as `f64`, or `None` for a histogram.
@@ -584,7 +622,7 @@ impl<'a> SeriesRef<'a> {
     /// For counters, the rate per second from the last two updates; `None` until two updates exist,
     /// after a reset, and for every other kind.
     pub fn rate(&self) -> Option<f64> {
-        let r = self.sample().rate;
+        let r = self.sample().rate();
         (!r.is_nan()).then_some(r)
     }
 

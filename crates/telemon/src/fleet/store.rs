@@ -53,7 +53,7 @@ pub enum Change {
 /// 28 bytes (its one `u64` is 4-aligned): a fleet holds hundreds of thousands. A counter's previous
 /// value, for its rate, is the series' current [`Sample`] until the next update.
 #[derive(Debug)]
-#[repr(packed(4))]
+#[repr(Rust, packed(4))]
 struct Slot {
     family: u16,
     live: bool,
@@ -362,17 +362,18 @@ impl SeriesStore {
         let counter = self.families[usize::from(slot.family)].family.kind == MetricKind::Counter;
         mark_seen(&mut self.families, slot, round);
         let sample = self.published.as_deref().unwrap_or(&self.samples)[id.index as usize];
-        let (v, prev) = (value.as_f64(), sample.value.as_f64());
+        let (v, prev) = (value.as_f64(), sample.value().as_f64());
         let rate = if counter && v >= prev && t > slot.prev_at {
             (v - prev) / ((t - slot.prev_at) as f64 / 1e9)
         } else if counter && v >= prev {
-            sample.rate // two updates at one instant: keep the last rate
+            sample.rate() // two updates at one instant: keep the last rate
         } else {
             f64::NAN
         };
         slot.prev_at = t;
-        if !sample.value.same(value) || rate.to_bits() != sample.rate.to_bits() {
-            self.own()[id.index as usize] = Sample { value, rate };
+        let new = Sample::new(value, rate);
+        if !new.same(&sample) {
+            self.own()[id.index as usize] = new;
             Change::Changed
         } else {
             Change::Unchanged
@@ -420,7 +421,8 @@ impl SeriesStore {
     /// Overrides the published rate of a slot (for sets built from owned series).
     pub(crate) fn force_rate(&mut self, id: SlotId, rate: Option<f64>) {
         if Self::live_slot(&mut self.slots, id).is_some() {
-            self.own()[id.index as usize].rate = rate.unwrap_or(f64::NAN);
+            let sample = &mut self.own()[id.index as usize];
+            *sample = Sample::new(sample.value(), rate.unwrap_or(f64::NAN));
         }
     }
 
@@ -655,6 +657,7 @@ mod tests {
     fn a_slot_is_28_bytes_a_series_def_12_and_a_kept_slot_id_8() {
         assert_eq!(std::mem::size_of::<Slot>(), 28);
         assert_eq!(std::mem::size_of::<SeriesDef>(), 12);
+        assert_eq!(std::mem::size_of::<Sample>(), 16);
         assert_eq!(std::mem::size_of::<Option<SlotId>>(), 8);
     }
 

@@ -225,7 +225,8 @@ pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure
             }
         }
         let requests: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
-        let replies = client.request_many_raw(&requests).await;
+        // Boxed: the batch's state is held while it is in flight, not in the target's task between ticks.
+        let replies = Box::pin(client.request_many_raw(&requests)).await;
         schedule.advance(&taken, Instant::now());
         // The connection is in an unknown state after a failure of the batch: start over.
         let replies = match replies {
