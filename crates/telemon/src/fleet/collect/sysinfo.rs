@@ -213,6 +213,7 @@ pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure
     let mut answered = false;
     let mut schedule = Schedule::new(plan, Instant::now());
     let mut raw: Vec<Vec<u8>> = Vec::new();
+    let mut sweep = Sweep { round: 0, families: Vec::new() };
     loop {
         let Some(next) = schedule.next() else { return std::future::pending().await };
         tokio::time::sleep_until(next).await;
@@ -233,6 +234,9 @@ pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure
             Ok(r) => r,
             Err(e) => return Failure::new(kind(&e), e),
         };
+        // One round for the tick's reports, and one sweep after them all.
+        sweep.round = p.begin_round();
+        sweep.families.clear();
         for (&i, reply) in taken.iter().zip(replies) {
             match reply {
                 Ok(reply) => {
@@ -242,12 +246,13 @@ pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure
                     }
                     if !schedule.unchanged(i, &reply) {
                         let due = &mut schedule.due[i];
-                        record(p, &mut due.rows, &Report::parse(due.command, &reply.text));
+                        record_in(p, &mut due.rows, &Report::parse(due.command, &reply.text), &mut sweep);
                     }
                 }
                 Err(e) => p.error(&Failure::new(kind(&e), e)),
             }
         }
+        p.sweep_families(&sweep.families, sweep.round);
         p.flush_if_dirty();
     }
 }
@@ -342,14 +347,29 @@ where
 }
 
 /// Sets the series of one report; `rows` is the report's own cache of its rows' slots, kept from one
-/// report to the next.
+/// report to the next. Series of the report's rows that it no longer lists (processes, channels) are
+/// removed.
 pub fn record(p: &mut Publisher, rows: &mut RowCache, report: &Report) {
+    let mut sweep = Sweep { round: p.begin_round(), families: Vec::new() };
+    record_in(p, rows, report, &mut sweep);
+    p.sweep_families(&sweep.families, sweep.round);
+}
+
+/// The families whose series the reports of a round list in full (what a report no longer lists is
+/// gone): they are swept once, after every report of the round, in one pass over the target's series.
+struct Sweep {
+    round: u64,
+    families: Vec<&'static str>,
+}
+
+/// [`record`] within `sweep`'s round: the report's families to sweep are added to it.
+fn record_in(p: &mut Publisher, rows: &mut RowCache, report: &Report, sweep: &mut Sweep) {
     rows.begin();
     match report {
-        Report::Ps(ps) => record_ps(p, rows, ps),
-        Report::Memstat(m) => record_memstat(p, rows, m),
+        Report::Ps(ps) => record_ps(p, rows, ps, sweep),
+        Report::Memstat(m) => record_memstat(p, rows, m, sweep),
         Report::Kstat(k) => record_kstat(p, rows, k),
-        Report::Channels(c) => record_channels(p, rows, c),
+        Report::Channels(c) => record_channels(p, rows, c, sweep),
         Report::SchedLatency(h) => record_histogram(
             p,
             "rvos_scheduler_latency_seconds",
@@ -362,7 +382,7 @@ pub fn record(p: &mut Publisher, rows: &mut RowCache, report: &Report) {
             "IPC delivery latency (log2 buckets of 10 MHz ticks; _sum estimated from bucket midpoints).",
             h,
         ),
-        Report::Watchdog(w) => record_watchdog(p, rows, w),
+        Report::Watchdog(w) => record_watchdog(p, rows, w, sweep),
         Report::UnknownCommand => {
             p.error(&Failure::new(ErrorKind::Protocol, "the service answered \"Unknown command\""))
         }
@@ -380,9 +400,8 @@ fn kib_to_bytes(p: &mut Publisher, what: &str, kib: u64) -> u64 {
     })
 }
 
-fn record_ps(p: &mut Publisher, rows: &mut RowCache, ps: &Ps) {
+fn record_ps(p: &mut Publisher, rows: &mut RowCache, ps: &Ps, sweep: &mut Sweep) {
     // Processes come and go: what the report no longer lists is swept after it.
-    let round = p.begin_round();
     for row in &ps.processes {
         let mut pid_text = itoa::Buffer::new();
         let pid = pid_text.format(row.pid);
@@ -419,10 +438,10 @@ fn record_ps(p: &mut Publisher, rows: &mut RowCache, ps: &Ps) {
             1u64,
         );
     }
-    p.sweep_families(&["rvos_process_cpu_ratio", "rvos_process_memory_bytes", "rvos_process_state"], round);
+    sweep.families.extend(["rvos_process_cpu_ratio", "rvos_process_memory_bytes", "rvos_process_state"]);
 }
 
-fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat) {
+fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat, sweep: &mut Sweep) {
     if let Some(h) = &m.heap {
         let mut row = rows.row(&[]);
         for (state, kib) in [("total", h.total_kib), ("used", h.used_kib), ("free", h.free_kib)] {
@@ -437,7 +456,6 @@ fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat) {
             );
         }
     }
-    let round = p.begin_round();
     for t in &m.tags {
         let mut row = rows.row(&[&t.tag]);
         for (kind, kib) in [("current", t.current_kib), ("peak", t.peak_kib)] {
@@ -450,7 +468,7 @@ fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat) {
         let l = [("tag", t.tag.as_str())];
         row.put(p, "rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, &l, t.live_allocations);
     }
-    p.sweep_families(&["rvos_kernel_heap_tag_bytes", "rvos_kernel_heap_tag_live_allocations"], round);
+    sweep.families.extend(["rvos_kernel_heap_tag_bytes", "rvos_kernel_heap_tag_live_allocations"]);
 }
 
 fn record_kstat(p: &mut Publisher, rows: &mut RowCache, k: &Kstat) {
@@ -461,10 +479,9 @@ fn record_kstat(p: &mut Publisher, rows: &mut RowCache, k: &Kstat) {
     }
 }
 
-fn record_channels(p: &mut Publisher, rows: &mut RowCache, c: &Channels) {
+fn record_channels(p: &mut Publisher, rows: &mut RowCache, c: &Channels, sweep: &mut Sweep) {
     let families = ["rvos_channel_messages_total", "rvos_channel_bytes_total", "rvos_channel_queue_length"];
     // Closed channels are swept after the report (counters keep their rates across reports).
-    let round = p.begin_round();
     for row in c.channels.iter().filter(|r| !r.closed) {
         let mut ch_text = itoa::Buffer::new();
         let ch = ch_text.format(row.channel);
@@ -478,7 +495,7 @@ fn record_channels(p: &mut Publisher, rows: &mut RowCache, c: &Channels) {
             cached.put(p, families[2], "Messages queued at a channel end.", MetricKind::Gauge, &l, queue);
         }
     }
-    p.sweep_families(&families, round);
+    sweep.families.extend(families);
 }
 
 /// Bucket `i` of the kernel's histogram holds latencies in `[2^i, 2^(i+1))` ticks of 10 MHz.
@@ -527,7 +544,7 @@ fn record_histogram(p: &mut Publisher, family: &'static str, help: &'static str,
     p.put_histogram(family, help, &[], &bounds, &counts, sum, cumulative);
 }
 
-fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog) {
+fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog, sweep: &mut Sweep) {
     rows.row(&[]).put(
         p,
         "rvos_watchdog_enabled",
@@ -536,7 +553,6 @@ fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog) {
         &[],
         u64::from(w.enabled),
     );
-    let round = p.begin_round();
     let help = "Seconds since the task's last watchdog heartbeat.";
     let family = "rvos_watchdog_heartbeat_age_seconds";
     for t in &w.kernel_tasks {
@@ -548,7 +564,7 @@ fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog) {
         let l = [("task", task.as_str())];
         rows.row(&[&task]).put(p, family, help, MetricKind::Gauge, &l, c.ago_ms as f64 / 1000.0);
     }
-    p.sweep_family(family, round);
+    sweep.families.push(family);
 }
 
 #[cfg(test)]
@@ -591,6 +607,40 @@ mod tests {
                 .iter()
                 .any(|s| s.family() == "rvos_kernel_heap_bytes" && s.number() == Some(u64::MAX as f64)),
             "saturated"
+        );
+    }
+
+    #[test]
+    fn one_sweep_after_a_round_removes_what_its_reports_no_longer_list_and_nothing_of_a_skipped_one() {
+        use super::super::testing::publisher;
+        let (reg, mut p) = publisher(crate::fleet::Protocol::Sysinfo);
+        let mut sys = rvos_sim::system::System::new(rvos_sim::system::SystemConfig::default(), 0);
+        let ps = sys.render(SysinfoCommand::Ps, 0);
+        let memstat = sys.render(SysinfoCommand::Memstat, 0);
+        let (mut ps_rows, mut mem_rows) = (RowCache::default(), RowCache::default());
+        let count = |reg: &Registry, family: &str| {
+            reg.snapshot().get("t").unwrap().series.iter().filter(|s| s.family() == family).count()
+        };
+        // A round with both reports.
+        let mut sweep = Sweep { round: p.begin_round(), families: Vec::new() };
+        record_in(&mut p, &mut ps_rows, &Report::parse(SysinfoCommand::Ps, &ps), &mut sweep);
+        record_in(&mut p, &mut mem_rows, &Report::parse(SysinfoCommand::Memstat, &memstat), &mut sweep);
+        p.sweep_families(&sweep.families, sweep.round);
+        p.flush();
+        let processes = count(&reg, "rvos_process_memory_bytes");
+        let tags = count(&reg, "rvos_kernel_heap_tag_live_allocations");
+        assert!(processes > 1 && tags > 0);
+        // The next round: ps without its last process, memstat skipped (its reply did not change).
+        let fewer = ps.trim_end_matches('\n').rsplit_once('\n').unwrap().0.to_owned() + "\n";
+        let mut sweep = Sweep { round: p.begin_round(), families: Vec::new() };
+        record_in(&mut p, &mut ps_rows, &Report::parse(SysinfoCommand::Ps, &fewer), &mut sweep);
+        p.sweep_families(&sweep.families, sweep.round);
+        p.flush();
+        assert_eq!(count(&reg, "rvos_process_memory_bytes"), processes - 1, "the process that left is swept");
+        assert_eq!(
+            count(&reg, "rvos_kernel_heap_tag_live_allocations"),
+            tags,
+            "a skipped report keeps its series"
         );
     }
 
