@@ -381,9 +381,8 @@ impl Client {
         result
     }
 
-    /// Gives the read buffer back between requests when it holds nothing: a host polls many
-    /// rvOS processes, each a second or more apart, and only those in the middle of a request need
-    /// one. [`Client::read_buffer`] gets it back on the next read.
+    /// Gives the read buffer back between requests when it holds nothing: a host may poll many
+    /// rvOS systems, each a second or more apart, and only those with a request in flight need one. [`Client::read_buffer`] gets it back on the next read.
     fn idle(&mut self) {
         if self.framed.read_buffer().is_empty() {
             *self.framed.read_buffer_mut() = bytes::BytesMut::new();
@@ -628,6 +627,9 @@ mod tests {
             assert_eq!(client.framed.read_buffer().capacity(), 0, "given back after the batch");
         }
         server.await.unwrap();
+        // The next read starts with a whole buffer, not tokio-util's few bytes.
+        client.read_buffer();
+        assert_eq!(client.framed.read_buffer().capacity(), IO_BUFFER);
     }
 
     async fn message_on(peer: &mut Peer) -> (ChannelId, Message) {

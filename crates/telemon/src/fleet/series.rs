@@ -519,7 +519,7 @@ pub(crate) fn shared_bounds(bounds: &[f64]) -> (Arc<[f64]>, Arc<[Box<str>]>) {
         }
     }
     let made: (Arc<[f64]>, _) = (Arc::from(bounds), le_texts(bounds));
-    shared.retain(|(b, _)| b.strong_count() > 0);
+    shared.retain(|(b, le)| b.strong_count() > 0 && le.strong_count() > 0);
     if shared.len() < MAX_SHARED_BOUNDS {
         shared.push((Arc::downgrade(&made.0), Arc::downgrade(&made.1)));
     }
