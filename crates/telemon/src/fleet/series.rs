@@ -491,8 +491,8 @@ pub struct Hist {
 }
 
 impl Hist {
-    /// A histogram with `le` texts formatted from `bounds` (both shared with every other histogram
-    /// with the same bounds, see [`shared_bounds`]).
+    /// A histogram with `le` texts formatted from `bounds`; both are shared with every other
+    /// histogram with the same bounds, in any target.
     pub fn new(bounds: &[f64], counts: &[u64], sum: f64, count: u64) -> Hist {
         let (bounds, le) = shared_bounds(bounds);
         Hist { bounds, le, counts: Arc::from(counts), sum, count }
