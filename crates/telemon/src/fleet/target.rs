@@ -329,15 +329,10 @@ impl Publisher {
         self.dirty |= self.store.len() != before;
     }
 
-    /// Starts a round of updates; after setting what a report lists, [`Publisher::sweep_family`]
+    /// Starts a round of updates; after setting what a report lists, [`Publisher::sweep_families`]
     /// with the round removes what it no longer lists (an exited process, a closed channel).
     pub fn begin_round(&mut self) -> u64 {
         self.store.begin_round()
-    }
-
-    /// Removes every series of `family` not set since `round` began.
-    pub fn sweep_family(&mut self, family: &str, round: u64) {
-        self.sweep_families(&[family], round);
     }
 
     /// Removes every series of the `families` not set since `round` began, in one pass.
