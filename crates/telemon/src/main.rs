@@ -53,8 +53,23 @@ enum Command {
     Replay(replay_cmd::Args),
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
+    // The collectors run on this thread; `[serve] wakeup_slack` paces its wake-ups (see
+    // telemon::fleet::pace), and serving HTTP has a thread of its own.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_park(telemon::fleet::pace::before_park)
+        .build();
+    match runtime {
+        Ok(runtime) => runtime.block_on(run()),
+        Err(e) => {
+            eprintln!("telemon: cannot start the runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> ExitCode {
     let cli = Cli::parse();
     // The dashboard owns the terminal: its log goes to --log FILE, or nowhere.
     let writer = match &cli.command {

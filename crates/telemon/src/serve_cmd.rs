@@ -45,6 +45,7 @@ pub async fn run(args: Args) -> CliResult {
         ));
     }
     let recording = args.record.map(|dir| args.rotate.start(dir)).transpose()?;
+    telemon::fleet::pace::set_wakeup_slack(config.serve.wakeup_slack);
     let server = telemon::serve::start(&config, args.listen.as_deref()).await.map_err(CliError::peer)?;
     let shard = config.serve.shard.map(|s| format!(" (shard {s})")).unwrap_or_default();
     eprintln!("telemon: serving {}{shard} on http://{}/metrics", config.summary(), server.local_addr());
@@ -76,6 +77,7 @@ pub async fn record(args: RecordArgs) -> CliResult {
         ));
     }
     let recording = args.rotate.start(args.out.clone())?;
+    telemon::fleet::pace::set_wakeup_slack(config.serve.wakeup_slack);
     let fleet = telemon::fleet::Fleet::start(&config).await.map_err(CliError::peer)?;
     eprintln!("telemon: recording {}", config.summary());
     shutdown_signal().await;

@@ -66,6 +66,7 @@ pub async fn run(args: Args) -> CliResult {
                     "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
                 ));
             }
+            telemon::fleet::pace::set_wakeup_slack(config.serve.wakeup_slack);
             Fleet::start(&config).await.map_err(CliError::peer)?
         }
     };

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
+use super::pace;
 use super::store::DEFAULT_SERIES_LIMIT;
 
 /// A configuration that cannot be used: names the file, the line and the key.
@@ -134,6 +135,15 @@ pub struct ServeSection {
     /// between requests (keep-alive).
     #[serde(default = "default_idle_timeout", deserialize_with = "duration")]
     pub idle_timeout: Duration,
+    /// How long the collectors' thread may let events wait so that one wake-up handles many
+    /// (`serve`, `top` and `record`; see [`crate::fleet::pace`]). `"0s"` wakes for each event; at
+    /// most [`pace::MAX_WAKEUP_SLACK`].
+    #[serde(default = "default_wakeup_slack", deserialize_with = "duration")]
+    pub wakeup_slack: Duration,
+}
+
+fn default_wakeup_slack() -> Duration {
+    pace::DEFAULT_WAKEUP_SLACK
 }
 
 /// The default `[serve] max_connections`.
@@ -162,6 +172,7 @@ impl Default for ServeSection {
             series_limit: default_series_limit(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            wakeup_slack: pace::DEFAULT_WAKEUP_SLACK,
             shard: None,
         }
     }
@@ -720,6 +731,10 @@ impl FleetConfig {
         if self.serve.idle_timeout.is_zero() {
             return Err(serve_key_err("idle_timeout", "must be above zero"));
         }
+        if self.serve.wakeup_slack > pace::MAX_WAKEUP_SLACK {
+            let most = format!("must be at most {:?}", pace::MAX_WAKEUP_SLACK);
+            return Err(serve_key_err("wakeup_slack", &most));
+        }
         validate_push(self, file, text)?;
         if self.serve.listen.parse::<SocketAddr>().is_err() && !self.serve.listen.contains(':') {
             return Err(ConfigError {
@@ -778,6 +793,18 @@ reports = ["ps"]
         assert_eq!(c.hmon[0].poll, Duration::from_millis(250));
         assert_eq!(c.sysinfo[0].every, Duration::from_secs(1));
         assert_eq!(c.mono_listen[0].add, ["Mono System/Working Set"]);
+    }
+
+    #[test]
+    fn wakeup_slack_defaults_to_5ms_and_is_bounded() {
+        let c = FleetConfig::parse("t.toml", FULL).unwrap();
+        assert_eq!(c.serve.wakeup_slack, Duration::from_millis(5));
+        let off = FleetConfig::parse("t.toml", "[serve]\nwakeup_slack = \"0s\"\n").unwrap();
+        assert_eq!(off.serve.wakeup_slack, Duration::ZERO);
+        let e = FleetConfig::parse("t.toml", "[serve]\nlisten = \"127.0.0.1:1\"\nwakeup_slack = \"1s\"\n")
+            .unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (3, "serve.wakeup_slack"), "{e}");
+        assert!(e.message.contains("at most 100ms"), "{e}");
     }
 
     #[test]

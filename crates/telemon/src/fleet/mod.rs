@@ -8,7 +8,8 @@
 //! * [`registry`]: the shared table of per-target snapshots, with a generation bumped on every change;
 //! * [`model`]: the snapshot types every view codes against;
 //! * [`series`]: a target's published series (a shared schema and a flat array of values);
-//! * [`render`]: the Prometheus text 0.0.4 and OpenMetrics exposition of a snapshot.
+//! * [`render`]: the Prometheus text 0.0.4 and OpenMetrics exposition of a snapshot;
+//! * [`pace`]: wake-up coalescing for the collectors' runtime.
 //!
 //! [`Fleet::start`] starts every target of a config.
 
@@ -16,6 +17,7 @@ pub mod collect;
 pub mod config;
 pub mod model;
 pub mod own;
+pub mod pace;
 pub mod push_config;
 pub mod registry;
 pub mod render;
