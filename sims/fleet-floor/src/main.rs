@@ -23,6 +23,8 @@ use serde::Deserialize;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// The pause before connecting again after a session ended.
 const RETRY: Duration = Duration::from_secs(1);
+/// telemon's default `[serve] wakeup_slack`.
+const WAKEUP_SLACK: Duration = Duration::from_millis(5);
 
 /// Poll one protocol's targets like telemon, decode, and throw the result away.
 #[derive(Debug, Parser)]
@@ -41,11 +43,19 @@ struct Args {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 struct Config {
+    serve: Serve,
     meter161: Vec<Target>,
     hmon: Vec<Target>,
     smon: Vec<Target>,
     sysinfo: Vec<Target>,
     mono_listen: Vec<Target>,
+}
+
+/// `[serve]`: the one setting of telemon's own that the floor follows.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Serve {
+    wakeup_slack: Option<String>,
 }
 
 /// One block, with the fields of every protocol (each uses its own).
@@ -97,13 +107,30 @@ fn duration(text: &Option<String>, default: Duration) -> Result<Duration> {
     }
 }
 
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
     let args = Args::parse();
     let text = std::fs::read_to_string(&args.config)
         .with_context(|| format!("reading {}", args.config.display()))?;
     let config: Config =
         toml::from_str(&text).with_context(|| format!("parsing {}", args.config.display()))?;
+    // Wakes at most once per slack, as telemon's runtime does (telemon::fleet::pace).
+    let slack = duration(&config.serve.wakeup_slack, WAKEUP_SLACK)?;
+    let mut next_park: Option<std::time::Instant> = None;
+    let pace = std::sync::Mutex::new(move || {
+        if let Some(pause) = next_park.and_then(|at| at.checked_duration_since(std::time::Instant::now())) {
+            std::thread::sleep(pause);
+        }
+        next_park = Some(std::time::Instant::now() + slack);
+    });
+    let mut runtime = tokio::runtime::Builder::new_current_thread();
+    runtime.enable_all();
+    if !slack.is_zero() {
+        runtime.on_thread_park(move || (pace.lock().unwrap_or_else(|e| e.into_inner()))());
+    }
+    runtime.build()?.block_on(poll_all(args, config))
+}
+
+async fn poll_all(args: Args, config: Config) -> Result<()> {
     let counts = Arc::new(Counts::default());
     let mut tasks = tokio::task::JoinSet::new();
     let second = Duration::from_secs(1);
@@ -180,10 +207,13 @@ async fn meter161(dir: PathBuf, interval: Duration, counts: Arc<Counts>) {
 }
 
 /// telemon's hmon collector: subscribe to every event, poll the default facts every `poll`, and
-/// ask for the last known state every `poll` beside them (one at a time), all on one [`hmon::Connection`]
-/// driven by the target's one task.
+/// ask for the last known state with each polled facts (one at a time), all on one
+/// [`hmon::Connection`] driven by the target's one task.
 async fn hmon(addr: String, poll: Duration, counts: Arc<Counts>) {
-    use hmon::{EventKind, FactKind, GetLastKnownState, IdOrName, Incoming, Request, Subscribe};
+    use hmon::{
+        Event, EventKind, FactKind, GetLastKnownState, IdOrName, Incoming, Request, Response, Subscribe,
+    };
+    let lks = || Request::GetLastKnownState(GetLastKnownState::default());
     let config = hmon::ClientConfig {
         handshake_timeout: CONNECT_TIMEOUT,
         request_timeout: CONNECT_TIMEOUT.max(poll),
@@ -207,9 +237,10 @@ async fn hmon(addr: String, poll: Duration, counts: Arc<Counts>) {
             if conn.request(subscribe).await.is_ok()
                 && conn.poll_facts(facts.clone(), Some(poll)).await.is_ok()
             {
+                // As telemon asks: GetLastKnownState with each polled Facts, or after a period and a
+                // half without facts, then every period.
                 let mut asking: Option<String> = None;
-                let mut tick = tokio::time::interval(poll);
-                tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                let mut ask = std::pin::pin!(tokio::time::sleep(poll));
                 loop {
                     tokio::select! {
                         incoming = conn.next() => match incoming {
@@ -225,13 +256,24 @@ async fn hmon(addr: String, poll: Duration, counts: Arc<Counts>) {
                                     asking = None;
                                 }
                             }
+                            Ok(Incoming::Event(Event::Message(Response::Facts(facts)))) => {
+                                counts.decoded(facts);
+                                if asking.is_none() {
+                                    match conn.request(lks()).await {
+                                        Ok(uid) => asking = Some(uid),
+                                        Err(_) => break,
+                                    }
+                                    ask.as_mut().reset(tokio::time::Instant::now() + poll + poll / 2);
+                                }
+                            }
                             Ok(other) => counts.decoded(other),
                         },
-                        _ = tick.tick(), if asking.is_none() => {
-                            match conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await {
+                        () = &mut ask, if asking.is_none() => {
+                            match conn.request(lks()).await {
                                 Ok(uid) => asking = Some(uid),
                                 Err(_) => break,
                             }
+                            ask.as_mut().reset(tokio::time::Instant::now() + poll);
                         }
                     }
                 }

@@ -162,8 +162,14 @@ fn with_slots<T, const N: usize>(
     values.into_iter().zip(slots.iter_mut())
 }
 
-/// SERVE mode: subscribes, starts the poll and asks `GetLastKnownState` every poll period, all on the
-/// one connection driven here (one task per target), until the connection fails.
+/// SERVE mode: subscribes, starts the poll, and reads until the connection fails, all on the one
+/// connection driven here (one task per target).
+///
+/// `GetLastKnownState` is asked as each polled `Facts` arrives, and the target is published once its
+/// reply is in (or [`LKS_HOLD`] after it was asked), so that the two make one publication and one
+/// wake-up. While no facts come (an interpreter polls only while it runs APL code, notes rule 12),
+/// it is asked every poll period on its own. One is in flight at a time, and a slow reply never holds
+/// events back.
 async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Plan) -> Failure {
     let mut seen = Seen::default();
     let mut subscribing = None;
@@ -182,19 +188,41 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
     if let Err(e) = conn.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
         return fail(e);
     }
-    // One GetLastKnownState at a time, asked every period; a slow reply never holds events back.
-    let mut asking: Option<String> = None;
-    let mut tick = tokio::time::interval(plan.poll);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut deadline = tokio::time::Instant::now() + plan.stall();
+    let now = tokio::time::Instant::now();
+    // The GetLastKnownState in flight, and when it was asked.
+    let mut asking: Option<(String, tokio::time::Instant)> = None;
+    // When to ask GetLastKnownState if no facts arrive first.
+    let mut ask = std::pin::pin!(tokio::time::sleep_until(now + plan.poll));
+    // Armed once per stall period, not once per message: it checks `last_facts` when it fires.
+    let mut last_facts = now;
+    let mut stall = std::pin::pin!(tokio::time::sleep_until(now + plan.stall()));
     loop {
+        // Facts held for the reply to the GetLastKnownState asked with them.
+        let flush_at = match (p.flush_due(), &asking) {
+            (Some(due), Some((_, asked))) => Some(due.max(*asked + LKS_HOLD)),
+            (due, _) => due,
+        };
         tokio::select! {
             incoming = conn.next() => match incoming {
                 Err(e) => return fail(e),
                 Ok(Incoming::Event(event)) => {
-                    if let Some(failure) = on_event(p, event, &mut seen, plan, &mut deadline) {
+                    let facts = matches!(&event, Event::Message(Response::Facts(_)));
+                    if let Some(failure) = on_event(p, event, &mut seen) {
                         return failure;
                     }
+                    if facts {
+                        last_facts = tokio::time::Instant::now();
+                        if asking.is_none() {
+                            match ask_lks(conn).await {
+                                Ok(uid) => asking = Some((uid, last_facts)),
+                                Err(e) => return fail(e),
+                            }
+                            // Asked on its own only when the next facts are half a period late.
+                            ask.as_mut().reset(last_facts + plan.poll + plan.poll / 2);
+                            continue;
+                        }
+                    }
+                    p.maybe_flush();
                 }
                 Ok(Incoming::Reply { uid, response }) if subscribing.as_ref() == Some(&uid) => {
                     subscribing = None;
@@ -203,7 +231,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                         return fail(ClientError::Rejected { name, request: "Subscribe".into() });
                     }
                 }
-                Ok(Incoming::Reply { uid, response }) if asking.as_ref() == Some(&uid) => {
+                Ok(Incoming::Reply { uid, response }) if asking.as_ref().is_some_and(|(a, _)| *a == uid) => {
                     asking = None;
                     match response {
                         Response::LastKnownState(state) => last_known_state(p, &state, &mut seen.activity),
@@ -212,11 +240,13 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                             request: "GetLastKnownState".into(),
                         })),
                     }
+                    p.maybe_flush();
                 }
                 Ok(Incoming::Reply { response, .. }) => {
-                    if let Some(failure) = on_event(p, Event::Message(response), &mut seen, plan, &mut deadline) {
+                    if let Some(failure) = on_event(p, Event::Message(response), &mut seen) {
                         return failure;
                     }
+                    p.maybe_flush();
                 }
                 Ok(Incoming::Timeout { uid }) => {
                     let after = conn.config().request_timeout;
@@ -224,35 +254,44 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                     if subscribing.as_ref() == Some(&uid) {
                         return fail(timeout);
                     }
-                    if asking.as_ref() == Some(&uid) {
+                    if asking.as_ref().is_some_and(|(a, _)| *a == uid) {
                         asking = None;
                         p.error(&fail(timeout));
                     }
                 }
                 Ok(_) => {}
             },
-            _ = tick.tick(), if asking.is_none() => {
-                match conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await {
-                    Ok(uid) => asking = Some(uid),
+            () = &mut ask, if asking.is_none() => {
+                let now = tokio::time::Instant::now();
+                match ask_lks(conn).await {
+                    Ok(uid) => asking = Some((uid, now)),
                     Err(e) => return fail(e),
                 }
+                ask.as_mut().reset(now + plan.poll);
             }
-            () = flush_due(p.flush_due()) => p.flush_if_dirty(),
-            () = tokio::time::sleep_until(deadline) => {
-                return Failure::new(ErrorKind::Timeout, format!("no polled facts for {:?}", plan.stall()));
+            () = flush_due(flush_at) => p.flush_if_dirty(),
+            () = &mut stall => {
+                let due = last_facts + plan.stall();
+                if due <= tokio::time::Instant::now() {
+                    return Failure::new(ErrorKind::Timeout, format!("no polled facts for {:?}", plan.stall()));
+                }
+                stall.as_mut().reset(due);
             }
         }
     }
 }
 
+/// How long polled facts wait, at most, for the reply to the `GetLastKnownState` asked with them
+/// before they are published without it.
+const LKS_HOLD: Duration = Duration::from_millis(200);
+
+/// Sends a `GetLastKnownState`; returns its UID.
+async fn ask_lks(conn: &mut Connection) -> Result<String, ClientError> {
+    conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await
+}
+
 /// Records one event of a SERVE-mode session; a failure ends the session.
-fn on_event(
-    p: &mut Publisher,
-    event: Event,
-    seen: &mut Seen,
-    plan: &Plan,
-    deadline: &mut tokio::time::Instant,
-) -> Option<Failure> {
+fn on_event(p: &mut Publisher, event: Event, seen: &mut Seen) -> Option<Failure> {
     match event {
         Event::Disconnected { reason } => return Some(Failure::new(ErrorKind::Connect, reason)),
         Event::InvalidPayload(e) => p.error(&Failure::new(ErrorKind::Decode, e)),
@@ -261,7 +300,6 @@ fn on_event(
         }
         Event::Message(m) => {
             if let Response::Facts(_) = &m {
-                *deadline = tokio::time::Instant::now() + plan.stall();
                 if !seen.facts {
                     seen.facts = true;
                     for (name, &n) in &seen.counts {
@@ -270,7 +308,6 @@ fn on_event(
                 }
             }
             message(p, m, seen);
-            p.maybe_flush();
         }
         _ => {}
     }
@@ -720,6 +757,25 @@ mod serve_mode_tests {
         shutdown.cancel();
         let t = target_when(&registry, |t| !t.is_up()).await;
         assert!(t.errors.get(ErrorKind::Connect) >= 1, "{t:?}");
+    }
+
+    #[tokio::test]
+    async fn a_busy_interpreter_without_facts_is_still_asked_its_last_known_state() {
+        // Busy: only GetLastKnownState is answered, so no facts arrive to ask it with.
+        let config = dyalog_sim::Config { tick: None, unresponsive: true, ..dyalog_sim::Config::default() };
+        let sim = dyalog_sim::Sim::new(config);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let shutdown = sim_common::Shutdown::new();
+        tokio::spawn(sim.clone().serve(listener, shutdown.clone()));
+        let registry = Registry::new();
+        let p = Publisher::new(&registry, "dyalog", Protocol::Hmon, Vec::new(), 10_000);
+        let plan = Plan { poll: Duration::from_millis(200), ..Plan::default() };
+        let _collector = AbortOnDrop(tokio::spawn(run_connect(p, addr, plan)));
+        let t = target_when(&registry, |t| has(t, "dyalog_last_known_state_timestamp_seconds", None)).await;
+        assert!(t.is_up(), "{t:?}");
+        assert!(!has(&t, "dyalog_workspace_used_bytes", None), "no facts from a busy interpreter: {t:?}");
+        shutdown.cancel();
     }
 }
 
