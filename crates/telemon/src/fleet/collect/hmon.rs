@@ -168,8 +168,8 @@ fn with_slots<T, const N: usize>(
 /// `GetLastKnownState` is asked as each polled `Facts` arrives, and the target is published once its
 /// reply is in (or [`LKS_HOLD`] after it was asked), so that the two make one publication and one
 /// wake-up. While no facts come (an interpreter polls only while it runs APL code, notes rule 12),
-/// it is asked every poll period on its own. One is in flight at a time, and a slow reply never holds
-/// events back.
+/// it is asked every poll period on its own. One is in flight at a time. Notifications are published
+/// with the next facts, or a poll period after they came.
 async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Plan) -> Failure {
     let mut seen = Seen::default();
     let mut subscribing = None;
@@ -189,19 +189,17 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
         return fail(e);
     }
     let now = tokio::time::Instant::now();
-    // The GetLastKnownState in flight, and when it was asked.
-    let mut asking: Option<(String, tokio::time::Instant)> = None;
+    // The GetLastKnownState in flight.
+    let mut asking: Option<String> = None;
+    // Changes are not published before this (see above).
+    let mut hold: Option<tokio::time::Instant> = None;
     // When to ask GetLastKnownState if no facts arrive first.
     let mut ask = std::pin::pin!(tokio::time::sleep_until(now + plan.poll));
     // Armed once per stall period, not once per message: it checks `last_facts` when it fires.
     let mut last_facts = now;
     let mut stall = std::pin::pin!(tokio::time::sleep_until(now + plan.stall()));
     loop {
-        // Facts held for the reply to the GetLastKnownState asked with them.
-        let flush_at = match (p.flush_due(), &asking) {
-            (Some(due), Some((_, asked))) => Some(due.max(*asked + LKS_HOLD)),
-            (due, _) => due,
-        };
+        let flush_at = p.flush_due().map(|due| hold.map_or(due, |h| due.max(h)));
         tokio::select! {
             incoming = conn.next() => match incoming {
                 Err(e) => return fail(e),
@@ -210,19 +208,21 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                     if let Some(failure) = on_event(p, event, &mut seen) {
                         return failure;
                     }
-                    if facts {
+                    if !facts {
+                        hold.get_or_insert_with(|| tokio::time::Instant::now() + plan.poll);
+                    } else if asking.is_none() {
                         last_facts = tokio::time::Instant::now();
-                        if asking.is_none() {
-                            match ask_lks(conn).await {
-                                Ok(uid) => asking = Some((uid, last_facts)),
-                                Err(e) => return fail(e),
-                            }
-                            // Asked on its own only when the next facts are half a period late.
-                            ask.as_mut().reset(last_facts + plan.poll + plan.poll / 2);
-                            continue;
+                        match ask_lks(conn).await {
+                            Ok(uid) => asking = Some(uid),
+                            Err(e) => return fail(e),
                         }
+                        hold = Some(last_facts + LKS_HOLD);
+                        // Asked on its own only when the next facts are half a period late.
+                        ask.as_mut().reset(last_facts + plan.poll + plan.poll / 2);
+                    } else {
+                        last_facts = tokio::time::Instant::now();
+                        p.maybe_flush();
                     }
-                    p.maybe_flush();
                 }
                 Ok(Incoming::Reply { uid, response }) if subscribing.as_ref() == Some(&uid) => {
                     subscribing = None;
@@ -231,8 +231,9 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                         return fail(ClientError::Rejected { name, request: "Subscribe".into() });
                     }
                 }
-                Ok(Incoming::Reply { uid, response }) if asking.as_ref().is_some_and(|(a, _)| *a == uid) => {
+                Ok(Incoming::Reply { uid, response }) if asking.as_ref() == Some(&uid) => {
                     asking = None;
+                    hold = None;
                     match response {
                         Response::LastKnownState(state) => last_known_state(p, &state, &mut seen.activity),
                         other => p.error(&fail(ClientError::Rejected {
@@ -246,7 +247,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                     if let Some(failure) = on_event(p, Event::Message(response), &mut seen) {
                         return failure;
                     }
-                    p.maybe_flush();
+                    hold.get_or_insert_with(|| tokio::time::Instant::now() + plan.poll);
                 }
                 Ok(Incoming::Timeout { uid }) => {
                     let after = conn.config().request_timeout;
@@ -254,7 +255,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                     if subscribing.as_ref() == Some(&uid) {
                         return fail(timeout);
                     }
-                    if asking.as_ref().is_some_and(|(a, _)| *a == uid) {
+                    if asking.as_ref() == Some(&uid) {
                         asking = None;
                         p.error(&fail(timeout));
                     }
@@ -264,12 +265,15 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
             () = &mut ask, if asking.is_none() => {
                 let now = tokio::time::Instant::now();
                 match ask_lks(conn).await {
-                    Ok(uid) => asking = Some((uid, now)),
+                    Ok(uid) => asking = Some(uid),
                     Err(e) => return fail(e),
                 }
                 ask.as_mut().reset(now + plan.poll);
             }
-            () = flush_due(flush_at) => p.flush_if_dirty(),
+            () = flush_due(flush_at) => {
+                hold = None;
+                p.flush_if_dirty();
+            }
             () = &mut stall => {
                 let due = last_facts + plan.stall();
                 if due <= tokio::time::Instant::now() {
@@ -434,10 +438,8 @@ fn host_name(facts: &hmon::Facts) -> Option<String> {
 /// The interpreter's identity, for `dyalog_interpreter_info`.
 #[derive(Debug, Default, Clone, PartialEq)]
 struct Info {
-    version: String,
-    bitwidth: String,
-    unicode: String,
-    runtime: String,
+    /// Version, bit width, Unicode and runtime, as the Host fact sends them.
+    interpreter: (String, Option<i64>, Option<bool>, Option<bool>),
     session_uuid: String,
     wsid: String,
 }
@@ -567,20 +569,12 @@ fn message(p: &mut Publisher, m: Response, seen: &mut Seen) {
 fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut FactSlots) {
     let changed = match value {
         FactValue::Host(h) => h.interpreter.is_some_and(|i| {
-            let b = |v: Option<bool>| v.map(|b| b.to_string()).unwrap_or_default();
-            let bitwidth = i.bit_width.map(|w| w.to_string()).unwrap_or_default();
-            let mut changed = false;
-            for (field, new) in [
-                (&mut info.version, i.version.unwrap_or_default()),
-                (&mut info.bitwidth, bitwidth),
-                (&mut info.unicode, b(i.is_unicode)),
-                (&mut info.runtime, b(i.is_runtime)),
-                (&mut info.session_uuid, i.session_uuid.unwrap_or_default()),
-            ] {
-                if *field != new {
-                    *field = new;
-                    changed = true;
-                }
+            // Compared as sent, with no text made: the labels are written only when one changed.
+            let new = (i.version.unwrap_or_default(), i.bit_width, i.is_unicode, i.is_runtime);
+            let session_uuid = i.session_uuid.unwrap_or_default();
+            let changed = new != info.interpreter || session_uuid != info.session_uuid;
+            if changed {
+                (info.interpreter, info.session_uuid) = (new, session_uuid);
             }
             changed
         }),
@@ -674,11 +668,15 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut FactSl
     };
     if changed {
         p.retain_family("dyalog_interpreter_info", |_| false);
+        let (version, bit_width, unicode, runtime) = &info.interpreter;
+        let bit_width = bit_width.map(|w| w.to_string()).unwrap_or_default();
+        let flag = |b: &Option<bool>| b.map(|b| b.to_string()).unwrap_or_default();
+        let (unicode, runtime) = (flag(unicode), flag(runtime));
         let labels = [
-            ("version", info.version.as_str()),
-            ("bitwidth", &info.bitwidth),
-            ("unicode", &info.unicode),
-            ("runtime", &info.runtime),
+            ("version", version.as_str()),
+            ("bitwidth", &bit_width),
+            ("unicode", &unicode),
+            ("runtime", &runtime),
             ("session_uuid", &info.session_uuid),
             ("wsid", &info.wsid),
         ];
@@ -809,5 +807,33 @@ mod props {
     #[test]
     fn the_facts_template_decodes() {
         assert!(hmon::decode_message::<Response>(FACTS.as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn interpreter_info_has_the_host_facts_labels_and_follows_a_new_session() {
+        use super::super::testing::publisher;
+        let (reg, mut p) = publisher(Protocol::Hmon);
+        let mut seen = Seen::default();
+        let info = |reg: &Registry| -> Vec<String> {
+            let t = reg.snapshot().targets[0].clone();
+            t.series
+                .iter()
+                .filter(|s| s.family() == "dyalog_interpreter_info")
+                .map(|s| {
+                    ["version", "bitwidth", "unicode", "runtime", "session_uuid", "wsid"]
+                        .map(|k| s.label(k).to_string())
+                        .join(",")
+                })
+                .collect()
+        };
+        for _ in 0..2 {
+            message(&mut p, hmon::decode_message(FACTS.as_bytes()).unwrap(), &mut seen);
+            p.flush();
+            assert_eq!(info(&reg), ["19.0.1,64,true,false,u,CLEAR WS"]);
+        }
+        let new_session = FACTS.replace(r#""SessionUUID":"u""#, r#""SessionUUID":"v""#);
+        message(&mut p, hmon::decode_message(new_session.as_bytes()).unwrap(), &mut seen);
+        p.flush();
+        assert_eq!(info(&reg), ["19.0.1,64,true,false,v,CLEAR WS"]);
     }
 }
