@@ -9,9 +9,10 @@
 //! scrapes with `Accept-Encoding: gzip` follow the window, outside its CPU figure.
 //!
 //! Then telemon stops and **the floor** runs against the same sims: `fleet-floor` (sims/fleet-floor), a
-//! collector built from the protocol crates alone that polls like telemon and throws what it decodes
-//! away. Its CPU over a window of the same length is what the protocol work costs; telemon's CPU
-//! divided by it is what the fleet layer adds.
+//! collector built from the protocol crates alone that polls like telemon (with the same
+//! `[serve] wakeup_slack`, telemon's default) and throws what it decodes away. Its CPU over a window
+//! of the same length is what the protocol work costs; telemon's CPU divided by it is what the fleet
+//! layer adds.
 //!
 //! Where `taskset` works and there are two cores or more, the sims run on core 1 and telemon (then
 //! the floor) on core 0, so that neither's CPU time includes waiting for the other.

@@ -1,8 +1,9 @@
 //! `fleet-floor`: the floor of `cargo xtask fleet-bench`.
 //!
 //! It reads the targets of one protocol from the same config telemon gets, and polls them as
-//! telemon's collectors do (same period, same requests, same client settings), with the protocol
-//! crates alone: each decoded message is thrown away (no store, no publish, no render). Its CPU time
+//! telemon's collectors do (same period, same requests, same client settings, and the same
+//! `[serve] wakeup_slack` on a current-thread runtime), with the protocol crates alone: each decoded
+//! message is thrown away (no store, no publish, no render). Its CPU time
 //! is what the protocol work costs; telemon's CPU divided by it is what the fleet layer adds.
 //!
 //! Every second it prints `up K decoded M` (targets connected now, messages decoded so far), so a
