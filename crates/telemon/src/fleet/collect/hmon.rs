@@ -718,17 +718,28 @@ mod serve_mode_tests {
         })
     }
 
-    #[tokio::test]
-    async fn a_serve_target_polls_asks_last_known_state_and_counts_events_in_one_task() {
-        let sim = dyalog_sim::Sim::new(dyalog_sim::Config { tick: None, ..dyalog_sim::Config::default() });
+    /// A sim serving `config`, and a SERVE-mode target "dyalog" polling it every `poll`: the sim, its
+    /// shutdown, the registry and the collector's task.
+    async fn serve_target(
+        config: dyalog_sim::Config,
+        poll: Duration,
+    ) -> (dyalog_sim::Sim, sim_common::Shutdown, Registry, AbortOnDrop) {
+        let sim = dyalog_sim::Sim::new(config);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let shutdown = sim_common::Shutdown::new();
         tokio::spawn(sim.clone().serve(listener, shutdown.clone()));
         let registry = Registry::new();
         let p = Publisher::new(&registry, "dyalog", Protocol::Hmon, Vec::new(), 10_000);
-        let plan = Plan { poll: Duration::from_millis(500), ..Plan::default() };
-        let _collector = AbortOnDrop(tokio::spawn(run_connect(p, addr, plan)));
+        let plan = Plan { poll, ..Plan::default() };
+        let collector = AbortOnDrop(tokio::spawn(run_connect(p, addr, plan)));
+        (sim, shutdown, registry, collector)
+    }
+
+    #[tokio::test]
+    async fn a_serve_target_polls_asks_last_known_state_and_counts_events_in_one_task() {
+        let config = dyalog_sim::Config { tick: None, ..dyalog_sim::Config::default() };
+        let (sim, shutdown, registry, _collector) = serve_target(config, Duration::from_millis(500)).await;
         let t = target_when(&registry, |t| {
             has(t, "dyalog_workspace_used_bytes", None)
                 && has(t, "dyalog_last_known_state_timestamp_seconds", None)
@@ -761,15 +772,7 @@ mod serve_mode_tests {
     async fn a_busy_interpreter_without_facts_is_still_asked_its_last_known_state() {
         // Busy: only GetLastKnownState is answered, so no facts arrive to ask it with.
         let config = dyalog_sim::Config { tick: None, unresponsive: true, ..dyalog_sim::Config::default() };
-        let sim = dyalog_sim::Sim::new(config);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let shutdown = sim_common::Shutdown::new();
-        tokio::spawn(sim.clone().serve(listener, shutdown.clone()));
-        let registry = Registry::new();
-        let p = Publisher::new(&registry, "dyalog", Protocol::Hmon, Vec::new(), 10_000);
-        let plan = Plan { poll: Duration::from_millis(200), ..Plan::default() };
-        let _collector = AbortOnDrop(tokio::spawn(run_connect(p, addr, plan)));
+        let (_sim, shutdown, registry, _collector) = serve_target(config, Duration::from_millis(200)).await;
         let t = target_when(&registry, |t| has(t, "dyalog_last_known_state_timestamp_seconds", None)).await;
         assert!(t.is_up(), "{t:?}");
         assert!(!has(&t, "dyalog_workspace_used_bytes", None), "no facts from a busy interpreter: {t:?}");
