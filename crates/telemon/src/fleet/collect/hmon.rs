@@ -210,19 +210,20 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                     }
                     if !facts {
                         hold.get_or_insert_with(|| tokio::time::Instant::now() + plan.poll);
-                    } else if asking.is_none() {
-                        last_facts = tokio::time::Instant::now();
-                        match ask_lks(conn).await {
-                            Ok(uid) => asking = Some(uid),
-                            Err(e) => return fail(e),
-                        }
-                        hold = Some(last_facts + LKS_HOLD);
-                        // Asked on its own only when the next facts are half a period late.
-                        ask.as_mut().reset(last_facts + plan.poll + plan.poll / 2);
-                    } else {
-                        last_facts = tokio::time::Instant::now();
-                        p.maybe_flush();
+                        continue;
                     }
+                    last_facts = tokio::time::Instant::now();
+                    if asking.is_some() {
+                        p.maybe_flush();
+                        continue;
+                    }
+                    match ask_lks(conn).await {
+                        Ok(uid) => asking = Some(uid),
+                        Err(e) => return fail(e),
+                    }
+                    hold = Some(last_facts + LKS_HOLD);
+                    // Asked on its own only when the next facts are half a period late.
+                    ask.as_mut().reset(last_facts + plan.poll + plan.poll / 2);
                 }
                 Ok(Incoming::Reply { uid, response }) if subscribing.as_ref() == Some(&uid) => {
                     subscribing = None;
