@@ -4,13 +4,14 @@
 //! send a message or two, and each has a timer or two. Woken for each, the runtime's thread sleeps
 //! and wakes thousands of times a second, and those context switches and `epoll_wait` calls cost
 //! more than the work they deliver. Linux calls the cure timer slack: when the thread is about to
-//! sleep less than the slack after it last woke, [`before_park`] makes it sleep the rest first. What
-//! arrived meanwhile is then handled in one wake-up, read by read.
+//! sleep again less than the slack after it last did, [`before_park`] makes it sleep the rest of the
+//! slack first. What arrived meanwhile is then handled in one wake-up, read by read.
 //!
 //! A message is handled at most one slack late (5 ms by default, at most [`MAX_WAKEUP_SLACK`]);
 //! nothing is lost or reordered, because the bytes wait in the socket buffers. `telemon`'s binary
-//! installs [`before_park`] on its runtime; [`crate::fleet::Fleet::start`] sets the slack from the
-//! config. A runtime without the hook (tests, a library user's own) is not affected.
+//! installs [`before_park`] on its runtime, and its `serve`, `top` and `record` commands set the slack
+//! from the config (the one-target commands leave it at zero). A runtime without the hook (tests, a
+//! library user's own) is not affected.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
