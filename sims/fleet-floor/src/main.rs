@@ -116,17 +116,18 @@ fn main() -> Result<()> {
         toml::from_str(&text).with_context(|| format!("parsing {}", args.config.display()))?;
     // Wakes at most once per slack, as telemon's runtime does (telemon::fleet::pace).
     let slack = duration(&config.serve.wakeup_slack, WAKEUP_SLACK)?;
-    let mut next_park: Option<std::time::Instant> = None;
-    let pace = std::sync::Mutex::new(move || {
-        if let Some(pause) = next_park.and_then(|at| at.checked_duration_since(std::time::Instant::now())) {
-            std::thread::sleep(pause);
-        }
-        next_park = Some(std::time::Instant::now() + slack);
-    });
     let mut runtime = tokio::runtime::Builder::new_current_thread();
     runtime.enable_all();
     if !slack.is_zero() {
-        runtime.on_thread_park(move || (pace.lock().unwrap_or_else(|e| e.into_inner()))());
+        // The earliest time the thread may park again without sleeping first.
+        let next_park = std::sync::Mutex::new(None::<std::time::Instant>);
+        runtime.on_thread_park(move || {
+            let mut next = next_park.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(pause) = next.and_then(|at| at.checked_duration_since(std::time::Instant::now())) {
+                std::thread::sleep(pause);
+            }
+            *next = Some(std::time::Instant::now() + slack);
+        });
     }
     runtime.build()?.block_on(poll_all(args, config))
 }
