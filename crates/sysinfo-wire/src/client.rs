@@ -382,7 +382,8 @@ impl Client {
     }
 
     /// Gives the read buffer back between requests when it holds nothing: a host may poll many
-    /// rvOS systems, each a second or more apart, and only those with a request in flight need one. [`Client::read_buffer`] gets it back on the next read.
+    /// rvOS systems, each a second or more apart, and only those with a request in flight need one.
+    /// [`Client::read_buffer`] gets it back on the next read.
     fn idle(&mut self) {
         if self.framed.read_buffer().is_empty() {
             *self.framed.read_buffer_mut() = bytes::BytesMut::new();
