@@ -10,6 +10,7 @@ use tokio::io::AsyncRead;
 
 use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
 use crate::fleet::model::{ErrorKind, MetricKind, TargetState};
+use crate::fleet::store::SlotId;
 use crate::fleet::target::{Failure, Publisher};
 use crate::record;
 
@@ -63,11 +64,10 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
 }
 
 /// Reads updates until the stream fails; the target is up from its first decoded update (also used to
-/// replay a recording through this collector). Updates are borrowed from the decoder, so a value
-/// that reaches an existing series allocates nothing.
+/// replay a recording through this collector). Updates are borrowed from the decoder, and a number
+/// for an existing series goes straight into its slot ([`Slots`]): no labels are built for it.
 pub async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
-    let mut texts = Texts::default();
-    let mut index_text = String::new();
+    let mut seen = Seen::default();
     loop {
         while let Some(result) = reader.next_buffered_ref() {
             match result {
@@ -75,8 +75,14 @@ pub async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: Update
                     if p.state() != TargetState::Up {
                         p.up();
                     }
-                    if let UpdateRef::Value { name, index, value, .. } = update {
-                        record(p, &mut texts, &mut index_text, name, index, value);
+                    match update {
+                        UpdateRef::Value { token, name, index, value } => {
+                            record(p, &mut seen, token, name, index, value)
+                        }
+                        // A token's number may be given a new name: its series are other ones.
+                        UpdateRef::Define { token, .. } => seen.slots.forget(token),
+                        // A resync forgets every token.
+                        UpdateRef::Resync => seen.slots = Slots::default(),
                     }
                 }
                 Err(DecodeError::Io(e)) => return Failure::new(ErrorKind::Connect, e),
@@ -96,6 +102,15 @@ pub async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: Update
     }
 }
 
+/// What a stream's collector remembers from one update to the next.
+#[derive(Debug, Default)]
+struct Seen {
+    texts: Texts,
+    slots: Slots,
+    /// Room for an index path's text.
+    index_text: String,
+}
+
 /// The current text of each string's (name, index), so that a new string replaces the old series.
 #[derive(Debug, Default)]
 struct Texts {
@@ -104,14 +119,68 @@ struct Texts {
     key: String,
 }
 
-fn record(
-    p: &mut Publisher,
-    texts: &mut Texts,
-    index_text: &mut String,
-    name: &str,
-    index: &[u64],
-    value: ValueRef<'_>,
-) {
+/// The slot of each number's series, by token and index path ([`key`]), 16 bytes a series, in one
+/// sorted vector: the encoder gives each indexed series a token of its own (A13), so most tokens
+/// have one series, and a vector per token would cost more than its one entry.
+///
+/// A slot is only ever kept for the series of its token's current name (a definition forgets the
+/// token's slots), so a hit is always the right series; a slot the store no longer has (the target
+/// reconnected) is refused by it and looked up again.
+#[derive(Debug, Default)]
+struct Slots {
+    sorted: Vec<(u64, SlotId)>,
+}
+
+impl Slots {
+    fn get(&self, key: u64) -> Option<SlotId> {
+        let at = self.sorted.binary_search_by_key(&key, |&(k, _)| k).ok()?;
+        Some(self.sorted[at].1)
+    }
+
+    fn set(&mut self, key: u64, slot: SlotId) {
+        match self.sorted.binary_search_by_key(&key, |&(k, _)| k) {
+            Ok(at) => self.sorted[at].1 = slot,
+            Err(at) => self.sorted.insert(at, (key, slot)),
+        }
+    }
+
+    /// Forgets the slots of every index path of `token`.
+    fn forget(&mut self, token: u64) {
+        if token < SLOT_TOKENS {
+            let first = self.sorted.partition_point(|&(k, _)| k >> TOKEN_SHIFT < token);
+            let end = self.sorted.partition_point(|&(k, _)| k >> TOKEN_SHIFT <= token);
+            self.sorted.drain(first..end);
+        }
+    }
+}
+
+/// Token numbers below this have their numbers' slots kept (the encoder numbers tokens 1, 2, 3, ...).
+const SLOT_TOKENS: u64 = 1 << (64 - TOKEN_SHIFT);
+/// Where the token sits in a [`key`]; below it, two bits for the index depth and 50 for the path.
+const TOKEN_SHIFT: u32 = 52;
+
+/// A token and an index path as one number, for the tokens below [`SLOT_TOKENS`] and the paths that
+/// most series have (none, one level below 2^50, two levels below 2^25: a CPU, a disk's major and
+/// minor); different pairs never give the same key. Others are looked up by their labels each time.
+fn key(token: u64, index: &[u64]) -> Option<u64> {
+    let path = match *index {
+        [] => 0,
+        [a] if a < 1 << 50 => 1 << 50 | a,
+        [a, b] if a < 1 << 25 && b < 1 << 25 => 2 << 50 | a << 25 | b,
+        _ => return None,
+    };
+    (token < SLOT_TOKENS).then_some(token << TOKEN_SHIFT | path)
+}
+
+fn record(p: &mut Publisher, seen: &mut Seen, token: u64, name: &str, index: &[u64], value: ValueRef<'_>) {
+    let key = key(token, index);
+    if let ValueRef::Unsigned(v) = value {
+        let cached = key.and_then(|k| seen.slots.get(k));
+        if cached.is_some_and(|slot| p.put_slot(slot, v)) {
+            return;
+        }
+    }
+    let index_text = &mut seen.index_text;
     index_text.clear();
     for (i, n) in index.iter().enumerate() {
         if i > 0 {
@@ -120,14 +189,18 @@ fn record(
         index_text.push_str(itoa::Buffer::new().format(*n));
     }
     let index = index_text.as_str();
+    let texts = &mut seen.texts;
     match value {
-        ValueRef::Unsigned(v) => p.put(
-            "smon_value",
-            "A number from the smon stream, by name and index path.",
-            MetricKind::Gauge,
-            &[("name", name), ("index", index)],
-            v,
-        ),
+        ValueRef::Unsigned(v) => {
+            let labels = [("name", name), ("index", index)];
+            let help = "A number from the smon stream, by name and index path.";
+            if let Some(slot) = p.slot("smon_value", help, MetricKind::Gauge, &labels) {
+                p.put_slot(slot, v);
+                if let Some(key) = key {
+                    seen.slots.set(key, slot);
+                }
+            }
+        }
         ValueRef::Text(t) => {
             let text = String::from_utf8_lossy(t);
             let text = crate::fleet::store::cut_label(&text);
@@ -157,6 +230,90 @@ fn record(
 }
 
 #[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::render::{render, Format};
+    use bytes::BytesMut;
+    use smon_codec::{Sample, StreamEncoder};
+
+    #[test]
+    fn tokens_and_index_paths_key_to_different_numbers() {
+        let paths: [&[u64]; 8] =
+            [&[], &[0], &[1], &[0, 0], &[0, 1], &[1, 0], &[(1 << 50) - 1], &[(1 << 25) - 1, (1 << 25) - 1]];
+        let keys: Vec<u64> = [1, 2, SLOT_TOKENS - 1]
+            .iter()
+            .flat_map(|&t| paths.iter().map(move |p| key(t, p).unwrap()))
+            .collect();
+        let mut unique = keys.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), keys.len(), "{keys:?}");
+        assert_eq!(key(1, &[1 << 50]), None);
+        assert_eq!(key(1, &[1 << 25, 0]), None);
+        assert_eq!(key(1, &[1, 2, 3]), None);
+        assert_eq!(key(SLOT_TOKENS, &[]), None);
+    }
+
+    #[test]
+    fn a_definition_forgets_its_tokens_slots_only() {
+        let (_reg, mut p) = super::super::testing::publisher(crate::fleet::Protocol::Smon);
+        let mut slots = Slots::default();
+        for (i, (t, path)) in
+            [(1, &[][..]), (2, &[0][..]), (2, &[1, 2][..]), (3, &[][..])].into_iter().enumerate()
+        {
+            let slot = p.slot("smon_value", "h", MetricKind::Gauge, &[("index", &i.to_string())]).unwrap();
+            slots.set(key(t, path).unwrap(), slot);
+        }
+        slots.forget(2);
+        let kept: Vec<bool> = [(1, &[][..]), (2, &[0][..]), (2, &[1, 2][..]), (3, &[][..])]
+            .iter()
+            .map(|(t, p)| slots.get(key(*t, p).unwrap()).is_some())
+            .collect();
+        assert_eq!(kept, [true, false, false, true]);
+    }
+
+    /// A token number that names another series after a resync (or a definition) must not reach the
+    /// series its old name's slot was kept for; deep index paths (not packed) still reach theirs.
+    #[tokio::test]
+    async fn numbers_reach_their_series_when_a_token_is_renamed() {
+        let mut bytes = BytesMut::new();
+        let mut enc = StreamEncoder::default();
+        for (name, index, v) in [("aaa.x", vec![], 1u64), ("aaa.x", vec![3], 2), ("ccc.z", vec![1, 2, 3], 3)]
+        {
+            enc.encode(&Sample::new(name, index, v), &mut bytes).unwrap();
+        }
+        for (name, index, v) in
+            [("aaa.x", vec![], 11u64), ("aaa.x", vec![3], 12), ("ccc.z", vec![1, 2, 3], 13)]
+        {
+            enc.encode(&Sample::new(name, index, v), &mut bytes).unwrap();
+        }
+        // Token 1 is now `bbb.y`, token 2 `aaa.x`.
+        enc.resync(&mut bytes);
+        for (name, index, v) in [("bbb.y", vec![], 21u64), ("aaa.x", vec![], 22), ("bbb.y", vec![3], 23)] {
+            enc.encode(&Sample::new(name, index, v), &mut bytes).unwrap();
+        }
+        let (reg, mut p) = super::super::testing::publisher(crate::fleet::Protocol::Smon);
+        let reader = UpdateReader::new(&bytes[..], DecoderConfig::default());
+        let failure = collect(&mut p, reader).await;
+        assert!(failure.message.contains("ended"), "{failure:?}");
+        p.flush();
+        let page = render(&reg.snapshot(), Format::Text004);
+        let mut lines: Vec<&str> = page.lines().filter(|l| l.starts_with("smon_value{")).collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            [
+                r#"smon_value{target="t",name="aaa.x",index=""} 22"#,
+                r#"smon_value{target="t",name="aaa.x",index="3"} 12"#,
+                r#"smon_value{target="t",name="bbb.y",index=""} 21"#,
+                r#"smon_value{target="t",name="bbb.y",index="3"} 23"#,
+                r#"smon_value{target="t",name="ccc.z",index="1,2,3"} 13"#,
+            ]
+        );
+    }
+}
+
+#[cfg(test)]
 mod props {
     use super::*;
     use proptest::prelude::*;
@@ -172,9 +329,9 @@ mod props {
         ) {
             use super::super::testing::{check_rendered, publisher};
             let (reg, mut p) = publisher(crate::fleet::Protocol::Smon);
-            let (mut texts, mut index_text) = (Texts::default(), String::new());
-            record(&mut p, &mut texts, &mut index_text, &name, &index, ValueRef::Unsigned(number));
-            record(&mut p, &mut texts, &mut index_text, &name, &index, ValueRef::Text(&text));
+            let mut seen = Seen::default();
+            record(&mut p, &mut seen, 1, &name, &index, ValueRef::Unsigned(number));
+            record(&mut p, &mut seen, 2, &name, &index, ValueRef::Text(&text));
             prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
         }
     }
