@@ -129,11 +129,18 @@ struct Texts {
 #[derive(Debug, Default)]
 struct Slots {
     sorted: Vec<(u64, SlotId)>,
+    /// Where the key after the last one found is: the encoder numbers tokens in the order it first
+    /// sends them, and sends a run's values in the same order, so it is usually the next key.
+    next: usize,
 }
 
 impl Slots {
-    fn get(&self, key: u64) -> Option<SlotId> {
-        let at = self.sorted.binary_search_by_key(&key, |&(k, _)| k).ok()?;
+    fn get(&mut self, key: u64) -> Option<SlotId> {
+        let at = match self.sorted.get(self.next) {
+            Some(&(k, _)) if k == key => self.next,
+            _ => self.sorted.binary_search_by_key(&key, |&(k, _)| k).ok()?,
+        };
+        self.next = at + 1;
         Some(self.sorted[at].1)
     }
 
