@@ -97,8 +97,31 @@ where
 #[derive(Debug, Default)]
 pub struct Fields {
     header: Option<std::sync::Arc<meter161::Header>>,
+    /// How each field's value is read, from its name (found once per header).
+    kinds: Vec<FieldKind>,
     unwrap: Vec<Unwrap32>,
     slots: Vec<Option<SlotId>>,
+}
+
+/// How a `HEAD` field's value becomes its series' value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FieldKind {
+    /// As it is.
+    Count,
+    /// A sum of 32-bit counters ([`WRAPPING`]): unwrapped.
+    Wrapping,
+    /// `nsec`: nanoseconds, written as seconds.
+    Nanoseconds,
+}
+
+impl FieldKind {
+    fn of(name: &str) -> FieldKind {
+        match name {
+            "nsec" => FieldKind::Nanoseconds,
+            n if WRAPPING.contains(&n) => FieldKind::Wrapping,
+            _ => FieldKind::Count,
+        }
+    }
 }
 
 /// Sets one series per field of `sample`: each field's series is looked up once per connection,
@@ -109,14 +132,20 @@ pub fn record(p: &mut Publisher, sample: &Sample, fields: &mut Fields) {
         fields.header = Some(sample.header().clone());
         fields.slots.clear();
         fields.unwrap.resize(names.len(), Unwrap32::default());
+        fields.kinds.clear();
+        fields.kinds.extend(names.iter().map(|n| FieldKind::of(n)));
     }
     fields.slots.resize(names.len(), None);
     for (i, (name, &value)) in names.iter().zip(sample.values()).enumerate() {
+        let kind = fields.kinds[i];
         let value = match u32::try_from(value) {
-            Ok(v) if WRAPPING.contains(&name.as_str()) => fields.unwrap[i].next(v),
+            Ok(v) if kind == FieldKind::Wrapping => fields.unwrap[i].next(v),
             _ => value,
         };
-        let num = if name == "nsec" { Num::Float(value as f64 / 1e9) } else { Num::Uint(value) };
+        let num = match kind {
+            FieldKind::Nanoseconds => Num::Float(value as f64 / 1e9),
+            _ => Num::Uint(value),
+        };
         let slot = match fields.slots[i] {
             Some(slot) => slot,
             None => {
