@@ -4,6 +4,7 @@
 //! and each interpreter that dials in becomes a target ([`listen`]).
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
@@ -136,12 +137,20 @@ async fn connect_session(p: &mut Publisher, addr: &str, plan: &Plan) -> Failure 
 #[derive(Debug, Default)]
 struct Seen {
     info: Info,
-    counts: HashMap<String, u64>,
+    /// Notifications by event name (bounded, see [`message`]).
+    counts: HashMap<String, EventCount>,
     facts: bool,
     /// The slots of the facts' series, each kept by [`Publisher::put_kept`].
     slots: FactSlots,
     /// The slot of `dyalog_last_known_state_timestamp_seconds`.
     activity: Option<SlotId>,
+}
+
+/// How many notifications of one event came, and the slot of its `dyalog_events_total` series.
+#[derive(Debug, Default)]
+struct EventCount {
+    n: u64,
+    slot: Option<SlotId>,
 }
 
 /// The slots of the series the polled facts set (all but `dyalog_interpreter_info`), by fact.
@@ -182,7 +191,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
         // Every subscribed event starts at 0 (shown with the first facts), so that rate() sees the
         // first notification.
         for e in plan.events.iter().filter_map(EventKind::resolve) {
-            seen.counts.insert(e.name().to_owned(), 0);
+            seen.counts.insert(e.name().to_owned(), EventCount::default());
         }
     }
     if let Err(e) = conn.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
@@ -307,8 +316,8 @@ fn on_event(p: &mut Publisher, event: Event, seen: &mut Seen) -> Option<Failure>
             if let Response::Facts(_) = &m {
                 if !seen.facts {
                     seen.facts = true;
-                    for (name, &n) in &seen.counts {
-                        set_event_count(p, name, n);
+                    for (name, count) in &mut seen.counts {
+                        set_event_count(p, name, count);
                     }
                 }
             }
@@ -455,7 +464,7 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
         // Every subscribed event starts at 0 (shown with the first facts), so that rate() sees the
         // first notification.
         for e in plan.events.iter().filter_map(EventKind::resolve) {
-            seen.counts.insert(e.name().to_owned(), 0);
+            seen.counts.insert(e.name().to_owned(), EventCount::default());
         }
     }
     if let Err(e) = client.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
@@ -493,8 +502,8 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
                         deadline = tokio::time::Instant::now() + plan.stall();
                         if !seen.facts {
                             seen.facts = true;
-                            for (name, &n) in &seen.counts {
-                                set_event_count(p, name, n);
+                            for (name, count) in &mut seen.counts {
+                                set_event_count(p, name, count);
                             }
                         }
                     }
@@ -515,13 +524,14 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
     }
 }
 
-fn set_event_count(p: &mut Publisher, event: &str, n: u64) {
-    p.put(
+fn set_event_count(p: &mut Publisher, event: &str, count: &mut EventCount) {
+    p.put_kept(
+        &mut count.slot,
         "dyalog_events_total",
         "Notifications received from the interpreter, by event.",
         MetricKind::Counter,
         &[("event", event)],
-        n,
+        count.n,
     );
 }
 
@@ -533,31 +543,31 @@ fn message(p: &mut Publisher, m: Response, seen: &mut Seen) {
                 self::fact(p, fact.value, &mut seen.info, &mut seen.slots);
             }
         }
-        Response::Notification(n) => {
-            let event = n.event.as_ref();
+        Response::Notification(mut n) => {
+            let event = n.event.as_mut();
+            let id = event.as_ref().and_then(|e| e.id);
             let name = event
-                .and_then(|e| e.name.clone())
-                .or_else(|| {
-                    event.and_then(|e| e.id).and_then(EventKind::from_id).map(|k| k.name().to_owned())
-                })
+                .and_then(|e| e.name.take())
+                .or_else(|| id.and_then(EventKind::from_id).map(|k| k.name().to_owned()))
                 .unwrap_or_else(|| "unknown".to_owned());
             // Bounded: an interpreter naming endless events is cut off by the series limit, and
             // the map with it.
-            if counts.len() < 1024 || counts.contains_key(&name) {
-                let n_seen = counts.entry(name.clone()).or_insert(0);
-                *n_seen += 1;
-                let seen = *n_seen;
-                set_event_count(p, &name, seen);
+            if counts.len() < 1024 && !counts.contains_key(&name) {
+                counts.insert(name.clone(), EventCount::default());
+            }
+            if let Some(count) = counts.get_mut(&name) {
+                count.n += 1;
+                set_event_count(p, &name, count);
             }
             let mut text = name;
             if let Some(tid) = n.tid {
-                text.push_str(&format!(" (thread {tid})"));
+                let _ = write!(text, " (thread {tid})");
             }
             if let Some(em) = n.dmx.as_ref().and_then(|d| d.as_ref()).and_then(|d| d.em.as_ref()) {
-                text.push_str(&format!(": {em}"));
+                let _ = write!(text, ": {em}");
             }
             if let Some(size) = n.size {
-                text.push_str(&format!(": {size} bytes"));
+                let _ = write!(text, ": {size} bytes");
             }
             p.event(text);
         }
