@@ -318,6 +318,15 @@ impl Chunks {
                 }
                 Source::Series { members, .. } => {
                     while let Some(&(ti, fi)) = members.get(*member) {
+                        for ahead in 1..=4u8 {
+                            if let Some(&(ti, fi)) = members.get(*member + usize::from(ahead)) {
+                                let t = &snapshot.targets[ti as usize];
+                                t.series.prefetch(fi as usize, ahead);
+                                if ahead == 4 {
+                                    super::series::prefetch(t.label_text.as_ptr());
+                                }
+                            }
+                        }
                         let t = &snapshot.targets[ti as usize];
                         if let Some(f) = t.series.family_at(fi as usize) {
                             // The plain prefix now; a histogram's three when the first histogram comes.
