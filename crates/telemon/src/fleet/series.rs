@@ -797,7 +797,6 @@ impl From<Vec<Series>> for SeriesSet {
     }
 }
 
-
 /// Asks the CPU to bring `p`'s cache line in, without waiting for it (nothing where that cannot be
 /// asked).
 #[inline(always)]

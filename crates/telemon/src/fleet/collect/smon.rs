@@ -120,7 +120,7 @@ struct Texts {
 }
 
 /// The slot of each number's series, by token and index path ([`key`]), 16 bytes a series, in one
-/// sorted vector: the encoder gives each indexed series a token of its own (A13), so most tokens
+/// sorted vector (and the last bytes of each string): the encoder gives each indexed series a token of its own (A13), so most tokens
 /// have one series, and a vector per token would cost more than its one entry.
 ///
 /// A slot is only ever kept for the series of its token's current name (a definition forgets the
@@ -132,6 +132,9 @@ struct Slots {
     /// Where the key after the last one found is: the encoder numbers tokens in the order it first
     /// sends them, and sends a run's values in the same order, so it is usually the next key.
     next: usize,
+    /// The bytes of each string as they last came, by key (sorted): a string sent again unchanged
+    /// (smon-sim sends its names every run) is skipped before any text is made of it.
+    texts: Vec<(u64, Box<[u8]>)>,
 }
 
 impl Slots {
@@ -151,12 +154,27 @@ impl Slots {
         }
     }
 
-    /// Forgets the slots of every index path of `token`.
+    /// Whether `bytes` are the string that last came for `key`.
+    fn same_text(&self, key: u64, bytes: &[u8]) -> bool {
+        self.texts.binary_search_by_key(&key, |(k, _)| *k).is_ok_and(|at| *self.texts[at].1 == *bytes)
+    }
+
+    fn set_text(&mut self, key: u64, bytes: &[u8]) {
+        match self.texts.binary_search_by_key(&key, |(k, _)| *k) {
+            Ok(at) => self.texts[at].1 = bytes.into(),
+            Err(at) => self.texts.insert(at, (key, bytes.into())),
+        }
+    }
+
+    /// Forgets the slots and strings of every index path of `token`.
     fn forget(&mut self, token: u64) {
         if token < SLOT_TOKENS {
             let first = self.sorted.partition_point(|&(k, _)| k >> TOKEN_SHIFT < token);
             let end = self.sorted.partition_point(|&(k, _)| k >> TOKEN_SHIFT <= token);
             self.sorted.drain(first..end);
+            let first = self.texts.partition_point(|(k, _)| k >> TOKEN_SHIFT < token);
+            let end = self.texts.partition_point(|(k, _)| k >> TOKEN_SHIFT <= token);
+            self.texts.drain(first..end);
         }
     }
 }
@@ -180,11 +198,18 @@ fn key(token: u64, index: &[u64]) -> Option<u64> {
 }
 
 fn record(p: &mut Publisher, seen: &mut Seen, token: u64, name: &str, index: &[u64], value: ValueRef<'_>) {
-    let key = key(token, index);
-    if let ValueRef::Unsigned(v) = value {
-        let cached = key.and_then(|k| seen.slots.get(k));
-        if cached.is_some_and(|slot| p.put_slot(slot, v)) {
-            return;
+    let slot_key = key(token, index);
+    match value {
+        ValueRef::Unsigned(v) => {
+            let cached = slot_key.and_then(|k| seen.slots.get(k));
+            if cached.is_some_and(|slot| p.put_slot(slot, v)) {
+                return;
+            }
+        }
+        ValueRef::Text(t) => {
+            if slot_key.is_some_and(|k| seen.slots.same_text(k, t)) {
+                return;
+            }
         }
     }
     let index_text = &mut seen.index_text;
@@ -203,8 +228,8 @@ fn record(p: &mut Publisher, seen: &mut Seen, token: u64, name: &str, index: &[u
             let help = "A number from the smon stream, by name and index path.";
             if let Some(slot) = p.slot("smon_value", help, MetricKind::Gauge, &labels) {
                 p.put_slot(slot, v);
-                if let Some(key) = key {
-                    seen.slots.set(key, slot);
+                if let Some(k) = slot_key {
+                    seen.slots.set(k, slot);
                 }
             }
         }
@@ -232,6 +257,9 @@ fn record(p: &mut Publisher, seen: &mut Seen, token: u64, name: &str, index: &[u
                 1u64,
             );
             texts.current.insert(key.clone(), Box::from(text));
+            if let Some(k) = slot_key {
+                seen.slots.set_text(k, t);
+            }
         }
     }
 }
@@ -259,6 +287,32 @@ mod tests {
         assert_eq!(key(1, &[1 << 25, 0]), None);
         assert_eq!(key(1, &[1, 2, 3]), None);
         assert_eq!(key(SLOT_TOKENS, &[]), None);
+    }
+
+    /// A string that comes again unchanged is skipped, by its bytes, but not when its token now names
+    /// another string: the same bytes then make the other name's series.
+    #[tokio::test]
+    async fn a_repeated_string_is_kept_once_and_a_renamed_tokens_string_is_its_own() {
+        let mut bytes = BytesMut::new();
+        let mut enc = StreamEncoder::default();
+        for (name, text) in [("sss.a", "x"), ("sss.a", "x"), ("sss.a", "y"), ("sss.a", "y")] {
+            enc.encode(&Sample::new(name, vec![], text), &mut bytes).unwrap();
+        }
+        enc.resync(&mut bytes);
+        enc.encode(&Sample::new("sss.b", vec![], "y"), &mut bytes).unwrap();
+        let (reg, mut p) = super::super::testing::publisher(crate::fleet::Protocol::Smon);
+        collect(&mut p, UpdateReader::new(&bytes[..], DecoderConfig::default())).await;
+        p.flush();
+        let page = render(&reg.snapshot(), Format::Text004);
+        let mut lines: Vec<&str> = page.lines().filter(|l| l.starts_with("smon_info{")).collect();
+        lines.sort_unstable();
+        assert_eq!(
+            lines,
+            [
+                r#"smon_info{target="t",name="sss.a",index="",value="y"} 1"#,
+                r#"smon_info{target="t",name="sss.b",index="",value="y"} 1"#,
+            ]
+        );
     }
 
     #[test]
