@@ -15,8 +15,9 @@ use super::registry::Registry;
 use super::series::{LabelPairs, Num};
 use super::store::{Change, SeriesStore, SlotId};
 
-/// Events kept per target for display.
-pub const MAX_EVENTS: usize = 64;
+/// Events kept per target for display: twice the eight `telemon top` shows. Each publication that
+/// brings an event copies the list (an interpreter sends a notification about once a second).
+pub const MAX_EVENTS: usize = 16;
 /// The longest label value kept from a peer (longer ones are cut at a character boundary).
 pub const MAX_LABEL_LEN: usize = 256;
 /// The shortest pause between two publications of one target's cache.
@@ -479,12 +480,12 @@ mod tests {
             p.event(format!("{i}"));
         }
         p.flush();
-        assert_eq!(texts(&reg), (6..70).map(|i| i.to_string()).collect::<Vec<_>>());
+        assert_eq!(texts(&reg), (70 - MAX_EVENTS..70).map(|i| i.to_string()).collect::<Vec<_>>());
         for i in 70..140 {
             p.event(format!("{i}"));
         }
         p.flush();
-        assert_eq!(texts(&reg), (76..140).map(|i| i.to_string()).collect::<Vec<_>>());
+        assert_eq!(texts(&reg), (140 - MAX_EVENTS..140).map(|i| i.to_string()).collect::<Vec<_>>());
         p.flush();
         assert_eq!(texts(&reg).len(), MAX_EVENTS, "a publish without events keeps them");
     }
