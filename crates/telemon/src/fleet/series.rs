@@ -694,9 +694,9 @@ impl SeriesSet {
         Some(FamilyRef { family, defs: &self.schema.defs[run.start as usize..run.end as usize], set: self })
     }
 
-    /// Asks the CPU to fetch, ahead of rendering, what family `i` is read from. Each of the four
-    /// `steps` (4 to 1) reads what the one before fetched and fetches the next link: the schema and
-    /// the values, the family's run, its first series, then that series' label text and value.
+    /// Asks the CPU to fetch, ahead of rendering, what family `i` is read from. Each `step`, 4 down
+    /// to 1, reads what the step before fetched and fetches the next link: the schema and the values,
+    /// the family's run, its first series, then that series' label text and value.
     /// Render takes the steps for the families it will write next, four, three, two and one ahead:
     /// with a thousand targets none of them is in the cache, and rendering stalled on each in turn.
     pub(crate) fn prefetch(&self, i: usize, step: u8) {
