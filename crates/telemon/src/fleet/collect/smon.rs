@@ -65,7 +65,7 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
 
 /// Reads updates until the stream fails; the target is up from its first decoded update (also used to
 /// replay a recording through this collector). Updates are borrowed from the decoder, and a number
-/// for an existing series goes straight into its slot ([`Slots`]): no labels are built for it.
+/// for an existing series goes straight into its slot, kept by token and index path: no labels are built for it.
 pub async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
     let mut seen = Seen::default();
     loop {
