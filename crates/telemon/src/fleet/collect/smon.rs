@@ -271,6 +271,20 @@ mod tests {
     use bytes::BytesMut;
     use smon_codec::{Sample, StreamEncoder};
 
+    /// The lines starting with `prefix` of the page that collecting `bytes` to their end publishes,
+    /// sorted.
+    async fn collected(bytes: &[u8], prefix: &str) -> Vec<String> {
+        let (reg, mut p) = super::super::testing::publisher(crate::fleet::Protocol::Smon);
+        let failure = collect(&mut p, UpdateReader::new(bytes, DecoderConfig::default())).await;
+        assert!(failure.message.contains("ended"), "{failure:?}");
+        p.flush();
+        let page = render(&reg.snapshot(), Format::Text004);
+        let mut lines: Vec<String> =
+            page.lines().filter(|l| l.starts_with(prefix)).map(str::to_owned).collect();
+        lines.sort_unstable();
+        lines
+    }
+
     #[test]
     fn tokens_and_index_paths_key_to_different_numbers() {
         let paths: [&[u64]; 8] =
@@ -300,14 +314,8 @@ mod tests {
         }
         enc.resync(&mut bytes);
         enc.encode(&Sample::new("sss.b", vec![], "y"), &mut bytes).unwrap();
-        let (reg, mut p) = super::super::testing::publisher(crate::fleet::Protocol::Smon);
-        collect(&mut p, UpdateReader::new(&bytes[..], DecoderConfig::default())).await;
-        p.flush();
-        let page = render(&reg.snapshot(), Format::Text004);
-        let mut lines: Vec<&str> = page.lines().filter(|l| l.starts_with("smon_info{")).collect();
-        lines.sort_unstable();
         assert_eq!(
-            lines,
+            collected(&bytes, "smon_info{").await,
             [
                 r#"smon_info{target="t",name="sss.a",index="",value="y"} 1"#,
                 r#"smon_info{target="t",name="sss.b",index="",value="y"} 1"#,
@@ -353,16 +361,8 @@ mod tests {
         for (name, index, v) in [("bbb.y", vec![], 21u64), ("aaa.x", vec![], 22), ("bbb.y", vec![3], 23)] {
             enc.encode(&Sample::new(name, index, v), &mut bytes).unwrap();
         }
-        let (reg, mut p) = super::super::testing::publisher(crate::fleet::Protocol::Smon);
-        let reader = UpdateReader::new(&bytes[..], DecoderConfig::default());
-        let failure = collect(&mut p, reader).await;
-        assert!(failure.message.contains("ended"), "{failure:?}");
-        p.flush();
-        let page = render(&reg.snapshot(), Format::Text004);
-        let mut lines: Vec<&str> = page.lines().filter(|l| l.starts_with("smon_value{")).collect();
-        lines.sort_unstable();
         assert_eq!(
-            lines,
+            collected(&bytes, "smon_value{").await,
             [
                 r#"smon_value{target="t",name="aaa.x",index=""} 22"#,
                 r#"smon_value{target="t",name="aaa.x",index="3"} 12"#,
