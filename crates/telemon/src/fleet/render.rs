@@ -181,7 +181,10 @@ impl Chunks {
         for (ti, t) in snapshot.targets.iter().enumerate() {
             for (fi, f) in t.series.families().enumerate() {
                 let family = f.family();
-                let guess = before.get(fi).copied().filter(|&at| *plan[at].0 == *family.name);
+                // Family names in telemon's code are one `Arc` per process: the pointers are equal
+                // without reading the text.
+                let same = |at: usize| Arc::ptr_eq(&plan[at].0, &family.name) || *plan[at].0 == *family.name;
+                let guess = before.get(fi).copied().filter(|&at| same(at));
                 let at = match guess.or_else(|| index.get(&*family.name).copied()) {
                     Some(at) => at,
                     None => {
@@ -309,6 +312,10 @@ impl Chunks {
                 }
                 Source::Own(own) => {
                     while let Some(t) = snapshot.targets.get(*member) {
+                        // Each line starts with the target's label text, elsewhere on the heap.
+                        if let Some(ahead) = snapshot.targets.get(*member + 4) {
+                            super::series::prefetch(ahead.label_text.as_ptr());
+                        }
                         write_own(buf, &name, *own, t);
                         *member += 1;
                         if buf.len() >= CHUNK {

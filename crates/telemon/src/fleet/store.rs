@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use tokio::time::Instant;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -20,6 +20,41 @@ use super::model::MetricKind;
 use super::series::{
     push_label, Family, Hist, LabelPairs, LabelSet, Num, Sample, Schema, SeriesDef, SeriesSet,
 };
+
+/// A family's name as a collector gives it.
+#[derive(Debug, Clone, Copy)]
+enum FamilyName<'a> {
+    /// A name in telemon's code: every target shares one copy ([`interned`]).
+    Static(&'static str),
+    /// A name that is already shared (a [`Series`](super::model::Series)' own).
+    Shared(&'a Arc<str>),
+}
+
+impl FamilyName<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            FamilyName::Static(s) => s,
+            FamilyName::Shared(s) => s,
+        }
+    }
+
+    fn to_arc(self) -> Arc<str> {
+        match self {
+            FamilyName::Static(s) => interned(s),
+            FamilyName::Shared(s) => s.clone(),
+        }
+    }
+}
+
+/// The one `Arc<str>` of the process for a family name in telemon's code. Every target's family of
+/// that name shares it: a target holds no copy of its own, and a scrape that meets the family in the
+/// next target compares pointers, not text that is not in the cache. Only literals come here, so the
+/// table is as large as the family names in the binary.
+fn interned(name: &'static str) -> Arc<str> {
+    static NAMES: OnceLock<Mutex<HashMap<&'static str, Arc<str>>>> = OnceLock::new();
+    let mut names = NAMES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    names.entry(name).or_insert_with(|| Arc::from(name)).clone()
+}
 
 /// Default per-target cap on series.
 pub const DEFAULT_SERIES_LIMIT: usize = 10_000;
@@ -220,8 +255,8 @@ impl SeriesStore {
         u64::from(self.round)
     }
 
-    fn family_id(&mut self, name: &str, help: &'static str, kind: MetricKind) -> Option<u16> {
-        if let Some(&id) = self.family_index.get(name) {
+    fn family_id(&mut self, name: FamilyName<'_>, help: &'static str, kind: MetricKind) -> Option<u16> {
+        if let Some(&id) = self.family_index.get(name.as_str()) {
             let f = &mut self.families[usize::from(id)].family;
             if f.kind != kind {
                 // A family's type is fixed by its first series; a collector never changes it.
@@ -231,7 +266,7 @@ impl SeriesStore {
             return Some(id);
         }
         let id = u16::try_from(self.families.len()).ok().filter(|&i| i < u16::MAX)?;
-        let name: Arc<str> = Arc::from(name);
+        let name = name.to_arc();
         let f = StoreFamily { family: Family { name: name.clone(), help, kind }, live: 0, round: 0, seen: 0 };
         self.families.push(f);
         self.family_index.insert(name, id);
@@ -243,14 +278,14 @@ impl SeriesStore {
     /// counted as dropped).
     pub fn slot(
         &mut self,
-        family: &str,
+        family: &'static str,
         help: &'static str,
         kind: MetricKind,
         labels: &[(&str, &str)],
     ) -> Option<SlotId> {
         let mut text = std::mem::take(&mut self.scratch);
         label_text(&mut text, labels);
-        let slot = self.slot_of_text(family, help, kind, &text);
+        let slot = self.slot_of_text(FamilyName::Static(family), help, kind, &text);
         self.scratch = text;
         slot
     }
@@ -258,17 +293,17 @@ impl SeriesStore {
     /// [`SeriesStore::slot`] for labels that are already a set (values are not cut again).
     pub(crate) fn slot_of_set(
         &mut self,
-        family: &str,
+        family: &Arc<str>,
         help: &'static str,
         kind: MetricKind,
         labels: &LabelSet,
     ) -> Option<SlotId> {
-        self.slot_of_text(family, help, kind, labels.text())
+        self.slot_of_text(FamilyName::Shared(family), help, kind, labels.text())
     }
 
     fn slot_of_text(
         &mut self,
-        family: &str,
+        family: FamilyName<'_>,
         help: &'static str,
         kind: MetricKind,
         text: &str,
@@ -652,6 +687,23 @@ impl Unwrap32 {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn targets_share_one_copy_of_each_family_name_in_the_code() {
+        let names: Vec<Arc<str>> = (0..2)
+            .map(|_| {
+                let mut st = SeriesStore::new(10);
+                st.slot("shared_family", "h", MetricKind::Gauge, &[]).unwrap();
+                st.publish().schema.families[0].name.clone()
+            })
+            .collect();
+        assert!(Arc::ptr_eq(&names[0], &names[1]));
+        // A name that comes with its series keeps its own.
+        let own: Arc<str> = Arc::from("shared_family");
+        let mut st = SeriesStore::new(10);
+        st.slot_of_set(&own, "h", MetricKind::Gauge, &LabelSet::new([("k", "v")])).unwrap();
+        assert!(Arc::ptr_eq(&st.publish().schema.families[0].name, &own));
+    }
 
     #[test]
     fn a_slot_is_28_bytes_a_series_def_12_and_a_kept_slot_id_8() {
