@@ -379,7 +379,60 @@ mod props {
     use super::*;
     use proptest::prelude::*;
 
+    /// One step of a stream as the collector sees it: a number for a token at an index path, or a
+    /// token given another name.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Value { token: u64, index: Vec<u64>, value: u64 },
+        Rename { token: u64, name: usize },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        // Few tokens and small paths, so that series repeat; some tokens and levels beyond what keys hold.
+        let token = prop_oneof![0u64..4, Just(SLOT_TOKENS), Just(u64::MAX)];
+        let level = prop_oneof![0u64..3, Just(1 << 25), Just(1 << 50), Just(u64::MAX)];
+        prop_oneof![
+            4 => (token.clone(), proptest::collection::vec(level, 0..4), any::<u64>())
+                .prop_map(|(token, index, value)| Op::Value { token, index, value }),
+            1 => (token, 0usize..3).prop_map(|(token, name)| Op::Rename { token, name }),
+        ]
+    }
+
     proptest! {
+        /// The slots change nothing that is published: a stream's numbers give the same page as
+        /// when each is looked up by its labels.
+        #[test]
+        fn the_slots_publish_what_the_labels_would(ops in proptest::collection::vec(op(), 0..60)) {
+            use super::super::testing::publisher;
+            use crate::fleet::render::{render, Format};
+            const NAMES: [&str; 3] = ["aaa.x", "bbb.y", "ccc.z"];
+            let (cached_reg, mut cached) = publisher(crate::fleet::Protocol::Smon);
+            let (looked_up_reg, mut looked_up) = publisher(crate::fleet::Protocol::Smon);
+            let mut seen = Seen::default();
+            let mut names: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Rename { token, name } => {
+                        names.insert(token, name);
+                        seen.slots.forget(token);
+                    }
+                    Op::Value { token, index, value } => {
+                        let name = NAMES[names.get(&token).copied().unwrap_or(0)];
+                        let v = ValueRef::Unsigned(value);
+                        record(&mut cached, &mut seen, token, name, &index, v);
+                        record(&mut looked_up, &mut Seen::default(), token, name, &index, v);
+                    }
+                }
+            }
+            cached.flush();
+            looked_up.flush();
+            let series = |reg: &crate::fleet::Registry| {
+                let page = render(&reg.snapshot(), Format::Text004);
+                page.lines().filter(|l| l.starts_with("smon_value{")).map(str::to_owned).collect::<Vec<_>>()
+            };
+            prop_assert_eq!(series(&cached_reg), series(&looked_up_reg));
+        }
+
         /// Any number or text at any index path maps to a finite value without a panic.
         #[test]
         fn any_value_maps_to_a_finite_value(
