@@ -83,6 +83,35 @@ async fn two_interpreters_with_one_host_get_two_names() {
     fleet.shutdown().await;
 }
 
+/// A dialled-in interpreter (POLL mode) is collected like a served one: its polled facts, its last
+/// known state, and its notifications counted by event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_interpreter_gets_its_facts_state_and_events_collected() {
+    let addr = free_addr();
+    let config = FleetConfig::parse(
+        "t.toml",
+        &format!("[[hmon_listen]]\nname = \"d\"\nlisten = \"{addr}\"\npoll = \"200ms\"\n"),
+    )
+    .unwrap();
+    let fleet = Fleet::start(&config).await.unwrap();
+    let shutdown = sim_common::Shutdown::new();
+    tokio::spawn(dyalog_sim::Sim::new(dyalog_sim::Config::default()).poll(addr, shutdown.clone()));
+    let has = |s: &FleetSnapshot, family: &str, counted: bool| {
+        s.targets
+            .iter()
+            .flat_map(|t| t.series.iter())
+            .any(|x| x.family() == family && (!counted || x.number().is_some_and(|v| v >= 1.0)))
+    };
+    until(&fleet, "facts, state and a counted event", |s| {
+        has(s, "dyalog_workspace_used_bytes", false)
+            && has(s, "dyalog_last_known_state_timestamp_seconds", false)
+            && has(s, "dyalog_events_total", true)
+    })
+    .await;
+    shutdown.cancel();
+    fleet.shutdown().await;
+}
+
 /// What one flood connection does.
 #[derive(Debug, Clone, Copy)]
 enum Visit {
