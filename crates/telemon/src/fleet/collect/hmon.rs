@@ -146,6 +146,18 @@ struct Seen {
     activity: Option<SlotId>,
 }
 
+impl Seen {
+    /// A session's start: every subscribed event at 0 (shown with the first facts), so that rate()
+    /// sees the first notification.
+    fn subscribed(events: &[IdOrName]) -> Seen {
+        let mut seen = Seen::default();
+        for e in events.iter().filter_map(EventKind::resolve) {
+            seen.counts.insert(e.name().to_owned(), EventCount::default());
+        }
+        seen
+    }
+}
+
 /// How many notifications of one event came, and the slot of its `dyalog_events_total` series.
 #[derive(Debug, Default)]
 struct EventCount {
@@ -180,18 +192,13 @@ fn with_slots<T, const N: usize>(
 /// it is asked every poll period on its own. One is in flight at a time. Notifications are published
 /// with the next facts, or a poll period after they came.
 async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Plan) -> Failure {
-    let mut seen = Seen::default();
+    let mut seen = Seen::subscribed(&plan.events);
     let mut subscribing = None;
     if !plan.events.is_empty() {
         let subscribe = Subscribe { events: Some(plan.events.clone()), ..Default::default() };
         match conn.request(Request::Subscribe(subscribe)).await {
             Ok(uid) => subscribing = Some(uid),
             Err(e) => return fail(e),
-        }
-        // Every subscribed event starts at 0 (shown with the first facts), so that rate() sees the
-        // first notification.
-        for e in plan.events.iter().filter_map(EventKind::resolve) {
-            seen.counts.insert(e.name().to_owned(), EventCount::default());
         }
     }
     if let Err(e) = conn.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
@@ -304,7 +311,7 @@ async fn ask_lks(conn: &mut Connection) -> Result<String, ClientError> {
     conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await
 }
 
-/// Records one event of a SERVE-mode session; a failure ends the session.
+/// Records one event of a session (SERVE or POLL mode); a failure ends the session.
 fn on_event(p: &mut Publisher, event: Event, seen: &mut Seen) -> Option<Failure> {
     match event {
         Event::Disconnected { reason } => return Some(Failure::new(ErrorKind::Connect, reason)),
@@ -456,15 +463,10 @@ struct Info {
 
 /// Subscribes, starts the poll and reads until the connection fails.
 async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: &Plan) -> Failure {
-    let mut seen = Seen::default();
+    let mut seen = Seen::subscribed(&plan.events);
     if !plan.events.is_empty() {
         if let Err(e) = client.subscribe(plan.events.clone()).await {
             return fail(e);
-        }
-        // Every subscribed event starts at 0 (shown with the first facts), so that rate() sees the
-        // first notification.
-        for e in plan.events.iter().filter_map(EventKind::resolve) {
-            seen.counts.insert(e.name().to_owned(), EventCount::default());
         }
     }
     if let Err(e) = client.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
@@ -490,28 +492,21 @@ async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: 
     let mut deadline = tokio::time::Instant::now() + plan.stall();
     loop {
         tokio::select! {
-            event = events.next() => match event {
-                None => return Failure::new(ErrorKind::Connect, "the interpreter closed the connection"),
-                Some(Event::Disconnected { reason }) => return Failure::new(ErrorKind::Connect, reason),
-                Some(Event::InvalidPayload(e)) => p.error(&Failure::new(ErrorKind::Decode, e)),
-                Some(Event::Lagged { dropped }) => {
-                    p.error(&Failure::new(ErrorKind::Protocol, format!("{dropped} messages dropped")))
+            event = events.next() => {
+                let Some(event) = event else {
+                    return Failure::new(ErrorKind::Connect, "the interpreter closed the connection");
+                };
+                let message = matches!(event, Event::Message(_));
+                if matches!(event, Event::Message(Response::Facts(_))) {
+                    deadline = tokio::time::Instant::now() + plan.stall();
                 }
-                Some(Event::Message(m)) => {
-                    if let Response::Facts(_) = &m {
-                        deadline = tokio::time::Instant::now() + plan.stall();
-                        if !seen.facts {
-                            seen.facts = true;
-                            for (name, count) in &mut seen.counts {
-                                set_event_count(p, name, count);
-                            }
-                        }
-                    }
-                    message(p, m, &mut seen);
+                if let Some(failure) = on_event(p, event, &mut seen) {
+                    return failure;
+                }
+                if message {
                     p.maybe_flush();
                 }
-                Some(_) => {}
-            },
+            }
             Some(lks) = lks_rx.recv() => match lks {
                 Ok(state) => last_known_state(p, &state, &mut seen.activity),
                 Err(e) => p.error(&fail(e)),
