@@ -65,7 +65,8 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
 
 /// Reads updates until the stream fails; the target is up from its first decoded update (also used to
 /// replay a recording through this collector). Updates are borrowed from the decoder, and a number
-/// for an existing series goes straight into its slot, kept by token and index path: no labels are built for it.
+/// for an existing series goes straight into its slot, kept by token and index path: no labels are
+/// built for it.
 pub async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
     let mut seen = Seen::default();
     loop {
@@ -119,9 +120,10 @@ struct Texts {
     key: String,
 }
 
-/// The slot of each number's series, by token and index path ([`key`]), 16 bytes a series, in one
-/// sorted vector (and the last bytes of each string): the encoder gives each indexed series a token of its own (A13), so most tokens
-/// have one series, and a vector per token would cost more than its one entry.
+/// The slot of each number's series, by token and index path ([`key`]), 16 bytes a series, and the
+/// last bytes of each string, each in one vector sorted by key: the encoder gives each indexed series
+/// a token of its own (A13), so most tokens have one series, and a vector per token would cost more
+/// than its one entry.
 ///
 /// A slot is only ever kept for the series of its token's current name (a definition forgets the
 /// token's slots), so a hit is always the right series; a slot the store no longer has (the target
@@ -132,8 +134,8 @@ struct Slots {
     /// Where the key after the last one found is: the encoder numbers tokens in the order it first
     /// sends them, and sends a run's values in the same order, so it is usually the next key.
     next: usize,
-    /// The bytes of each string as they last came, by key (sorted): a string sent again unchanged
-    /// (smon-sim sends its names every run) is skipped before any text is made of it.
+    /// The bytes of each string as they last came: a string sent again unchanged (smon-sim sends its
+    /// names every run) is skipped before any text is made of it.
     texts: Vec<(u64, Box<[u8]>)>,
 }
 
@@ -148,10 +150,7 @@ impl Slots {
     }
 
     fn set(&mut self, key: u64, slot: SlotId) {
-        match self.sorted.binary_search_by_key(&key, |&(k, _)| k) {
-            Ok(at) => self.sorted[at].1 = slot,
-            Err(at) => self.sorted.insert(at, (key, slot)),
-        }
+        put_sorted(&mut self.sorted, key, slot);
     }
 
     /// Whether `bytes` are the string that last came for `key`.
@@ -160,22 +159,30 @@ impl Slots {
     }
 
     fn set_text(&mut self, key: u64, bytes: &[u8]) {
-        match self.texts.binary_search_by_key(&key, |(k, _)| *k) {
-            Ok(at) => self.texts[at].1 = bytes.into(),
-            Err(at) => self.texts.insert(at, (key, bytes.into())),
-        }
+        put_sorted(&mut self.texts, key, bytes.into());
     }
 
     /// Forgets the slots and strings of every index path of `token`.
     fn forget(&mut self, token: u64) {
-        if token < SLOT_TOKENS {
-            let first = self.sorted.partition_point(|&(k, _)| k >> TOKEN_SHIFT < token);
-            let end = self.sorted.partition_point(|&(k, _)| k >> TOKEN_SHIFT <= token);
-            self.sorted.drain(first..end);
-            let first = self.texts.partition_point(|(k, _)| k >> TOKEN_SHIFT < token);
-            let end = self.texts.partition_point(|(k, _)| k >> TOKEN_SHIFT <= token);
-            self.texts.drain(first..end);
-        }
+        forget_sorted(&mut self.sorted, token);
+        forget_sorted(&mut self.texts, token);
+    }
+}
+
+/// Sets `key`'s entry in a vector sorted by key.
+fn put_sorted<T>(sorted: &mut Vec<(u64, T)>, key: u64, value: T) {
+    match sorted.binary_search_by_key(&key, |(k, _)| *k) {
+        Ok(at) => sorted[at].1 = value,
+        Err(at) => sorted.insert(at, (key, value)),
+    }
+}
+
+/// Removes the entries of every [`key`] of `token` from a vector sorted by key.
+fn forget_sorted<T>(sorted: &mut Vec<(u64, T)>, token: u64) {
+    if token < SLOT_TOKENS {
+        let first = sorted.partition_point(|(k, _)| k >> TOKEN_SHIFT < token);
+        let end = sorted.partition_point(|(k, _)| k >> TOKEN_SHIFT <= token);
+        sorted.drain(first..end);
     }
 }
 
