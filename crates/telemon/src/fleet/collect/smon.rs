@@ -285,6 +285,11 @@ mod tests {
         let failure = collect(&mut p, UpdateReader::new(bytes, DecoderConfig::default())).await;
         assert!(failure.message.contains("ended"), "{failure:?}");
         p.flush();
+        page_lines(&reg, prefix)
+    }
+
+    /// The lines of the registry's page that start with `prefix`, sorted.
+    pub(super) fn page_lines(reg: &crate::fleet::Registry, prefix: &str) -> Vec<String> {
         let page = render(&reg.snapshot(), Format::Text004);
         let mut lines: Vec<String> =
             page.lines().filter(|l| l.starts_with(prefix)).map(str::to_owned).collect();
@@ -411,7 +416,6 @@ mod props {
         #[test]
         fn the_slots_publish_what_the_labels_would(ops in proptest::collection::vec(op(), 0..60)) {
             use super::super::testing::publisher;
-            use crate::fleet::render::{render, Format};
             const NAMES: [&str; 3] = ["aaa.x", "bbb.y", "ccc.z"];
             let (cached_reg, mut cached) = publisher(crate::fleet::Protocol::Smon);
             let (looked_up_reg, mut looked_up) = publisher(crate::fleet::Protocol::Smon);
@@ -433,10 +437,7 @@ mod props {
             }
             cached.flush();
             looked_up.flush();
-            let series = |reg: &crate::fleet::Registry| {
-                let page = render(&reg.snapshot(), Format::Text004);
-                page.lines().filter(|l| l.starts_with("smon_value{")).map(str::to_owned).collect::<Vec<_>>()
-            };
+            let series = |reg| super::tests::page_lines(reg, "smon_value{");
             prop_assert_eq!(series(&cached_reg), series(&looked_up_reg));
         }
 
