@@ -701,6 +701,8 @@ impl SeriesSet {
     /// with a thousand targets none of them is in the cache, and rendering stalled on each in turn.
     pub(crate) fn prefetch(&self, i: usize, step: u8) {
         let schema = &*self.schema;
+        // Read only by steps 2 and 1, once step 3 has fetched the run.
+        let first = || schema.runs.get(i).and_then(|run| schema.defs.get(run.start as usize));
         match step {
             4 => {
                 prefetch(schema);
@@ -713,13 +715,12 @@ impl SeriesSet {
                 prefetch(self.samples.as_ptr());
             }
             2 => {
-                if let Some(def) = schema.runs.get(i).and_then(|run| schema.defs.get(run.start as usize)) {
+                if let Some(def) = first() {
                     prefetch(def);
                 }
             }
             _ => {
-                let first = schema.runs.get(i).and_then(|run| schema.defs.get(run.start as usize));
-                if let Some(def) = first {
+                if let Some(def) = first() {
                     prefetch(schema.text.as_ptr().wrapping_add(def.text_at as usize));
                     prefetch(self.samples.as_ptr().wrapping_add(def.slot as usize));
                 }
