@@ -55,9 +55,9 @@ fn dyalog_host() -> String {
     std::env::var("HOSTNAME").unwrap_or_else(|_| "dyalog-sim".to_owned())
 }
 
-/// Issue 18: two interpreters with one Host fact dial in at once; they get two names, atomically.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn two_interpreters_with_one_host_get_two_names() {
+/// A fleet with one `[[hmon_listen]]` ("d", polling every 200 ms), and `n` simulated interpreters
+/// dialling in to it at once.
+async fn interpreters_dialling_in(n: usize) -> (Fleet, sim_common::Shutdown) {
     let addr = free_addr();
     let config = FleetConfig::parse(
         "t.toml",
@@ -66,10 +66,17 @@ async fn two_interpreters_with_one_host_get_two_names() {
     .unwrap();
     let fleet = Fleet::start(&config).await.unwrap();
     let shutdown = sim_common::Shutdown::new();
-    for _ in 0..2 {
+    for _ in 0..n {
         let sim = dyalog_sim::Sim::new(dyalog_sim::Config::default());
         tokio::spawn(sim.poll(addr.clone(), shutdown.clone()));
     }
+    (fleet, shutdown)
+}
+
+/// Issue 18: two interpreters with one Host fact dial in at once; they get two names, atomically.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_interpreters_with_one_host_get_two_names() {
+    let (fleet, shutdown) = interpreters_dialling_in(2).await;
     let snap =
         until(&fleet, "two interpreters up", |s| s.targets.iter().filter(|t| t.is_up()).count() == 2).await;
     let names: Vec<&str> = snap.targets.iter().map(|t| &*t.name).collect();
@@ -87,15 +94,7 @@ async fn two_interpreters_with_one_host_get_two_names() {
 /// known state, and its notifications counted by event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_polling_interpreter_gets_its_facts_state_and_events_collected() {
-    let addr = free_addr();
-    let config = FleetConfig::parse(
-        "t.toml",
-        &format!("[[hmon_listen]]\nname = \"d\"\nlisten = \"{addr}\"\npoll = \"200ms\"\n"),
-    )
-    .unwrap();
-    let fleet = Fleet::start(&config).await.unwrap();
-    let shutdown = sim_common::Shutdown::new();
-    tokio::spawn(dyalog_sim::Sim::new(dyalog_sim::Config::default()).poll(addr, shutdown.clone()));
+    let (fleet, shutdown) = interpreters_dialling_in(1).await;
     let has = |s: &FleetSnapshot, family: &str, counted: bool| {
         s.targets
             .iter()
