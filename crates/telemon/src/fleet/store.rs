@@ -85,15 +85,14 @@ pub enum Change {
     Stale,
 }
 
-/// 28 bytes (its one `u64` is 4-aligned): a fleet holds hundreds of thousands. A counter's previous
-/// value, for its rate, is the series' current [`Sample`] until the next update.
+/// 20 bytes: a fleet holds hundreds of thousands. A counter's previous value, for its rate, is the
+/// series' current [`Sample`] until the next update.
 #[derive(Debug)]
-#[repr(Rust, packed(4))]
 struct Slot {
-    family: u16,
-    live: bool,
-    /// Whether it has a histogram in [`SeriesStore::hists`].
-    hist: bool,
+    /// The family's index (below [`MAX_FAMILIES`]), with [`LIVE`] and [`HIST`].
+    tag: u16,
+    /// The length of the label text (at most [`u16::MAX`] bytes).
+    text_len: u16,
     /// Counts the series that held the slot, from 1 (never 0, see [`SlotId::generation`]).
     generation: u32,
     /// The round it was last set in (see [`SeriesStore::begin_round`]).
@@ -101,9 +100,34 @@ struct Slot {
     /// Where the label text is: in the arena, or, with [`PENDING`] set, in the text of series
     /// created since the arena was built.
     text_at: u32,
-    text_len: u32,
-    /// When the value was last set (nanoseconds since the store's epoch), for a counter's rate.
-    prev_at: u64,
+    /// When the value was last set, in milliseconds since the store's epoch (wrapping, every 49
+    /// days), for a counter's rate.
+    prev_ms: u32,
+}
+
+/// [`Slot::tag`]: a series holds the slot.
+const LIVE: u16 = 1 << 15;
+/// [`Slot::tag`]: the series has a histogram in [`SeriesStore::hists`].
+const HIST: u16 = 1 << 14;
+/// The most families a store holds: their index shares [`Slot::tag`] with two flags.
+const MAX_FAMILIES: usize = 1 << 14;
+
+impl Slot {
+    fn family(&self) -> u16 {
+        self.tag & !(LIVE | HIST)
+    }
+
+    fn live(&self) -> bool {
+        self.tag & LIVE != 0
+    }
+
+    fn hist(&self) -> bool {
+        self.tag & HIST != 0
+    }
+
+    fn set(&mut self, flag: u16, on: bool) {
+        self.tag = if on { self.tag | flag } else { self.tag & !flag };
+    }
 }
 
 #[derive(Debug)]
@@ -120,7 +144,7 @@ struct StoreFamily {
 fn mark_seen(families: &mut [StoreFamily], slot: &mut Slot, round: u32) {
     if slot.seen != round {
         slot.seen = round;
-        count_seen(&mut families[usize::from(slot.family)], round);
+        count_seen(&mut families[usize::from(slot.family())], round);
     }
 }
 
@@ -265,7 +289,7 @@ impl SeriesStore {
             }
             return Some(id);
         }
-        let id = u16::try_from(self.families.len()).ok().filter(|&i| i < u16::MAX)?;
+        let id = u16::try_from(self.families.len()).ok().filter(|&i| usize::from(i) < MAX_FAMILIES)?;
         let name = name.to_arc();
         let f = StoreFamily { family: Family { name: name.clone(), help, kind }, live: 0, round: 0, seen: 0 };
         self.families.push(f);
@@ -316,7 +340,7 @@ impl SeriesStore {
         let (slots, arena, pending) = (&self.slots, &*self.arena, &*self.pending);
         if let Some(&i) = self.index.find(hash, |&i| {
             let s = &slots[i as usize];
-            s.family == fam && slot_text(arena, pending, s) == text
+            s.family() == fam && slot_text(arena, pending, s) == text
         }) {
             let s = &mut self.slots[i as usize];
             mark_seen(&mut self.families, s, self.round);
@@ -328,23 +352,15 @@ impl SeriesStore {
             self.rebuild();
         }
         // Both texts stay below PENDING, and so does an arena built from them.
-        let fits = self.arena.len() + self.pending.len() + text.len() < PENDING as usize;
+        let fits = self.arena.len() + self.pending.len() + text.len() < PENDING as usize
+            && text.len() <= usize::from(u16::MAX);
         if !fits || self.len >= self.limit {
             self.dropped = self.dropped.saturating_add(1);
             return None;
         }
-        let (text_at, text_len) = (self.pending.len() as u32 | PENDING, text.len() as u32);
+        let (text_at, text_len) = (self.pending.len() as u32 | PENDING, text.len() as u16);
         self.pending.push_str(text);
-        let slot = Slot {
-            family: fam,
-            live: true,
-            generation: 1,
-            seen: self.round,
-            text_at,
-            text_len,
-            prev_at: 0,
-            hist: false,
-        };
+        let slot = Slot { tag: fam | LIVE, generation: 1, seen: self.round, text_at, text_len, prev_ms: 0 };
         let index = match self.free.pop() {
             Some(i) => {
                 let generation = self.slots[i as usize].generation;
@@ -365,7 +381,7 @@ impl SeriesStore {
         let (slots, hasher, arena, pending) = (&self.slots, &self.hasher, &*self.arena, &*self.pending);
         self.index.insert_unique(hash, index, |&i| {
             let s = &slots[i as usize];
-            key_hash(hasher, s.family, slot_text(arena, pending, s))
+            key_hash(hasher, s.family(), slot_text(arena, pending, s))
         });
         let f = &mut self.families[usize::from(fam)];
         f.live += 1;
@@ -385,27 +401,29 @@ impl SeriesStore {
 
     /// The slot `id` names, if it is still the series it was handed out for.
     fn live_slot(slots: &mut [Slot], id: SlotId) -> Option<&mut Slot> {
-        slots.get_mut(id.index as usize).filter(|s| s.live && s.generation == id.generation.get())
+        slots.get_mut(id.index as usize).filter(|s| s.live() && s.generation == id.generation.get())
     }
 
     /// Sets a series' value as observed at `now`. For counters, the rate is computed from the
     /// previous value; a decrease is a reset (no rate until the next update).
     pub fn set(&mut self, id: SlotId, value: Num, now: Instant) -> Change {
-        let t = u64::try_from(now.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX);
+        // Wraps every 49 days; the gap between two updates is still right, unless it is longer.
+        let t = now.saturating_duration_since(self.epoch).as_millis() as u32;
         let round = self.round;
         let Some(slot) = Self::live_slot(&mut self.slots, id) else { return Change::Stale };
-        let counter = self.families[usize::from(slot.family)].family.kind == MetricKind::Counter;
+        let counter = self.families[usize::from(slot.family())].family.kind == MetricKind::Counter;
         mark_seen(&mut self.families, slot, round);
         let sample = self.published.as_deref().unwrap_or(&self.samples)[id.index as usize];
         let (v, prev) = (value.as_f64(), sample.value().as_f64());
-        let rate = if counter && v >= prev && t > slot.prev_at {
-            (v - prev) / ((t - slot.prev_at) as f64 / 1e9)
+        let elapsed = t.wrapping_sub(slot.prev_ms);
+        let rate = if counter && v >= prev && elapsed > 0 {
+            (v - prev) / (f64::from(elapsed) / 1e3)
         } else if counter && v >= prev {
             sample.rate() // two updates at one instant: keep the last rate
         } else {
             f64::NAN
         };
-        slot.prev_at = t;
+        slot.prev_ms = t;
         let new = Sample::new(value, rate);
         if !new.same(&sample) {
             self.own()[id.index as usize] = new;
@@ -440,7 +458,7 @@ impl SeriesStore {
                 Change::Changed
             }
             None => {
-                slot.hist = true;
+                slot.set(HIST, true);
                 self.hists.insert(id.index, Hist::new(bounds, counts, sum, count));
                 // Histograms are part of the schema (they are rendered as their own lines).
                 self.schema = None;
@@ -463,19 +481,20 @@ impl SeriesStore {
 
     fn remove_slot(&mut self, i: u32) {
         let s = &mut self.slots[i as usize];
-        if !s.live {
+        if !s.live() {
             return;
         }
-        let hash = key_hash(&self.hasher, s.family, slot_text(&self.arena, &self.pending, s));
-        s.live = false;
+        let hash = key_hash(&self.hasher, s.family(), slot_text(&self.arena, &self.pending, s));
+        let hist = s.hist();
+        s.set(LIVE | HIST, false);
         s.generation = s.generation.checked_add(1).unwrap_or(1);
-        if std::mem::take(&mut s.hist) {
+        if hist {
             self.hists.remove(&i);
             self.hists_published = None;
         }
         // Its label text stays where it is until the arena is built again.
         (s.text_at, s.text_len) = (0, 0);
-        let f = &mut self.families[usize::from(s.family)];
+        let f = &mut self.families[usize::from(s.family())];
         f.live -= 1;
         if s.seen == f.round {
             f.seen -= 1;
@@ -502,7 +521,7 @@ impl SeriesStore {
         let doomed: Vec<u32> = (0..self.slots.len() as u32)
             .filter(|&i| {
                 let s = &self.slots[i as usize];
-                s.live && fams.contains(&s.family) && gone(s, slot_text(&self.arena, &self.pending, s))
+                s.live() && fams.contains(&s.family()) && gone(s, slot_text(&self.arena, &self.pending, s))
             })
             .collect();
         for i in doomed {
@@ -624,8 +643,8 @@ impl SeriesStore {
         // nowhere near the cache, every time a series came or went. A counting sort by family
         // places each live slot in two passes.
         let mut runs: Vec<std::ops::Range<u32>> = vec![0..0; order.len()];
-        for s in self.slots.iter().filter(|s| s.live) {
-            runs[usize::from(rank[usize::from(s.family)])].end += 1;
+        for s in self.slots.iter().filter(|s| s.live()) {
+            runs[usize::from(rank[usize::from(s.family())])].end += 1;
         }
         let mut next = 0u32;
         for run in &mut runs {
@@ -634,14 +653,14 @@ impl SeriesStore {
         }
         let mut live = vec![0u32; next as usize];
         let mut fill: Vec<u32> = runs.iter().map(|r| r.start).collect();
-        for (i, s) in self.slots.iter().enumerate().filter(|(_, s)| s.live) {
-            let at = &mut fill[usize::from(rank[usize::from(s.family)])];
+        for (i, s) in self.slots.iter().enumerate().filter(|(_, s)| s.live()) {
+            let at = &mut fill[usize::from(rank[usize::from(s.family())])];
             live[*at as usize] = i as u32;
             *at += 1;
         }
         let mut defs = Vec::with_capacity(live.len());
         let mut text =
-            String::with_capacity(live.iter().map(|&i| self.slots[i as usize].text_len as usize).sum());
+            String::with_capacity(live.iter().map(|&i| usize::from(self.slots[i as usize].text_len)).sum());
         for &i in &live {
             let s = &mut self.slots[i as usize];
             // The arena is no longer than the arena and pending text it is built from, both shorter
@@ -649,7 +668,7 @@ impl SeriesStore {
             let at = text.len() as u32;
             text.push_str(slot_text(&self.arena, &self.pending, s));
             s.text_at = at;
-            defs.push(SeriesDef::new(at, s.text_len, i, s.hist));
+            defs.push(SeriesDef::new(at, u32::from(s.text_len), i, s.hist()));
         }
         Schema {
             families: order.iter().map(|&f| self.families[usize::from(f)].family.clone()).collect(),
@@ -706,8 +725,8 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_is_28_bytes_a_series_def_12_and_a_kept_slot_id_8() {
-        assert_eq!(std::mem::size_of::<Slot>(), 28);
+    fn a_slot_is_20_bytes_a_series_def_12_and_a_kept_slot_id_8() {
+        assert_eq!(std::mem::size_of::<Slot>(), 20);
         assert_eq!(std::mem::size_of::<SeriesDef>(), 12);
         assert_eq!(std::mem::size_of::<Sample>(), 16);
         assert_eq!(std::mem::size_of::<Option<SlotId>>(), 8);
@@ -811,6 +830,42 @@ mod tests {
         st.retain_family("g", |l| l.get("i").as_deref() != Some("0"));
         assert_eq!(st.len(), 1);
         assert_eq!(st.set(id, Num::Float(8.0), now), Change::Stale, "a removed series' slot is stale");
+    }
+
+    #[test]
+    fn label_text_beyond_64_kib_and_families_beyond_the_limit_are_dropped_and_counted() {
+        let mut st = SeriesStore::new(100_000);
+        // 300 labels of 256 bytes (the most a value keeps): more label text than a slot holds.
+        let names: Vec<String> = (0..300).map(|i| format!("l{i}")).collect();
+        let value = "v".repeat(256);
+        let labels: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), value.as_str())).collect();
+        assert!(st.slot("g", "h", MetricKind::Gauge, &labels).is_none());
+        assert!(st.slot("g", "h", MetricKind::Gauge, &labels[..200]).is_some(), "51 KiB is held");
+        assert_eq!((st.len(), st.dropped()), (1, 1));
+        let labels = LabelSet::new([("k", "v")]);
+        let kept = (1..MAX_FAMILIES + 10)
+            .filter(|i| {
+                let family: Arc<str> = Arc::from(format!("f{i}"));
+                st.slot_of_set(&family, "h", MetricKind::Gauge, &labels).is_some()
+            })
+            .count();
+        assert_eq!(kept, MAX_FAMILIES - 1, "with g, the store holds MAX_FAMILIES families");
+        assert_eq!(st.dropped(), 1 + 10);
+        assert_eq!(st.publish().schema.families.len(), MAX_FAMILIES);
+    }
+
+    #[test]
+    fn a_counters_rate_holds_across_the_wrap_of_the_millisecond_clock() {
+        let mut st = SeriesStore::new(10);
+        let id = st.slot(F, "h", MetricKind::Counter, &[]).unwrap();
+        // Half a second before the slot's clock wraps (2^32 ms, 49.7 days), then 2 s later.
+        let before = st.epoch + Duration::from_millis((1 << 32) - 500);
+        st.set(id, Num::Uint(100), before);
+        st.set(id, Num::Uint(160), before + Duration::from_secs(2));
+        assert_eq!(one(&mut st), (Num::Uint(160), Some(30.0)));
+        // Two updates in the same millisecond keep the last rate.
+        st.set(id, Num::Uint(170), before + Duration::from_micros(2_000_300));
+        assert_eq!(one(&mut st).1, Some(30.0));
     }
 
     /// A sweep is skipped when every live series of the family was set in its round; these are the
