@@ -55,27 +55,38 @@ pub struct TokenInfo {
     pub last: Value,
 }
 
+/// 48 bytes: a stream has a token per series (A13 gives each index its own).
 #[derive(Debug, Clone)]
 struct Token {
     name: Arc<str>,
-    kind: Kind,
-    bound: Option<u64>,
     last: Last,
+    /// The first index level it is bound to, when `bounded`.
+    bound: u64,
+    kind: Kind,
+    bounded: bool,
 }
 
+impl Token {
+    fn new(name: Arc<str>, kind: Kind, bound: Option<u64>) -> Token {
+        let last = match kind {
+            Kind::Unsigned => Last::Unsigned(0),
+            Kind::Text => Last::Text(Box::default()),
+        };
+        Token { name, last, bound: bound.unwrap_or(0), kind, bounded: bound.is_some() }
+    }
+
+    /// The first index level it is bound to, for an indexed token (A13).
+    fn bound(&self) -> Option<u64> {
+        self.bounded.then_some(self.bound)
+    }
+}
+
+/// A token's last value. Few tokens are strings: theirs is boxed, so that a number's is 16 bytes.
 #[derive(Debug, Clone)]
+#[allow(clippy::box_collection)]
 enum Last {
     Unsigned(u64),
-    Text(Vec<u8>),
-}
-
-impl Last {
-    fn initial(kind: Kind) -> Last {
-        match kind {
-            Kind::Unsigned => Last::Unsigned(0),
-            Kind::Text => Last::Text(Vec::new()),
-        }
-    }
+    Text(Box<Vec<u8>>),
 }
 
 /// A multiplicative hash for token numbers (small dense integers) and the encoder's own names: SipHash's
@@ -556,7 +567,7 @@ impl StreamDecoder {
         self.tokens.get(n).map(|t| TokenInfo {
             name: t.name.clone(),
             kind: t.kind,
-            bound_index: t.bound,
+            bound_index: t.bound(),
             last: match &t.last {
                 Last::Unsigned(v) => Value::Unsigned(*v),
                 Last::Text(s) => Value::Text(Bytes::copy_from_slice(s)),
@@ -644,9 +655,14 @@ impl StreamDecoder {
         };
         let Some(tok) = self.tokens.get(token) else { unreachable!("events name defined tokens") };
         if is_define {
-            return Update::Define { token, name: tok.name.clone(), kind: tok.kind, bound_index: tok.bound };
+            return Update::Define {
+                token,
+                name: tok.name.clone(),
+                kind: tok.kind,
+                bound_index: tok.bound(),
+            };
         }
-        let index = match tok.bound {
+        let index = match tok.bound() {
             None => self.ix.clone(),
             Some(f) => {
                 let mut v = Vec::with_capacity(self.ix.len().max(1));
@@ -670,9 +686,9 @@ impl StreamDecoder {
         };
         let Some(tok) = self.tokens.get(token) else { unreachable!("events name defined tokens") };
         if let Event::Define(_) = ev {
-            return UpdateRef::Define { token, name: &tok.name, kind: tok.kind, bound_index: tok.bound };
+            return UpdateRef::Define { token, name: &tok.name, kind: tok.kind, bound_index: tok.bound() };
         }
-        let index: &[u64] = match tok.bound {
+        let index: &[u64] = match tok.bound() {
             None => &self.ix,
             Some(f) => {
                 self.scratch.clear();
@@ -1054,7 +1070,7 @@ impl StreamDecoder {
                 if let Some((_, ix)) = indexed {
                     self.ix = ix;
                 }
-                self.tokens.insert(token, Token { name, kind, bound, last: Last::initial(kind) });
+                self.tokens.insert(token, Token::new(name, kind, bound));
                 self.apply_value(token, value);
                 self.pending = Some(token);
                 return Some(Event::Define(token));
@@ -1069,7 +1085,7 @@ impl StreamDecoder {
         match (&mut tok.last, value) {
             (Last::Unsigned(last), NewValue::Unsigned(v)) => *last = v,
             (Last::Text(last), NewValue::Append(data)) => last.extend_from_slice(&data),
-            (Last::Text(last), NewValue::Restart(data)) => *last = data,
+            (Last::Text(last), NewValue::Restart(data)) => **last = data,
             // parse_pair reads values by the token's kind, so the kinds always agree.
             (Last::Unsigned(_), _) | (Last::Text(_), NewValue::Unsigned(_)) => {}
         }
@@ -1079,6 +1095,12 @@ impl StreamDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_is_48_bytes_and_a_free_entry_costs_no_more() {
+        assert_eq!(core::mem::size_of::<Token>(), 48);
+        assert_eq!(core::mem::size_of::<Option<Token>>(), 48);
+    }
 
     /// Decodes `wire`, each string's last 4 KB trickled a byte per call; returns the updates and the work.
     fn trickle(wire: &[u8], ends: &[usize]) -> (Vec<Update>, usize) {

@@ -55,7 +55,7 @@ impl StreamDecoder {
             *last = new;
             current = token;
             pos += 2;
-            let index: &[u64] = match tok.bound {
+            let index: &[u64] = match tok.bound() {
                 None => &self.ix,
                 Some(b) => {
                     self.scratch.clear();
