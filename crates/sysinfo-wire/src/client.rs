@@ -12,7 +12,7 @@ use tokio_util::codec::Framed;
 use crate::message::{BootRequest, BootResponse, ChannelId, Message, SysinfoCommand, SYSINFO_SERVICE};
 use crate::reassembly::{Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
 use crate::report::Report;
-use crate::transport::{Frame, HostCodec, TransportError};
+use crate::transport::{encode_data_frame, Frame, HostCodec, TransportError};
 use crate::wire::{self, WireError};
 
 /// The initial size of the connection's read buffer: replies grow it as they need (a fleet holds a
@@ -32,6 +32,17 @@ pub const MAX_QUEUE_DEPTH: usize = 64;
 /// `MAX_CHANNELS_PER_PROCESS` (32), so that a pipelined batch never makes init answer `"no channels"`
 /// to a client that holds a few channels of its own. Longer batches go in rounds of this many.
 pub const MAX_PIPELINE: usize = 16;
+
+/// The data of `ConnectService { name: "sysinfo" }`, encoded once per process.
+fn connect_service() -> Result<&'static [u8], ClientError> {
+    static ASK: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    if let Some(ask) = ASK.get() {
+        return Ok(ask);
+    }
+    let ask = wire::to_bytes(&BootRequest::ConnectService { name: SYSINFO_SERVICE.to_owned() })
+        .map_err(ClientError::Encode)?;
+    Ok(ASK.get_or_init(|| ask))
+}
 
 /// Where the host transport listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -288,8 +299,7 @@ impl Client {
 
     /// Sends `command` on a new sysinfo channel and returns the reassembled, parsed reply.
     pub async fn request(&mut self, command: SysinfoCommand) -> Result<Response, ClientError> {
-        let data = wire::to_bytes(&command).map_err(ClientError::Encode)?;
-        let reply = self.request_raw(&data).await?;
+        let reply = self.request_raw(command.request()).await?;
         let report = Report::parse(command, &reply.text);
         Ok(Response { command, reply, report })
     }
@@ -325,11 +335,7 @@ impl Client {
         &mut self,
         commands: &[SysinfoCommand],
     ) -> Result<Vec<Result<Response, ClientError>>, ClientError> {
-        let data = commands
-            .iter()
-            .map(|c| wire::to_bytes(c).map_err(ClientError::Encode))
-            .collect::<Result<Vec<_>, _>>()?;
-        let requests: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        let requests: Vec<&[u8]> = commands.iter().map(|c| c.request()).collect();
         let replies = self.request_many_raw(&requests).await?;
         Ok(commands
             .iter()
@@ -404,11 +410,15 @@ impl Client {
         requests: &[&[u8]],
         opened: &mut Vec<ChannelId>,
     ) -> Result<Vec<Result<Reply, ClientError>>, ClientError> {
-        let ask = Message::encode(&BootRequest::ConnectService { name: SYSINFO_SERVICE.to_owned() })
-            .map_err(ClientError::Encode)?;
+        if requests.iter().any(|data| data.len() > crate::MAX_MSG_SIZE) {
+            return Err(ClientError::Encode(WireError::BufferOverflow { max: crate::MAX_MSG_SIZE }));
+        }
+        let ask = connect_service()?;
         self.feed_owed_closes().await?;
+        // Written straight into the write buffer: no message is made for a frame.
+        let buf = self.framed.write_buffer_mut();
         for _ in requests {
-            self.framed.feed(Frame::Message { channel: ChannelId::BOOT, message: ask.clone() }).await?;
+            encode_data_frame(ChannelId::BOOT, ask, buf).map_err(ClientError::Encode)?;
         }
         SinkExt::<Frame>::flush(&mut self.framed).await?;
         // Init answers in order, one reply per ConnectService.
@@ -421,10 +431,10 @@ impl Client {
                 (ch, Reassembler::new(self.config.max_response))
             }));
         }
+        let buf = self.framed.write_buffer_mut();
         for (slot, data) in slots.iter().zip(requests) {
             if let Ok((channel, _)) = slot {
-                let message = Message::with_data(data.to_vec()).map_err(ClientError::Encode)?;
-                self.framed.feed(Frame::Message { channel: *channel, message }).await?;
+                encode_data_frame(*channel, data, buf).map_err(ClientError::Encode)?;
             }
         }
         SinkExt::<Frame>::flush(&mut self.framed).await?;

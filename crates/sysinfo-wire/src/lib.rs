@@ -86,7 +86,7 @@ pub mod wire;
 
 /// What every module uses from `alloc` (the std prelude has it; `no_std` does not).
 mod prelude {
-    pub(crate) use alloc::borrow::ToOwned;
+    pub(crate) use alloc::borrow::{Cow, ToOwned};
     pub(crate) use alloc::boxed::Box;
     pub(crate) use alloc::format;
     pub(crate) use alloc::string::{String, ToString};
@@ -105,7 +105,8 @@ pub use message::{
 pub use reassembly::{chunk_text, End, Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
 pub use report::Report;
 pub use transport::{
-    decode_frame, encode_frame, Frame, HostCodec, TransportError, KIND_CLOSE, KIND_MESSAGE, MAX_FRAME_SIZE,
+    decode_frame, encode_data_frame, encode_frame, Frame, HostCodec, TransportError, KIND_CLOSE,
+    KIND_MESSAGE, MAX_FRAME_SIZE,
 };
 pub use wire::{WireError, MAX_MSG_SIZE};
 

@@ -57,6 +57,13 @@ impl SysinfoCommand {
         self as u8
     }
 
+    /// The command's wire encoding (its tag alone), as the data of a request: what
+    /// `Message::encode(&command)` carries, with nothing made.
+    pub fn request(self) -> &'static [u8] {
+        const TAGS: [u8; 9] = [0, 1, 2, 3, 4, 5, 6, 7, 8];
+        core::slice::from_ref(&TAGS[usize::from(self.tag())])
+    }
+
     /// The command with this tag.
     pub fn from_tag(tag: u8) -> Result<Self, WireError> {
         Self::ALL.get(usize::from(tag)).copied().ok_or(WireError::InvalidTag(tag))

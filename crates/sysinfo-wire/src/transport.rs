@@ -126,6 +126,27 @@ pub fn encode_frame(frame: &Frame, dst: &mut BytesMut) {
     }
 }
 
+/// Appends the frame of a message carrying `data`, with no caps and sender 0 (what [`encode_frame`]
+/// writes for `Message::with_data(data)`), without making the message. Refused when `data` is longer
+/// than [`MAX_MSG_SIZE`], as [`Message::with_data`] refuses it.
+pub fn encode_data_frame(
+    channel: ChannelId,
+    data: &[u8],
+    dst: &mut BytesMut,
+) -> Result<(), crate::WireError> {
+    if data.len() > MAX_MSG_SIZE {
+        return Err(crate::WireError::BufferOverflow { max: MAX_MSG_SIZE });
+    }
+    dst.reserve(1 + 4 + 8 + 1 + 2 + data.len());
+    dst.put_u8(KIND_MESSAGE);
+    dst.put_u32_le(channel.0);
+    dst.put_u64_le(0);
+    dst.put_u8(0);
+    dst.put_u16_le(data.len() as u16);
+    dst.put_slice(data);
+    Ok(())
+}
+
 /// Counts the work of [`decode_frame`] (calls, and bytes copied out), in this crate's unit tests only.
 mod work {
     #[cfg(test)]
@@ -236,6 +257,20 @@ impl tokio_util::codec::Encoder<&Frame> for HostCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_data_frame_is_the_frame_of_its_message() {
+        for data in [&b""[..], b"ps", &[7u8; MAX_MSG_SIZE]] {
+            let (mut direct, mut via) = (BytesMut::new(), BytesMut::new());
+            encode_data_frame(ChannelId(9), data, &mut direct).unwrap();
+            let message = Message::with_data(data).unwrap();
+            encode_frame(&Frame::Message { channel: ChannelId(9), message }, &mut via);
+            assert_eq!(direct, via);
+        }
+        let mut dst = BytesMut::new();
+        assert!(encode_data_frame(ChannelId(9), &[0; MAX_MSG_SIZE + 1], &mut dst).is_err());
+        assert!(dst.is_empty());
+    }
 
     /// Decodes a whole reply's frames fed `step` bytes at a time into a reassembler; returns the text and work.
     fn trickle(wire: &[u8], step: usize) -> (String, usize) {

@@ -25,6 +25,7 @@ fn sysinfo_commands_are_one_tag_byte() {
     let expected = ["00", "01", "02", "03", "04", "05", "06", "07", "08"];
     for (command, hex) in SysinfoCommand::ALL.into_iter().zip(expected) {
         round_trip(command, hex);
+        assert_eq!(command.request(), to_bytes(&command).unwrap(), "{command:?}");
     }
 }
 

@@ -112,7 +112,7 @@ fn memstat() -> impl Strategy<Value = Memstat> {
             |(t, u, p, f)| HeapSummary { total_kib: t, used_kib: u, used_percent: p, free_kib: f },
         ));
     let tag = (0..HEAP_TAGS.len(), any::<u64>(), any::<u64>(), any::<u64>()).prop_map(|(i, c, p, a)| {
-        HeapTag { tag: HEAP_TAGS[i].to_owned(), current_kib: c, peak_kib: p, live_allocations: a }
+        HeapTag { tag: HEAP_TAGS[i].into(), current_kib: c, peak_kib: p, live_allocations: a }
     });
     let process = (any::<u64>(), name(), any::<u64>()).prop_map(|(pid, name, mem_kib)| ProcessMemory {
         pid,
@@ -136,7 +136,7 @@ fn kstat() -> impl Strategy<Value = Kstat> {
     prop_oneof![
         prop::array::uniform18(any::<u64>()).prop_map(|v| Kstat::from_values(&v)),
         prop::collection::vec(("[A-Z][A-Z0-9_]{0,30}", any::<u64>()), 0..25).prop_map(|v| Kstat {
-            counters: v.into_iter().map(|(name, value)| Counter { name, value }).collect(),
+            counters: v.into_iter().map(|(name, value)| Counter { name: name.into(), value }).collect(),
             unknown: vec![]
         }),
     ]

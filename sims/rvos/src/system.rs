@@ -645,7 +645,7 @@ impl System {
             .zip(&self.tags)
             .filter(|(_, t)| t.current != 0 || t.peak != 0 || t.live != 0)
             .map(|(name, t)| HeapTag {
-                tag: (*name).to_owned(),
+                tag: std::borrow::Cow::Borrowed(*name),
                 current_kib: t.current / 1024,
                 peak_kib: t.peak / 1024,
                 live_allocations: t.live,

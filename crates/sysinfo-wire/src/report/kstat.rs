@@ -32,8 +32,9 @@ pub const KSTAT_COUNTERS: [&str; 18] = [
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Counter {
-    /// The counter's name, e.g. `SCHED_SWITCHES` (names not in [`KSTAT_COUNTERS`] are kept too).
-    pub name: String,
+    /// The counter's name, e.g. `SCHED_SWITCHES`: borrowed from [`KSTAT_COUNTERS`] when it is one of them
+    /// (nothing is allocated for the kernel's own counters), owned when not.
+    pub name: Cow<'static, str>,
     /// Its value.
     pub value: u64,
 }
@@ -58,7 +59,7 @@ fn parse_counter(line: &str) -> Option<Counter> {
         return None;
     }
     let value = c.spaces().num()?;
-    c.is_empty().then(|| Counter { name: name.to_owned(), value })
+    c.is_empty().then(|| Counter { name: super::known(&KSTAT_COUNTERS, name), value })
 }
 
 impl Kstat {
@@ -84,7 +85,7 @@ impl Kstat {
         let counters = KSTAT_COUNTERS
             .iter()
             .zip(values)
-            .map(|(n, &v)| Counter { name: (*n).to_owned(), value: v })
+            .map(|(n, &v)| Counter { name: Cow::Borrowed(*n), value: v })
             .collect();
         Kstat { counters, unknown: Vec::new() }
     }

@@ -34,8 +34,8 @@ pub struct HeapSummary {
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeapTag {
-    /// The four-byte tag, e.g. `IPC_`.
-    pub tag: String,
+    /// The four-byte tag, e.g. `IPC_`: borrowed from [`HEAP_TAGS`] when it is one of them, owned when not.
+    pub tag: Cow<'static, str>,
     /// KiB allocated now.
     pub current_kib: u64,
     /// Peak KiB.
@@ -95,7 +95,12 @@ fn parse_tag(line: &str) -> Option<HeapTag> {
     let peak_kib = c.spaces().num()?;
     c.lit("K  ")?;
     let allocs = c.spaces().num()?;
-    c.is_empty().then(|| HeapTag { tag: tag.to_owned(), current_kib, peak_kib, live_allocations: allocs })
+    c.is_empty().then(|| HeapTag {
+        tag: super::known(&HEAP_TAGS, tag),
+        current_kib,
+        peak_kib,
+        live_allocations: allocs,
+    })
 }
 
 fn parse_process(line: &str) -> Option<ProcessMemory> {

@@ -160,6 +160,14 @@ impl Report {
 
 /// The lines of a reply: split at `\n`, with any trailing `\r`s dropped (saved reports may have CRLF endings;
 /// the kernel never prints `\r`).
+/// `name` as the entry of `known` it equals (borrowed, nothing allocated), or owned when none does.
+pub(crate) fn known(known: &[&'static str], name: &str) -> Cow<'static, str> {
+    match known.iter().find(|k| **k == name) {
+        Some(k) => Cow::Borrowed(k),
+        None => Cow::Owned(name.to_owned()),
+    }
+}
+
 pub(crate) fn lines(text: &str) -> impl Iterator<Item = &str> {
     text.split_terminator('\n').map(|line| line.trim_end_matches('\r'))
 }
@@ -235,6 +243,17 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernels_own_counter_and_tag_names_are_borrowed_and_others_owned() {
+        let k = kstat::Kstat::parse("  SCHED_SWITCHES           12\n  NEW_COUNTER              3\n");
+        assert!(matches!(k.counters[0].name, Cow::Borrowed("SCHED_SWITCHES")), "{k:?}");
+        assert!(matches!(&k.counters[1].name, Cow::Owned(n) if n == "NEW_COUNTER"), "{k:?}");
+        let text = "  IPC_       12K    16K       3\n  ZZZZ        1K     1K       1\n";
+        let m = memstat::Memstat::parse(text);
+        assert!(matches!(m.tags[0].tag, Cow::Borrowed("IPC_")), "{m:?}");
+        assert!(matches!(&m.tags[1].tag, Cow::Owned(t) if t == "ZZZZ"), "{m:?}");
+    }
 
     #[test]
     fn unknown_command_is_its_own_report() {

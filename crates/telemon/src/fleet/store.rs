@@ -518,14 +518,11 @@ impl SeriesStore {
         if fams.iter().all(|&f| self.families[usize::from(f)].live == 0) {
             return;
         }
-        let doomed: Vec<u32> = (0..self.slots.len() as u32)
-            .filter(|&i| {
-                let s = &self.slots[i as usize];
-                s.live() && fams.contains(&s.family()) && gone(s, slot_text(&self.arena, &self.pending, s))
-            })
-            .collect();
-        for i in doomed {
-            self.remove_slot(i);
+        for i in 0..self.slots.len() as u32 {
+            let s = &self.slots[i as usize];
+            if s.live() && fams.contains(&s.family()) && gone(s, slot_text(&self.arena, &self.pending, s)) {
+                self.remove_slot(i);
+            }
         }
     }
 

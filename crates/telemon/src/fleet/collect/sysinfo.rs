@@ -145,9 +145,10 @@ impl Schedule {
         self.due.iter().map(|d| d.next).min()
     }
 
-    /// The reports due at `now`, in plan order.
-    fn take_due(&self, now: Instant) -> Vec<usize> {
-        (0..self.due.len()).filter(|&i| self.due[i].next <= now).collect()
+    /// The reports due at `now`, in plan order, into `taken`.
+    fn take_due(&self, now: Instant, taken: &mut Vec<usize>) {
+        taken.clear();
+        taken.extend((0..self.due.len()).filter(|&i| self.due[i].next <= now));
     }
 
     /// Moves each of `taken` to its next period after `now` (periods missed while a round ran long
@@ -212,20 +213,14 @@ pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure
     // Up once the service answers (a peer that accepts and then says nothing is not up).
     let mut answered = false;
     let mut schedule = Schedule::new(plan, Instant::now());
-    let mut raw: Vec<Vec<u8>> = Vec::new();
+    let (mut taken, mut requests) = (Vec::new(), Vec::new());
     let mut sweep = Sweep { round: 0, families: Vec::new() };
     loop {
         let Some(next) = schedule.next() else { return std::future::pending().await };
         tokio::time::sleep_until(next).await;
-        let taken = schedule.take_due(Instant::now());
-        raw.clear();
-        for &i in &taken {
-            match sysinfo_wire::wire::to_bytes(&schedule.due[i].command) {
-                Ok(bytes) => raw.push(bytes),
-                Err(e) => return Failure::new(ErrorKind::Protocol, e),
-            }
-        }
-        let requests: Vec<&[u8]> = raw.iter().map(Vec::as_slice).collect();
+        schedule.take_due(Instant::now(), &mut taken);
+        requests.clear();
+        requests.extend(taken.iter().map(|&i| schedule.due[i].command.request()));
         // Boxed: the batch's state is held while it is in flight, not in the target's task between ticks.
         let replies = Box::pin(client.request_many_raw(&requests)).await;
         schedule.advance(&taken, Instant::now());
@@ -459,13 +454,13 @@ fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat, sweep: &m
     for t in &m.tags {
         let mut row = rows.row(&[&t.tag]);
         for (kind, kib) in [("current", t.current_kib), ("peak", t.peak_kib)] {
-            let l = [("tag", t.tag.as_str()), ("kind", kind)];
+            let l = [("tag", &*t.tag), ("kind", kind)];
             let help = "Kernel heap bytes per allocation tag, current and peak.";
             let bytes = kib_to_bytes(p, "memstat tag", kib);
             row.put(p, "rvos_kernel_heap_tag_bytes", help, MetricKind::Gauge, &l, bytes);
         }
         let help = "Live kernel heap allocations per tag.";
-        let l = [("tag", t.tag.as_str())];
+        let l = [("tag", &*t.tag)];
         row.put(p, "rvos_kernel_heap_tag_live_allocations", help, MetricKind::Gauge, &l, t.live_allocations);
     }
     sweep.families.extend(["rvos_kernel_heap_tag_bytes", "rvos_kernel_heap_tag_live_allocations"]);
@@ -474,7 +469,7 @@ fn record_memstat(p: &mut Publisher, rows: &mut RowCache, m: &Memstat, sweep: &m
 fn record_kstat(p: &mut Publisher, rows: &mut RowCache, k: &Kstat) {
     for c in &k.counters {
         let help = "The kernel's counters (monotonic).";
-        let l = [("counter", c.name.as_str())];
+        let l = [("counter", &*c.name)];
         rows.row(&[&c.name]).put(p, "rvos_kstat_total", help, MetricKind::Counter, &l, c.value);
     }
 }
@@ -673,9 +668,9 @@ mod tests {
         };
         let t0 = Instant::now();
         let mut s = Schedule::new(&plan, t0);
-        let mut rounds = Vec::new();
+        let (mut rounds, mut taken) = (Vec::new(), Vec::new());
         while let Some(next) = s.next().filter(|&n| n <= t0 + Duration::from_secs(10)) {
-            let taken = s.take_due(next);
+            s.take_due(next, &mut taken);
             rounds.push(((next - t0).as_secs(), taken.len()));
             s.advance(&taken, next);
         }
@@ -685,7 +680,7 @@ mod tests {
             [(0, 3), (1, 1), (2, 2), (3, 1), (4, 2), (5, 1), (6, 2), (7, 1), (8, 2), (9, 1), (10, 3)]
         );
         // A round that ran long skips the periods it missed and keeps the phase.
-        let taken = s.take_due(t0 + Duration::from_secs(11));
+        s.take_due(t0 + Duration::from_secs(11), &mut taken);
         s.advance(&taken, t0 + Duration::from_millis(13_500));
         assert_eq!(s.due[0].next - t0, Duration::from_secs(14));
     }
