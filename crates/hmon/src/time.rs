@@ -144,14 +144,25 @@ impl Serialize for Timestamp {
 
 impl<'de> Deserialize<'de> for Timestamp {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
+        // Borrowed from the input when it can be (a `Cow<str>` would always be copied).
+        let text = crate::wire::Key::deserialize(d)?;
+        text.as_str().parse().map_err(serde::de::Error::custom)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timestamp_reads_borrowed_and_escaped_text_alike() {
+        let plain: Timestamp = serde_json::from_str("\"20240301T101112.345Z\"").unwrap();
+        // An escape makes serde_json hand over text it built, not a slice of the input.
+        let escaped: Timestamp = serde_json::from_str("\"\\u00320240301T101112.345Z\"").unwrap();
+        assert_eq!(plain, escaped);
+        assert_eq!(plain.to_string(), "20240301T101112.345Z");
+        assert!(serde_json::from_str::<Timestamp>("\"2024\"").is_err());
+    }
 
     #[test]
     fn spec_timestamp_with_z() {
