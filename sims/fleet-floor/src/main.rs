@@ -213,7 +213,8 @@ async fn meter161(dir: PathBuf, interval: Duration, counts: Arc<Counts>) {
 /// [`hmon::Connection`] driven by the target's one task.
 async fn hmon(addr: String, poll: Duration, counts: Arc<Counts>) {
     use hmon::{
-        Event, EventKind, FactKind, GetLastKnownState, IdOrName, Incoming, Request, Response, Subscribe,
+        Event, EventKind, FactKind, GetFacts, GetLastKnownState, IdOrName, Incoming, Request, Response,
+        Subscribe,
     };
     let lks = || Request::GetLastKnownState(GetLastKnownState::default());
     let config = hmon::ClientConfig {
@@ -223,11 +224,13 @@ async fn hmon(addr: String, poll: Duration, counts: Arc<Counts>) {
         uid_prefix: "telemon-".to_owned(),
         ..hmon::ClientConfig::default()
     };
-    let facts: Vec<IdOrName> =
-        [FactKind::Host, FactKind::AccountInformation, FactKind::Workspace, FactKind::ThreadCount]
-            .iter()
-            .map(|&k| k.into())
-            .collect();
+    // As telemon asks: the facts it exports polled, and Host (which does not change while an
+    // interpreter runs) once per connection, after the poll starts.
+    let facts: Vec<IdOrName> = [FactKind::AccountInformation, FactKind::Workspace, FactKind::ThreadCount]
+        .iter()
+        .map(|&k| k.into())
+        .collect();
+    let host = Request::GetFacts(GetFacts { facts: Some(vec![FactKind::Host.into()]), ..Default::default() });
     let events: Vec<IdOrName> = EventKind::ALL.iter().map(|&k| k.into()).collect();
     loop {
         let connect =
@@ -238,6 +241,7 @@ async fn hmon(addr: String, poll: Duration, counts: Arc<Counts>) {
                 Request::Subscribe(Subscribe { events: Some(events.clone()), ..Default::default() });
             if conn.request(subscribe).await.is_ok()
                 && conn.poll_facts(facts.clone(), Some(poll)).await.is_ok()
+                && conn.request(host.clone()).await.is_ok()
             {
                 // As telemon asks: GetLastKnownState with each polled Facts, or after a period and a
                 // half without facts, then every period.

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use hmon::{
-    Client, ClientConfig, ClientError, Connection, Event, EventKind, Events, FactKind, FactValue,
+    Client, ClientConfig, ClientError, Connection, Event, EventKind, Events, FactKind, FactValue, GetFacts,
     GetLastKnownState, IdOrName, Incoming, Message as _, Request, Response, Subscribe,
 };
 use tokio::sync::mpsc;
@@ -34,7 +34,12 @@ pub const DEFAULT_FACTS: [FactKind; 4] =
 /// What to ask an interpreter for.
 #[derive(Debug, Clone)]
 pub struct Plan {
-    facts: Vec<IdOrName>,
+    /// The facts polled: those of the block, without Host when Host is asked once per session.
+    polled: Vec<IdOrName>,
+    /// Whether Host is asked once per session (with `GetFacts`, after the poll starts) instead of
+    /// polled: what telemon exports of it (version, bit width, session) does not change while an
+    /// interpreter runs, and it is the largest of the facts. Only when other facts are polled.
+    host_once: bool,
     events: Vec<IdOrName>,
     poll: Duration,
 }
@@ -42,11 +47,11 @@ pub struct Plan {
 impl Default for Plan {
     /// The default facts, every event, polled every second (what a probe asks for).
     fn default() -> Self {
-        Plan {
-            facts: DEFAULT_FACTS.iter().map(|&k| k.into()).collect(),
-            events: EventKind::ALL.iter().map(|&k| k.into()).collect(),
-            poll: Duration::from_secs(1),
-        }
+        Plan::with(
+            DEFAULT_FACTS.iter().map(|&k| k.into()).collect(),
+            EventKind::ALL.iter().map(|&k| k.into()).collect(),
+            Duration::from_secs(1),
+        )
     }
 }
 
@@ -56,11 +61,24 @@ impl Plan {
         let words = |list: &Option<Vec<String>>| -> Option<Vec<IdOrName>> {
             list.as_ref().map(|l| l.iter().map(|w| IdOrName::parse_word(w)).collect())
         };
-        Plan {
-            facts: words(&t.facts).unwrap_or_else(|| DEFAULT_FACTS.iter().map(|&k| k.into()).collect()),
-            events: words(&t.subscribe).unwrap_or_else(|| EventKind::ALL.iter().map(|&k| k.into()).collect()),
-            poll: t.poll,
-        }
+        Plan::with(
+            words(&t.facts).unwrap_or_else(|| DEFAULT_FACTS.iter().map(|&k| k.into()).collect()),
+            words(&t.subscribe).unwrap_or_else(|| EventKind::ALL.iter().map(|&k| k.into()).collect()),
+            t.poll,
+        )
+    }
+
+    fn with(facts: Vec<IdOrName>, events: Vec<IdOrName>, poll: Duration) -> Plan {
+        let is_host = |f: &IdOrName| FactKind::resolve(f) == Some(FactKind::Host);
+        let polled: Vec<IdOrName> = facts.iter().filter(|f| !is_host(f)).cloned().collect();
+        let host_once = !polled.is_empty() && polled.len() < facts.len();
+        let polled = if host_once { polled } else { facts };
+        Plan { polled, host_once, events, poll }
+    }
+
+    /// The `GetFacts` that asks for Host once.
+    fn get_host() -> Request {
+        Request::GetFacts(GetFacts { facts: Some(vec![FactKind::Host.into()]), ..Default::default() })
     }
 
     fn client_config(&self) -> ClientConfig {
@@ -201,8 +219,14 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
             Err(e) => return fail(e),
         }
     }
-    if let Err(e) = conn.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
+    if let Err(e) = conn.poll_facts(plan.polled.clone(), Some(plan.poll)).await {
         return fail(e);
+    }
+    // Its reply is read like the other facts, below.
+    if plan.host_once {
+        if let Err(e) = conn.request(Plan::get_host()).await {
+            return fail(e);
+        }
     }
     let now = tokio::time::Instant::now();
     // The GetLastKnownState in flight.
@@ -362,7 +386,7 @@ where
             Err(f) => return f,
         };
     p.up();
-    collect(p, &client, &mut events, plan).await
+    collect(p, &client, &mut events, plan, None).await
 }
 
 /// POLL mode: binds the block's `listen` address and returns the accept loop. Each interpreter
@@ -423,11 +447,10 @@ pub async fn listen(
                         return pending.failed();
                     }
                 };
-                let host = match within(CONNECT_TIMEOUT, "Host", client.get_facts([FactKind::Host])).await {
-                    Ok(Ok(facts)) => host_name(&facts),
-                    _ => None,
-                };
-                let mut names: Vec<String> = host.iter().map(|h| format!("{name}/{h}")).collect();
+                let host = within(CONNECT_TIMEOUT, "Host", client.get_facts([FactKind::Host])).await;
+                let host = host.ok().and_then(Result::ok);
+                let mut names: Vec<String> =
+                    host.as_ref().and_then(host_name).iter().map(|h| format!("{name}/{h}")).collect();
                 names.push(format!("{name}/{peer}"));
                 let Ok(Admitted { publisher: mut p, claim }) =
                     dial.admit(pending, &names, Protocol::Hmon, labels, series_limit)
@@ -436,7 +459,7 @@ pub async fn listen(
                 };
                 p.count_received_in(received);
                 p.up();
-                let failure = collect(&mut p, &client, &mut events, &plan).await;
+                let failure = collect(&mut p, &client, &mut events, &plan, host).await;
                 p.down(&failure);
                 drop(client);
                 dial.ended(p.name(), claim);
@@ -462,15 +485,39 @@ struct Info {
 }
 
 /// Subscribes, starts the poll and reads until the connection fails.
-async fn collect(p: &mut Publisher, client: &Client, events: &mut Events, plan: &Plan) -> Failure {
+/// Client mode (a dialling interpreter, a replay): as [`collect_connection`] asks, with Host asked
+/// once after the poll starts unless `host` already holds the interpreter's Host fact.
+async fn collect(
+    p: &mut Publisher,
+    client: &Client,
+    events: &mut Events,
+    plan: &Plan,
+    host: Option<hmon::Facts>,
+) -> Failure {
     let mut seen = Seen::subscribed(&plan.events);
     if !plan.events.is_empty() {
         if let Err(e) = client.subscribe(plan.events.clone()).await {
             return fail(e);
         }
     }
-    if let Err(e) = client.poll_facts(plan.facts.clone(), Some(plan.poll)).await {
+    if let Err(e) = client.poll_facts(plan.polled.clone(), Some(plan.poll)).await {
         return fail(e);
+    }
+    if plan.host_once {
+        let host = match host {
+            Some(host) => Ok(host),
+            None => within(CONNECT_TIMEOUT, "Host", client.get_facts([FactKind::Host]))
+                .await
+                .and_then(|r| r.map_err(fail)),
+        };
+        match host {
+            Ok(host) => {
+                if let Some(failure) = on_event(p, Event::Message(Response::Facts(host)), &mut seen) {
+                    return failure;
+                }
+            }
+            Err(f) => p.error(&f),
+        }
     }
     // GetLastKnownState runs beside the event loop, so that a slow reply never holds events back.
     let (lks_tx, mut lks_rx) = mpsc::channel(1);
@@ -750,6 +797,8 @@ mod serve_mode_tests {
             has(t, "dyalog_workspace_used_bytes", None)
                 && has(t, "dyalog_last_known_state_timestamp_seconds", None)
                 && has(t, "dyalog_events_total", Some(("event", "WorkspaceResize")))
+                // From the Host fact, asked once.
+                && has(t, "dyalog_interpreter_info", None)
         })
         .await;
         assert!(t.is_up() && t.connects == 1 && t.errors.total() == 0, "{t:?}");
@@ -772,6 +821,26 @@ mod serve_mode_tests {
         shutdown.cancel();
         let t = target_when(&registry, |t| !t.is_up()).await;
         assert!(t.errors.get(ErrorKind::Connect) >= 1, "{t:?}");
+    }
+
+    #[test]
+    fn host_is_asked_once_when_other_facts_are_polled() {
+        let plan = |facts: &[&str]| {
+            let plan = Plan::with(
+                facts.iter().map(|f| IdOrName::parse_word(f)).collect(),
+                Vec::new(),
+                Duration::from_secs(1),
+            );
+            let host_polled = plan.polled.iter().any(|f| FactKind::resolve(f) == Some(FactKind::Host));
+            assert!(!(plan.host_once && host_polled), "Host is asked once or polled, not both");
+            (plan.polled.len(), plan.host_once)
+        };
+        assert_eq!(plan(&["Host", "Workspace", "ThreadCount"]), (2, true));
+        assert_eq!(plan(&["1", "Workspace"]), (1, true), "Host by its ID");
+        assert_eq!(plan(&["Host"]), (1, false), "polled when it is the only fact");
+        assert_eq!(plan(&["Workspace"]), (1, false));
+        let default = Plan::default();
+        assert!(default.host_once && default.polled.len() == DEFAULT_FACTS.len() - 1);
     }
 
     #[tokio::test]
