@@ -484,9 +484,9 @@ struct Info {
     wsid: String,
 }
 
-/// Subscribes, starts the poll and reads until the connection fails.
-/// Client mode (a dialling interpreter, a replay): as [`collect_connection`] asks, with Host asked
-/// once after the poll starts unless `host` already holds the interpreter's Host fact.
+/// Client mode (a dialling interpreter, a replay): subscribes, starts the poll and reads until the
+/// connection fails. Host is asked after the poll starts, as [`collect_connection`] asks it, unless
+/// `host` already holds the interpreter's Host fact.
 async fn collect(
     p: &mut Publisher,
     client: &Client,
