@@ -248,22 +248,24 @@ fn record(p: &mut Publisher, seen: &mut Seen, token: u64, name: &str, index: &[u
             key.push_str(name);
             key.push('\0');
             key.push_str(index);
-            if let Some(old) = texts.current.get(key.as_str()) {
-                if **old == *text {
+            // Unchanged when its token's bytes were forgotten (a definition, a resync) and the same
+            // string came: the series holds it, and the bytes are kept again below.
+            let unchanged = texts.current.get(key.as_str()).is_some_and(|old| **old == *text);
+            if !unchanged {
+                if let Some(old) = texts.current.get(key.as_str()) {
+                    p.remove("smon_info", &[("name", name), ("index", index), ("value", old)]);
+                } else if texts.current.len() >= p.series_limit() {
                     return;
                 }
-                p.remove("smon_info", &[("name", name), ("index", index), ("value", old)]);
-            } else if texts.current.len() >= p.series_limit() {
-                return;
+                p.put(
+                    "smon_info",
+                    "A string from the smon stream, as the value label.",
+                    MetricKind::Info,
+                    &[("name", name), ("index", index), ("value", text)],
+                    1u64,
+                );
+                texts.current.insert(key.clone(), Box::from(text));
             }
-            p.put(
-                "smon_info",
-                "A string from the smon stream, as the value label.",
-                MetricKind::Info,
-                &[("name", name), ("index", index), ("value", text)],
-                1u64,
-            );
-            texts.current.insert(key.clone(), Box::from(text));
             if let Some(k) = slot_key {
                 seen.slots.set_text(k, t);
             }
@@ -333,6 +335,20 @@ mod tests {
                 r#"smon_info{target="t",name="sss.b",index="",value="y"} 1"#,
             ]
         );
+    }
+
+    #[test]
+    fn a_string_that_comes_again_after_its_token_was_forgotten_is_skipped_by_its_bytes_again() {
+        let (_reg, mut p) = super::super::testing::publisher(crate::fleet::Protocol::Smon);
+        let mut seen = Seen::default();
+        let k = key(1, &[]).unwrap();
+        record(&mut p, &mut seen, 1, "sss.a", &[], ValueRef::Text(b"x"));
+        assert!(seen.slots.same_text(k, b"x"));
+        // A resync forgets the bytes; the same string then finds its series unchanged.
+        seen.slots.forget(1);
+        assert!(!seen.slots.same_text(k, b"x"));
+        record(&mut p, &mut seen, 1, "sss.a", &[], ValueRef::Text(b"x"));
+        assert!(seen.slots.same_text(k, b"x"), "the bytes are kept again");
     }
 
     #[test]
