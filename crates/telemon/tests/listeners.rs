@@ -91,7 +91,7 @@ async fn two_interpreters_with_one_host_get_two_names() {
 }
 
 /// A dialled-in interpreter (POLL mode) is collected like a served one: its polled facts, its last
-/// known state, and its notifications counted by event.
+/// known state, its notifications counted by event, and its Host fact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_polling_interpreter_gets_its_facts_state_and_events_collected() {
     let (fleet, shutdown) = interpreters_dialling_in(1).await;
@@ -105,6 +105,8 @@ async fn a_polling_interpreter_gets_its_facts_state_and_events_collected() {
         has(s, "dyalog_workspace_used_bytes", false)
             && has(s, "dyalog_last_known_state_timestamp_seconds", false)
             && has(s, "dyalog_events_total", true)
+            // From the Host fact asked when it was admitted.
+            && has(s, "dyalog_interpreter_info", false)
     })
     .await;
     shutdown.cancel();
