@@ -447,7 +447,7 @@ impl Client {
             };
             let Ok((_, reassembler)) = &mut slots[i] else { continue };
             let done = match message {
-                Some(chunk) => match reassembler.push_owned(chunk.into_data()) {
+                Some(chunk) => match reassembler.push(chunk.data()) {
                     Ok(done) => done,
                     Err(e) => {
                         slots[i] = Err(e.into());
@@ -541,12 +541,13 @@ impl Client {
     }
 
     /// Keeps `message` for a later `recv` on its channel, or drops it if the channel is not ours.
-    fn enqueue(&mut self, channel: ChannelId, message: Message) -> Result<(), ClientError> {
+    fn enqueue(&mut self, channel: ChannelId, mut message: Message) -> Result<(), ClientError> {
         if self.open.contains(&channel) {
             let q = self.queued.entry(channel).or_default();
             if q.len() >= MAX_QUEUE_DEPTH {
                 return Err(ClientError::QueueOverflow { channel, max: MAX_QUEUE_DEPTH });
             }
+            message.detach();
             q.push_back(message);
         } else {
             tracing::debug!(%channel, "dropping a message for a channel we closed");
@@ -575,7 +576,7 @@ impl Client {
         loop {
             match self.recv(channel).await? {
                 Some(chunk) => {
-                    if reassembler.push_owned(chunk.into_data())? {
+                    if reassembler.push(chunk.data())? {
                         break;
                     }
                 }

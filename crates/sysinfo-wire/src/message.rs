@@ -3,6 +3,7 @@
 #[allow(unused_imports)]
 use crate::prelude::*;
 use crate::wire::{Reader, Wire, WireBytes, WireError, Writer, MAX_MSG_SIZE};
+use bytes::Bytes;
 
 /// At most this many capabilities travel in one message (`MAX_CAPS`).
 pub const MAX_CAPS: usize = 4;
@@ -230,11 +231,33 @@ impl core::fmt::Display for ChannelId {
 ///
 /// The kernel overwrites `sender_pid` on send; on the host transport the server does the same. A
 /// zero-length message is the end-of-response sentinel of the sysinfo service.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+///
+/// A decoded message's data shares the connection's read buffer (no copy and no allocation per
+/// message) and its caps are held inline: keep [`Message::data`] only as long as needed, or copy
+/// it out ([`Message::into_data`] does when the buffer is shared).
+#[derive(Clone, PartialEq, Eq)]
 pub struct Message {
-    data: Vec<u8>,
+    data: Bytes,
     sender_pid: u64,
-    caps: Vec<ChannelId>,
+    /// `caps[..cap_count]`; the rest are `ChannelId(0)`, so the derived comparisons hold.
+    caps: [ChannelId; MAX_CAPS],
+    cap_count: u8,
+}
+
+impl Default for Message {
+    fn default() -> Self {
+        Message { data: Bytes::new(), sender_pid: 0, caps: [ChannelId(0); MAX_CAPS], cap_count: 0 }
+    }
+}
+
+impl core::fmt::Debug for Message {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Message")
+            .field("data", &self.data)
+            .field("sender_pid", &self.sender_pid)
+            .field("caps", &self.caps())
+            .finish()
+    }
 }
 
 impl Message {
@@ -245,11 +268,24 @@ impl Message {
 
     /// A message carrying `data`, refused when longer than [`MAX_MSG_SIZE`].
     pub fn with_data(data: impl Into<Vec<u8>>) -> Result<Self, WireError> {
-        let data = data.into();
+        Self::with_bytes(Bytes::from(data.into()))
+    }
+
+    /// [`Message::with_data`] for data already in a [`Bytes`] (kept, not copied).
+    pub fn with_bytes(data: Bytes) -> Result<Self, WireError> {
         if data.len() > MAX_MSG_SIZE {
             return Err(WireError::BufferOverflow { max: MAX_MSG_SIZE });
         }
         Ok(Message { data, ..Self::default() })
+    }
+
+    /// Gives the data an allocation of its own: a message kept for later must not hold on to the
+    /// whole read buffer it was decoded from.
+    #[cfg(feature = "client")]
+    pub(crate) fn detach(&mut self) {
+        if !self.data.is_empty() {
+            self.data = Bytes::copy_from_slice(&self.data);
+        }
     }
 
     /// A message carrying the wire encoding of `value`.
@@ -270,10 +306,11 @@ impl Message {
 
     /// Adds a capability; more than [`MAX_CAPS`] is [`WireError::CapOverflow`].
     pub fn push_cap(&mut self, cap: ChannelId) -> Result<(), WireError> {
-        if self.caps.len() >= MAX_CAPS {
+        let Some(slot) = self.caps.get_mut(usize::from(self.cap_count)) else {
             return Err(WireError::CapOverflow { max: MAX_CAPS });
-        }
-        self.caps.push(cap);
+        };
+        *slot = cap;
+        self.cap_count += 1;
         Ok(())
     }
 
@@ -299,11 +336,16 @@ impl Message {
 
     /// The capabilities (`caps[..cap_count]`).
     pub fn caps(&self) -> &[ChannelId] {
-        &self.caps
+        &self.caps[..usize::from(self.cap_count)]
     }
 
-    /// Takes the data out.
+    /// Takes the data out (copied when it shares a buffer, see [`Message`]).
     pub fn into_data(self) -> Vec<u8> {
+        self.data.into()
+    }
+
+    /// The data as [`Bytes`] (no copy).
+    pub fn into_bytes(self) -> Bytes {
         self.data
     }
 }

@@ -69,11 +69,11 @@ pub struct Reply {
 
 /// Collects chunks until the sentinel or a close.
 ///
-/// Chunks are kept as they came (owned chunks without a copy, see [`Reassembler::push_owned`]) and joined
-/// once, into an allocation of the exact size, when the reply is finished.
+/// Chunks are appended to one buffer as they come (the first owned chunk becomes that buffer, see
+/// [`Reassembler::push_owned`]), which becomes the reply's text when it is finished.
 #[derive(Debug, Clone)]
 pub struct Reassembler {
-    parts: Vec<Vec<u8>>,
+    text: Vec<u8>,
     len: usize,
     max: usize,
     chunks: usize,
@@ -89,23 +89,23 @@ impl Default for Reassembler {
 impl Reassembler {
     /// A reassembler that refuses replies over `max` bytes.
     pub fn new(max: usize) -> Self {
-        Reassembler { parts: Vec::new(), len: 0, max, chunks: 0, end: None }
+        Reassembler { text: Vec::new(), len: 0, max, chunks: 0, end: None }
     }
 
     /// Takes one chunk's data. An empty chunk is the sentinel: returns `Ok(true)` once the reply is complete.
     pub fn push(&mut self, chunk: &[u8]) -> Result<bool, ReassemblyError> {
         self.accept(chunk.len())?;
-        if !chunk.is_empty() {
-            self.parts.push(chunk.to_vec());
-        }
+        self.text.extend_from_slice(chunk);
         Ok(self.end.is_some())
     }
 
     /// Like [`Reassembler::push`], keeping the chunk's buffer instead of copying it.
     pub fn push_owned(&mut self, chunk: Vec<u8>) -> Result<bool, ReassemblyError> {
         self.accept(chunk.len())?;
-        if !chunk.is_empty() {
-            self.parts.push(chunk);
+        if self.text.is_empty() {
+            self.text = chunk;
+        } else {
+            self.text.extend_from_slice(&chunk);
         }
         Ok(self.end.is_some())
     }
@@ -152,13 +152,9 @@ impl Reassembler {
     }
 
     /// The reply; if neither a sentinel nor a close was seen, it ended by [`End::Closed`].
-    pub fn finish(mut self) -> Reply {
+    pub fn finish(self) -> Reply {
         let end = self.end.unwrap_or(End::Closed);
-        let bytes = match self.parts.len() {
-            1 => self.parts.pop().unwrap_or_default(),
-            _ => self.parts.concat(),
-        };
-        let (text, lossy) = match String::from_utf8(bytes) {
+        let (text, lossy) = match String::from_utf8(self.text) {
             Ok(text) => (text, false),
             Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
         };
@@ -183,6 +179,22 @@ mod tests {
         assert_eq!(reply.text, text);
         assert!(!reply.lossy);
         assert_eq!(reply.chunks, 2);
+    }
+
+    #[test]
+    fn owned_and_borrowed_chunks_join_in_order() {
+        let mut r = Reassembler::default();
+        r.push_owned(b"ab".to_vec()).unwrap();
+        r.push(b"cd").unwrap();
+        r.push_owned(b"ef".to_vec()).unwrap();
+        assert!(r.push_owned(Vec::new()).unwrap());
+        let reply = r.finish();
+        assert_eq!((reply.text.as_str(), reply.chunks, reply.end), ("abcdef", 3, End::Sentinel));
+        let mut r = Reassembler::default();
+        r.push(&[0xff, b'x']).unwrap();
+        r.close();
+        let reply = r.finish();
+        assert_eq!((reply.text.as_str(), reply.lossy, reply.end), ("\u{fffd}x", true, End::Closed));
     }
 
     #[test]

@@ -147,7 +147,7 @@ pub fn encode_data_frame(
     Ok(())
 }
 
-/// Counts the work of [`decode_frame`] (calls, and bytes copied out), in this crate's unit tests only.
+/// Counts the work of [`decode_frame`] (calls, and bytes taken out), in this crate's unit tests only.
 mod work {
     #[cfg(test)]
     thread_local! {
@@ -165,8 +165,8 @@ mod work {
 ///
 /// Limits are checked as soon as their header field has arrived, before anything is buffered for the body.
 pub fn decode_frame(src: &mut BytesMut) -> Result<Option<Frame>, TransportError> {
-    // A call reads at most the fixed header positions (no scan), and copies a frame once it is whole: a frame
-    // trickling in costs a constant per read.
+    // A call reads at most the fixed header positions (no scan), and takes a frame out once it is whole: a
+    // frame trickling in costs a constant per read.
     work::examined(1);
     let Some(&kind) = src.first() else { return Ok(None) };
     if kind != KIND_MESSAGE && kind != KIND_CLOSE {
@@ -203,11 +203,17 @@ pub fn decode_frame(src: &mut BytesMut) -> Result<Option<Frame>, TransportError>
     frame.advance(5);
     let sender_pid = frame.get_u64_le();
     frame.advance(1);
-    let mut message = Message::with_data(&frame[4 * usize::from(cap_count) + 2..])
+    let mut caps = [ChannelId(0); MAX_CAPS];
+    for cap in caps.iter_mut().take(usize::from(cap_count)) {
+        *cap = ChannelId(frame.get_u32_le());
+    }
+    frame.advance(2);
+    // The data stays in the read buffer: no copy, no allocation.
+    let mut message = Message::with_bytes(frame.freeze())
         .expect("length checked against MAX_MSG_SIZE")
         .with_sender(sender_pid);
-    for _ in 0..cap_count {
-        message.push_cap(ChannelId(frame.get_u32_le())).expect("count checked against MAX_CAPS");
+    for &cap in &caps[..usize::from(cap_count)] {
+        message.push_cap(cap).expect("count checked against MAX_CAPS");
     }
     Ok(Some(Frame::Message { channel: ChannelId(channel), message }))
 }
@@ -328,5 +334,39 @@ mod tests {
         assert_eq!(decode_frame(&mut b).unwrap(), Some(frame));
         assert_eq!(decode_frame(&mut b).unwrap(), Some(Frame::Close { channel: ChannelId(7) }));
         assert_eq!(decode_frame(&mut b).unwrap(), None);
+    }
+
+    #[test]
+    fn a_decoded_messages_data_is_the_read_buffers_bytes_and_its_caps_are_inline() {
+        let mut b = BytesMut::new();
+        for (data, caps) in [
+            (&b"first"[..], &[][..]),
+            (&b"second"[..], &[ChannelId(5), ChannelId(6), ChannelId(7), ChannelId(8)][..]),
+        ] {
+            let mut m = Message::with_data(data).unwrap().with_sender(2);
+            for &cap in caps {
+                m.push_cap(cap).unwrap();
+            }
+            encode_frame(&Frame::Message { channel: ChannelId(4), message: m }, &mut b);
+        }
+        let buffer = b.as_ptr_range();
+        let inside = |m: &Message| buffer.contains(&m.data().as_ptr());
+        let Some(Frame::Message { message: first, .. }) = decode_frame(&mut b).unwrap() else { panic!() };
+        let Some(Frame::Message { message: second, .. }) = decode_frame(&mut b).unwrap() else { panic!() };
+        assert!(inside(&first) && inside(&second), "no copy");
+        assert_eq!((first.data(), first.caps(), first.sender_pid()), (&b"first"[..], &[][..], 2));
+        assert_eq!(second.data(), b"second");
+        assert_eq!(second.caps(), [ChannelId(5), ChannelId(6), ChannelId(7), ChannelId(8)]);
+        let mut too_many = second.clone();
+        assert!(too_many.push_cap(ChannelId(9)).is_err());
+        assert_eq!(too_many, second, "a refused cap changes nothing");
+        #[cfg(feature = "client")]
+        {
+            let mut kept = second.clone();
+            kept.detach();
+            assert!(!inside(&kept), "a message kept for later has its own bytes");
+            assert_eq!(kept, second);
+        }
+        assert_eq!(second.into_data(), b"second", "copied out of the shared buffer");
     }
 }

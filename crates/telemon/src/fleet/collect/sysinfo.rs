@@ -318,7 +318,7 @@ where
                 }
                 None => continue,
             },
-            Some(m) => match open.entry(channel).or_default().push_owned(m.into_data()) {
+            Some(m) => match open.entry(channel).or_default().push(m.data()) {
                 Ok(done) => done,
                 Err(e) => {
                     open.remove(&channel);
