@@ -50,11 +50,11 @@ fn chunks(text: &str) -> Vec<Message> {
     v
 }
 
-/// What the client does with the messages it received: keep their buffers, join them, parse.
+/// What the client does with the messages it received: append their data to one buffer, parse it.
 fn reassemble_and_parse(command: SysinfoCommand, messages: Vec<Message>) -> Report {
     let mut r = Reassembler::default();
     for m in messages {
-        if r.push_owned(m.into_data()).unwrap() {
+        if r.push(m.data()).unwrap() {
             break;
         }
     }
