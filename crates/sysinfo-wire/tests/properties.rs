@@ -116,7 +116,7 @@ fn memstat() -> impl Strategy<Value = Memstat> {
     });
     let process = (any::<u64>(), name(), any::<u64>()).prop_map(|(pid, name, mem_kib)| ProcessMemory {
         pid,
-        name,
+        name: name.into(),
         mem_kib,
     });
     (heap, prop::collection::vec(tag, 0..32), prop::collection::vec(process, 0..30))
@@ -160,13 +160,13 @@ fn watchdog() -> impl Strategy<Value = Watchdog> {
     let enabled = (
         prop::option::of(any::<u64>()),
         prop::collection::vec(
-            ("[a-z]{1,12}", any::<u64>()).prop_map(|(name, ago_ms)| Heartbeat { name, ago_ms }),
+            ("[a-z]{1,12}", any::<u64>()).prop_map(|(name, ago_ms)| Heartbeat { name: name.into(), ago_ms }),
             0..6,
         ),
         prop::collection::vec(
             (0u64..100_000, name(), any::<u64>()).prop_map(|(pid, name, ago_ms)| CriticalProcess {
                 pid,
-                name,
+                name: name.into(),
                 ago_ms,
             }),
             0..6,

@@ -3,6 +3,7 @@
 //! `tick` of elapsed time, whenever a report is rendered; every report is rendered by the same
 //! formatters the client parses with.
 
+use std::borrow::Cow;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -194,7 +195,7 @@ const TRACE_LABELS: [&str; 10] = [
 ];
 /// The sysinfo service's slot in the process table (its pid; `BOOT_NAMES[3]`).
 const SYSINFO_SLOT: usize = crate::SYSINFO_PID as usize;
-const SLOTS: [&str; 4] = ["init", "console", "timer", "sysinfo"];
+const SLOTS: [&str; 4] = sysinfo_wire::report::HEARTBEAT_SLOTS;
 
 // Kstat indexes, in KSTAT_COUNTERS order.
 const SCHED_SWITCHES: usize = 0;
@@ -657,7 +658,11 @@ impl System {
             .enumerate()
             .filter_map(|(pid, p)| p.as_ref().map(|p| (pid, p)))
             .filter(|(_, p)| p.state != ProcState::Dead)
-            .map(|(pid, p)| ProcessMemory { pid: pid as u64, name: p.name.clone(), mem_kib: p.pages * 4 })
+            .map(|(pid, p)| ProcessMemory {
+                pid: pid as u64,
+                name: p.name.as_str().into(),
+                mem_kib: p.pages * 4,
+            })
             .collect();
         Memstat { heap: Some(heap), tags, processes, unknown: Vec::new() }
     }
@@ -700,7 +705,7 @@ impl System {
             kernel_tasks: SLOTS
                 .iter()
                 .zip(self.slot_beats)
-                .map(|(name, last)| Heartbeat { name: (*name).to_owned(), ago_ms: ms(last) })
+                .map(|(name, last)| Heartbeat { name: Cow::Borrowed(*name), ago_ms: ms(last) })
                 .collect(),
             critical_processes: self
                 .procs
@@ -710,7 +715,7 @@ impl System {
                 .filter(|(_, p)| p.critical && p.state != ProcState::Dead)
                 .map(|(pid, p)| CriticalProcess {
                     pid: pid as u64,
-                    name: p.name.clone(),
+                    name: p.name.as_str().into(),
                     ago_ms: if p.last_heartbeat > 0 { ms(p.last_heartbeat) } else { 0 },
                 })
                 .collect(),

@@ -121,7 +121,15 @@ impl Histogram {
                     _ => false,
                 }
             } else {
-                parse_bucket(line).map(|b| h.buckets.push(b)).is_some()
+                parse_bucket(line)
+                    .map(|b| {
+                        if h.buckets.capacity() == 0 {
+                            // One allocation for the buckets the kernel can print.
+                            h.buckets.reserve_exact(HIST_BUCKETS);
+                        }
+                        h.buckets.push(b)
+                    })
+                    .is_some()
             };
             if !known {
                 h.unknown.push(UnknownLine::new(i + 1, line));

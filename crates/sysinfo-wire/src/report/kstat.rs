@@ -66,6 +66,8 @@ impl Kstat {
     /// Parses Kstat text.
     pub fn parse(text: &str) -> Self {
         let mut k = Kstat::default();
+        // One allocation for the kernel's counters.
+        k.counters.reserve_exact(KSTAT_COUNTERS.len());
         for (i, line) in super::lines(text).enumerate() {
             match parse_counter(line) {
                 Some(c) => k.counters.push(c),

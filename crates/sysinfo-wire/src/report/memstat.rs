@@ -5,7 +5,7 @@
 use crate::prelude::*;
 use core::fmt::Write as _;
 
-use super::{push_unknown, Cursor, UnknownLine};
+use super::{push_unknown, Cursor, ProcessName, UnknownLine};
 
 const TAG_HEADER: &str = "  Tag     Current    Peak  Allocs";
 const TAG_DASHES: &str = "  ----  ---------  ------  ------";
@@ -51,8 +51,8 @@ pub struct HeapTag {
 pub struct ProcessMemory {
     /// The pid.
     pub pid: u64,
-    /// The name.
-    pub name: String,
+    /// The name (inline: the kernel's names are at most 16 bytes).
+    pub name: ProcessName,
     /// KiB owned.
     pub mem_kib: u64,
 }
@@ -103,6 +103,9 @@ fn parse_tag(line: &str) -> Option<HeapTag> {
     })
 }
 
+/// The shortest process row with its newline: `  {:3}  {:<16}  {:>4}K`.
+const PROCESS_ROW_LEN: usize = 2 + 3 + 2 + 16 + 2 + 4 + 1 + 1;
+
 fn parse_process(line: &str) -> Option<ProcessMemory> {
     let mut c = Cursor::new(line);
     c.lit("  ")?;
@@ -115,7 +118,7 @@ fn parse_process(line: &str) -> Option<ProcessMemory> {
     if !mem.is_empty() {
         return None;
     }
-    Some(ProcessMemory { pid, name: rest[..gap].trim_end_matches(' ').to_owned(), mem_kib })
+    Some(ProcessMemory { pid, name: ProcessName::new(rest[..gap].trim_end_matches(' ')), mem_kib })
 }
 
 impl Memstat {
@@ -128,6 +131,9 @@ impl Memstat {
                 TAG_HEADER | TAG_DASHES | PROCESS_HEADER | PROCESS_DASHES | "" => true,
                 PROCESS_TITLE => {
                     in_processes = true;
+                    // One allocation: a row is at least `PROCESS_ROW_LEN` bytes of what follows.
+                    let rest = text.len() - (line.as_ptr() as usize - text.as_ptr() as usize);
+                    m.processes.reserve(rest / PROCESS_ROW_LEN);
                     true
                 }
                 _ if m.heap.is_none() && line.starts_with("Kernel heap: ") => match parse_heap(line) {

@@ -26,7 +26,7 @@ pub use memstat::{HeapSummary, HeapTag, Memstat, ProcessMemory, HEAP_TAGS};
 pub use ps::{BlockedOn, CpuShare, ProcState, Ps, PsRow};
 pub use short::{ProcessName, ShortStr, TraceLabel};
 pub use trace::{Trace, TraceEntry, NO_TRACE_ENTRIES, TRACE_LABEL_MAX};
-pub use watchdog::{CriticalProcess, Heartbeat, Watchdog};
+pub use watchdog::{CriticalProcess, Heartbeat, Watchdog, HEARTBEAT_SLOTS};
 
 use crate::message::{SysinfoCommand, UNKNOWN_COMMAND_TEXT};
 
@@ -245,7 +245,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_kernels_own_counter_and_tag_names_are_borrowed_and_others_owned() {
+    fn the_kernels_own_counter_tag_and_slot_names_are_borrowed_and_others_owned() {
         let k = kstat::Kstat::parse("  SCHED_SWITCHES           12\n  NEW_COUNTER              3\n");
         assert!(matches!(k.counters[0].name, Cow::Borrowed("SCHED_SWITCHES")), "{k:?}");
         assert!(matches!(&k.counters[1].name, Cow::Owned(n) if n == "NEW_COUNTER"), "{k:?}");
@@ -253,6 +253,19 @@ mod tests {
         let m = memstat::Memstat::parse(text);
         assert!(matches!(m.tags[0].tag, Cow::Borrowed("IPC_")), "{m:?}");
         assert!(matches!(&m.tags[1].tag, Cow::Owned(t) if t == "ZZZZ"), "{m:?}");
+        let beat = |name: &str| watchdog::Heartbeat { name: name.to_owned().into(), ago_ms: 5 };
+        let w = watchdog::Watchdog {
+            enabled: true,
+            timeout_secs: Some(10),
+            timeout_ticks: Some(100),
+            kernel_tasks: vec![beat("timer"), beat("extra")],
+            critical_processes: vec![watchdog::CriticalProcess { pid: 3, name: "shell".into(), ago_ms: 7 }],
+            ..Default::default()
+        };
+        let parsed = watchdog::Watchdog::parse(&w.render());
+        assert_eq!(parsed, w);
+        assert!(matches!(parsed.kernel_tasks[0].name, Cow::Borrowed("timer")), "{parsed:?}");
+        assert!(matches!(&parsed.kernel_tasks[1].name, Cow::Owned(n) if n == "extra"), "{parsed:?}");
     }
 
     #[test]

@@ -4,19 +4,22 @@
 use crate::prelude::*;
 use core::fmt::Write as _;
 
-use super::{push_unknown, Cursor, UnknownLine};
+use super::{push_unknown, Cursor, ProcessName, UnknownLine};
 
 const KERNEL_TITLE: &str = "  Kernel task heartbeats:";
 const CRITICAL_TITLE: &str = "  Critical user processes:";
 const NONE_LINE: &str = "    (none or scheduler locked)";
 const LAST: &str = " last heartbeat ";
 
+/// The kernel's heartbeat slots (`kernel/src/watchdog.rs`).
+pub const HEARTBEAT_SLOTS: [&str; 4] = ["init", "console", "timer", "sysinfo"];
+
 /// A kernel task's heartbeat: `    {:<12} last heartbeat {}ms ago`.
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Heartbeat {
-    /// The slot name: `init`, `console`, `timer`, `sysinfo`.
-    pub name: String,
+    /// The slot name: one of [`HEARTBEAT_SLOTS`] (borrowed), or another (owned).
+    pub name: Cow<'static, str>,
     /// Milliseconds since its last heartbeat.
     pub ago_ms: u64,
 }
@@ -27,8 +30,8 @@ pub struct Heartbeat {
 pub struct CriticalProcess {
     /// The pid.
     pub pid: u64,
-    /// The name.
-    pub name: String,
+    /// The name (inline: the kernel's names are at most 16 bytes).
+    pub name: ProcessName,
     /// Milliseconds since its last heartbeat.
     pub ago_ms: u64,
 }
@@ -75,7 +78,7 @@ fn parse_heartbeat(line: &str) -> Option<Heartbeat> {
     if name.is_empty() || name.starts_with(' ') || name.starts_with("PID ") {
         return None;
     }
-    Some(Heartbeat { name: name.to_owned(), ago_ms: ago(&rest[at + LAST.len()..])? })
+    Some(Heartbeat { name: super::known(&HEARTBEAT_SLOTS, name), ago_ms: ago(&rest[at + LAST.len()..])? })
 }
 
 fn parse_critical(line: &str) -> Option<CriticalProcess> {
@@ -87,7 +90,7 @@ fn parse_critical(line: &str) -> Option<CriticalProcess> {
     let at = rest.rfind(LAST)?;
     Some(CriticalProcess {
         pid,
-        name: rest[..at].trim_end_matches(' ').to_owned(),
+        name: ProcessName::new(rest[..at].trim_end_matches(' ')),
         ago_ms: ago(&rest[at + LAST.len()..])?,
     })
 }

@@ -4,6 +4,7 @@
 //! already hold its values), except for the reports with counters, whose rates must fall to 0. Trace is not a metric and TraceClear changes the kernel's state: neither
 //! is asked for.
 
+use std::fmt::Write as _;
 use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
@@ -551,11 +552,13 @@ fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog, sweep: 
     let help = "Seconds since the task's last watchdog heartbeat.";
     let family = "rvos_watchdog_heartbeat_age_seconds";
     for t in &w.kernel_tasks {
-        let l = [("task", t.name.as_str())];
+        let l = [("task", &*t.name)];
         rows.row(&[&t.name]).put(p, family, help, MetricKind::Gauge, &l, t.ago_ms as f64 / 1000.0);
     }
+    let mut task = String::new();
     for c in &w.critical_processes {
-        let task = format!("{}[{}]", c.name, c.pid);
+        task.clear();
+        let _ = write!(task, "{}[{}]", c.name, c.pid);
         let l = [("task", task.as_str())];
         rows.row(&[&task]).put(p, family, help, MetricKind::Gauge, &l, c.ago_ms as f64 / 1000.0);
     }
