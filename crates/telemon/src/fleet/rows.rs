@@ -9,6 +9,7 @@
 //! the key the row had in the report before, at about the same position, and reuses that row's
 //! slots.
 
+use std::cell::Cell;
 use std::ops::Range;
 
 use super::model::MetricKind;
@@ -33,14 +34,35 @@ struct Pass {
     slots: Vec<Option<SlotId>>,
 }
 
+thread_local! {
+    /// The pass being made, between [`RowCache::begin`] and [`RowCache::end`]: one per thread, as large
+    /// as the largest pass, so that a pass allocates nothing.
+    static SCRATCH: Cell<Pass> = const { Cell::new(Pass::EMPTY) };
+}
+
 impl Pass {
-    /// An empty pass with room for one like `like`.
-    fn sized_like(like: &Pass) -> Pass {
-        Pass {
-            keys: Vec::with_capacity(like.keys.len()),
-            rows: Vec::with_capacity(like.rows.len()),
-            slots: Vec::with_capacity(like.slots.len()),
+    const EMPTY: Pass = Pass { keys: Vec::new(), rows: Vec::new(), slots: Vec::new() };
+
+    /// Makes this pass a copy of `from`, in its own allocations when they are large enough (and not
+    /// more than twice as large: a report that shrank gives its room back).
+    fn copy_from(&mut self, from: &Pass) {
+        fn copy<T: Copy>(to: &mut Vec<T>, from: &[T]) {
+            if to.capacity() < from.len() || to.capacity() > 2 * from.len() {
+                *to = Vec::with_capacity(from.len());
+            }
+            to.clear();
+            to.extend_from_slice(from);
         }
+        copy(&mut self.keys, &from.keys);
+        copy(&mut self.rows, &from.rows);
+        copy(&mut self.slots, &from.slots);
+    }
+
+    /// Empties the pass, keeping its room.
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.rows.clear();
+        self.slots.clear();
     }
 
     /// Row `i`'s key and the range of its slots.
@@ -77,16 +99,20 @@ pub struct RowCache {
 
 impl RowCache {
     /// Starts a pass over the report: the rows of the pass before become what the next rows are
-    /// matched against.
+    /// matched against, and the new rows go into this thread's scratch pass.
     pub fn begin(&mut self) {
         self.prev = std::mem::take(&mut self.next);
-        self.next = Pass::sized_like(&self.prev);
+        self.next = SCRATCH.take();
+        self.next.clear();
         self.at = 0;
     }
 
-    /// Ends a pass: the pass before is forgotten.
+    /// Ends a pass: it is kept in the pass before's vectors (sized for it: a report of the same size
+    /// allocates nothing), and the scratch goes back to the thread.
     pub fn end(&mut self) {
-        self.prev = Pass::default();
+        let mut kept = std::mem::take(&mut self.prev);
+        kept.copy_from(&self.next);
+        SCRATCH.set(std::mem::replace(&mut self.next, kept));
     }
 
     /// Starts the next row, identified by the text `fields` of its key (e.g. a process's pid and
@@ -200,6 +226,35 @@ mod tests {
             assert!(v.iter().any(|s| s == want), "{want} in {v:?}");
         }
         assert!(v.iter().any(|s| s == "a{name=\"y\"} Some(5.0)"), "y was not set again, not moved: {v:?}");
+    }
+
+    #[test]
+    fn caches_share_the_threads_scratch_and_keep_their_pass_in_their_own_room() {
+        let (reg, mut p) = publisher(Protocol::Sysinfo);
+        let (mut small, mut large) = (RowCache::default(), RowCache::default());
+        let pass = |p: &mut Publisher, cache: &mut RowCache, family: &'static str, n: u64, v: u64| {
+            cache.begin();
+            for i in 0..n {
+                let name = i.to_string();
+                cache.row(&[&name]).put(p, family, "h", MetricKind::Gauge, &[("name", &name)], v + i);
+            }
+            cache.end();
+        };
+        for round in 0..3 {
+            let before = (small.next.keys.as_ptr(), large.next.slots.as_ptr());
+            pass(&mut p, &mut small, "s", 2, 100 * round);
+            pass(&mut p, &mut large, "l", 40, 100 * round);
+            if round > 0 {
+                let after = (small.next.keys.as_ptr(), large.next.slots.as_ptr());
+                assert_eq!(before, after, "a pass of the same size is kept where the one before was");
+            }
+        }
+        assert_eq!(small.hits + large.hits, 2 * 42, "every row found after the first round");
+        assert!(small.next.keys.capacity() < 8, "the small report's pass is not the scratch's size");
+        let v = values(&reg, &mut p);
+        for want in ["s{name=\"1\"} Some(201.0)", "l{name=\"39\"} Some(239.0)"] {
+            assert!(v.iter().any(|s| s == want), "{want} in {v:?}");
+        }
     }
 
     #[test]
