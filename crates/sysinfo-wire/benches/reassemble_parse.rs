@@ -50,11 +50,11 @@ fn chunks(text: &str) -> Vec<Message> {
     v
 }
 
-/// What the client does with the messages it received: append their data to one buffer, parse it.
+/// What the client does with the messages it received: keep their bytes, join them, parse.
 fn reassemble_and_parse(command: SysinfoCommand, messages: Vec<Message>) -> Report {
     let mut r = Reassembler::default();
     for m in messages {
-        if r.push(m.data()).unwrap() {
+        if r.push_bytes(m.into_bytes()).unwrap() {
             break;
         }
     }

@@ -447,7 +447,7 @@ impl Client {
             };
             let Ok((_, reassembler)) = &mut slots[i] else { continue };
             let done = match message {
-                Some(chunk) => match reassembler.push(chunk.data()) {
+                Some(chunk) => match reassembler.push_bytes(chunk.into_bytes()) {
                     Ok(done) => done,
                     Err(e) => {
                         slots[i] = Err(e.into());
@@ -576,7 +576,7 @@ impl Client {
         loop {
             match self.recv(channel).await? {
                 Some(chunk) => {
-                    if reassembler.push(chunk.data())? {
+                    if reassembler.push_bytes(chunk.into_bytes())? {
                         break;
                     }
                 }

@@ -7,6 +7,7 @@
 #[allow(unused_imports)]
 use crate::prelude::*;
 use crate::wire::MAX_MSG_SIZE;
+use bytes::Bytes;
 
 /// The default cap on a reassembled reply: 4 MiB, far above a full 16384-entry trace ring (~1 MiB at most).
 pub const DEFAULT_MAX_RESPONSE: usize = 4 * 1024 * 1024;
@@ -69,11 +70,12 @@ pub struct Reply {
 
 /// Collects chunks until the sentinel or a close.
 ///
-/// Chunks are appended to one buffer as they come (the first owned chunk becomes that buffer, see
-/// [`Reassembler::push_owned`]), which becomes the reply's text when it is finished.
+/// Chunks are kept as they came, without a copy when they come as [`Bytes`] (a decoded message's data,
+/// see [`Reassembler::push_bytes`]) or as a `Vec` ([`Reassembler::push_owned`]), and joined once, into an
+/// allocation of the exact size, when the reply is finished.
 #[derive(Debug, Clone)]
 pub struct Reassembler {
-    text: Vec<u8>,
+    parts: Vec<Bytes>,
     len: usize,
     max: usize,
     chunks: usize,
@@ -89,25 +91,36 @@ impl Default for Reassembler {
 impl Reassembler {
     /// A reassembler that refuses replies over `max` bytes.
     pub fn new(max: usize) -> Self {
-        Reassembler { text: Vec::new(), len: 0, max, chunks: 0, end: None }
+        Reassembler { parts: Vec::new(), len: 0, max, chunks: 0, end: None }
     }
 
     /// Takes one chunk's data. An empty chunk is the sentinel: returns `Ok(true)` once the reply is complete.
     pub fn push(&mut self, chunk: &[u8]) -> Result<bool, ReassemblyError> {
         self.accept(chunk.len())?;
-        self.text.extend_from_slice(chunk);
+        self.keep(Bytes::copy_from_slice(chunk));
         Ok(self.end.is_some())
     }
 
     /// Like [`Reassembler::push`], keeping the chunk's buffer instead of copying it.
     pub fn push_owned(&mut self, chunk: Vec<u8>) -> Result<bool, ReassemblyError> {
+        self.push_bytes(Bytes::from(chunk))
+    }
+
+    /// Like [`Reassembler::push`], keeping the chunk's bytes (e.g. [`Message::into_bytes`], which are
+    /// the connection's read buffer) instead of copying them.
+    ///
+    /// [`Message::into_bytes`]: crate::Message::into_bytes
+    pub fn push_bytes(&mut self, chunk: Bytes) -> Result<bool, ReassemblyError> {
         self.accept(chunk.len())?;
-        if self.text.is_empty() {
-            self.text = chunk;
-        } else {
-            self.text.extend_from_slice(&chunk);
-        }
+        self.keep(chunk);
         Ok(self.end.is_some())
+    }
+
+    /// Keeps an accepted chunk (the sentinel is not kept).
+    fn keep(&mut self, chunk: Bytes) {
+        if !chunk.is_empty() {
+            self.parts.push(chunk);
+        }
     }
 
     /// Checks a chunk of `len` bytes against the limits and the state, and counts it.
@@ -152,9 +165,20 @@ impl Reassembler {
     }
 
     /// The reply; if neither a sentinel nor a close was seen, it ended by [`End::Closed`].
-    pub fn finish(self) -> Reply {
+    pub fn finish(mut self) -> Reply {
         let end = self.end.unwrap_or(End::Closed);
-        let (text, lossy) = match String::from_utf8(self.text) {
+        let bytes = match self.parts.len() {
+            // Without a copy when the one chunk's buffer is its own.
+            1 => self.parts.pop().map(Vec::from).unwrap_or_default(),
+            _ => {
+                let mut joined = Vec::with_capacity(self.len);
+                for part in &self.parts {
+                    joined.extend_from_slice(part);
+                }
+                joined
+            }
+        };
+        let (text, lossy) = match String::from_utf8(bytes) {
             Ok(text) => (text, false),
             Err(e) => (String::from_utf8_lossy(e.as_bytes()).into_owned(), true),
         };
@@ -186,10 +210,17 @@ mod tests {
         let mut r = Reassembler::default();
         r.push_owned(b"ab".to_vec()).unwrap();
         r.push(b"cd").unwrap();
-        r.push_owned(b"ef".to_vec()).unwrap();
+        let buffer = Bytes::from_static(b"..ef..");
+        r.push_bytes(buffer.slice(2..4)).unwrap();
         assert!(r.push_owned(Vec::new()).unwrap());
         let reply = r.finish();
         assert_eq!((reply.text.as_str(), reply.chunks, reply.end), ("abcdef", 3, End::Sentinel));
+        // One chunk whose buffer is its own becomes the text without a copy.
+        let mut r = Reassembler::default();
+        let chunk = b"whole".to_vec();
+        let at = chunk.as_ptr();
+        r.push_owned(chunk).unwrap();
+        assert_eq!(r.finish().text.as_ptr(), at);
         let mut r = Reassembler::default();
         r.push(&[0xff, b'x']).unwrap();
         r.close();

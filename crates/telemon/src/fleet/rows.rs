@@ -43,11 +43,12 @@ thread_local! {
 impl Pass {
     const EMPTY: Pass = Pass { keys: Vec::new(), rows: Vec::new(), slots: Vec::new() };
 
-    /// Makes this pass a copy of `from`, in its own allocations when they are large enough (and not
-    /// more than twice as large: a report that shrank gives its room back).
+    /// Makes this pass a copy of `from`, in its own allocations when they are large enough and at most
+    /// a sixteenth larger (a cache holds its pass between reports: a thousand targets' passes are
+    /// megabytes, and spare room would be a share of them).
     fn copy_from(&mut self, from: &Pass) {
         fn copy<T: Copy>(to: &mut Vec<T>, from: &[T]) {
-            if to.capacity() < from.len() || to.capacity() > 2 * from.len() {
+            if to.capacity() < from.len() || to.capacity() - from.len() > from.len() / 16 {
                 *to = Vec::with_capacity(from.len());
             }
             to.clear();

@@ -319,7 +319,7 @@ where
                 }
                 None => continue,
             },
-            Some(m) => match open.entry(channel).or_default().push(m.data()) {
+            Some(m) => match open.entry(channel).or_default().push_bytes(m.into_bytes()) {
                 Ok(done) => done,
                 Err(e) => {
                     open.remove(&channel);
