@@ -112,14 +112,25 @@ mod structured {
         }
     }
 
+    /// How a chunk is handed over.
+    #[derive(Debug, Arbitrary, Clone, Copy)]
+    enum How {
+        /// `push`: copied.
+        Copied,
+        /// `push_owned`: its `Vec` kept.
+        Owned,
+        /// `push_bytes` of a slice of a larger buffer, as a decoded message's data is.
+        Shared,
+    }
+
     #[derive(Debug, Arbitrary)]
     enum Op {
         /// Finishes the current reply and starts a new reassembler.
         Restart(Limit),
-        /// A chunk, copied (`push`) or kept (`push_owned`); an empty one is the sentinel.
-        Push { data: Vec<u8>, owned: bool },
+        /// A chunk, pushed `how`; an empty one is the sentinel.
+        Push { data: Vec<u8>, how: How },
         /// A chunk of `len % 2048` copies of `byte` (so chunks over a message's size are cheap to make).
-        Fill { len: u16, byte: u8, owned: bool },
+        Fill { len: u16, byte: u8, how: How },
         /// A whole reply as the service sends it: `chunk_text`, then the sentinel.
         Service(Vec<u8>),
         /// The channel closed.
@@ -197,9 +208,19 @@ mod structured {
     }
 
     impl Harness {
-        fn push(&mut self, chunk: Vec<u8>, owned: bool) -> Result<bool, ReassemblyError> {
+        fn push(&mut self, chunk: Vec<u8>, how: How) -> Result<bool, ReassemblyError> {
             let expected = self.model.push(&chunk);
-            let got = if owned { self.r.push_owned(chunk) } else { self.r.push(&chunk) };
+            let got = match how {
+                How::Copied => self.r.push(&chunk),
+                How::Owned => self.r.push_owned(chunk),
+                How::Shared => {
+                    let mut buffer = Vec::with_capacity(chunk.len() + 2);
+                    buffer.push(b'<');
+                    buffer.extend_from_slice(&chunk);
+                    buffer.push(b'>');
+                    self.r.push_bytes(bytes::Bytes::from(buffer).slice(1..1 + chunk.len()))
+                }
+            };
             assert_eq!(got, expected);
             got
         }
@@ -212,11 +233,11 @@ mod structured {
                     assert_eq!(r.finish(), self.model.reply());
                     self.model = Model::new(max);
                 }
-                Op::Push { data, owned } => {
-                    let _ = self.push(data, owned);
+                Op::Push { data, how } => {
+                    let _ = self.push(data, how);
                 }
-                Op::Fill { len, byte, owned } => {
-                    let _ = self.push(vec![byte; usize::from(len % 2048)], owned);
+                Op::Fill { len, byte, how } => {
+                    let _ = self.push(vec![byte; usize::from(len % 2048)], how);
                 }
                 Op::Service(text) => {
                     let fresh = self.model.bytes.is_empty() && self.model.end.is_none();
@@ -228,7 +249,7 @@ mod structured {
                     );
                     let mut complete = false;
                     for chunk in chunks.into_iter().chain([&[][..]]) {
-                        match self.push(chunk.to_vec(), false) {
+                        match self.push(chunk.to_vec(), How::Shared) {
                             Ok(done) => complete = done,
                             Err(_) => break,
                         }

@@ -300,6 +300,8 @@ proptest! {
     fn arbitrary_bytes_never_panic(data in prop::collection::vec(any::<u8>(), 0..2048)) {
         sysinfo_wire::fuzz::wire(&data);
         sysinfo_wire::fuzz::reports(&data);
+        // The reassembler against its model, with chunks copied, owned and shared.
+        sysinfo_wire::fuzz::reassembler(&data);
     }
 
     #[test]
