@@ -171,6 +171,8 @@ pub struct Client {
     peer_closed: HashSet<ChannelId>,
     /// Channels whose replies have ended and whose `CLOSE` goes out with the next write.
     owed_closes: Vec<ChannelId>,
+    /// The room of a batch's list of open channels, kept between batches.
+    opened: Vec<ChannelId>,
 }
 
 impl std::fmt::Debug for Client {
@@ -199,6 +201,7 @@ impl Client {
             queued: HashMap::new(),
             peer_closed: HashSet::new(),
             owed_closes: Vec::new(),
+            opened: Vec::new(),
         }
     }
 
@@ -369,7 +372,7 @@ impl Client {
         requests: &[&[u8]],
     ) -> Result<Vec<Result<Reply, ClientError>>, ClientError> {
         let after = self.config.request_timeout;
-        let mut opened = Vec::new();
+        let mut opened = std::mem::take(&mut self.opened);
         let result = tokio::time::timeout(after, async {
             let mut replies = Vec::with_capacity(requests.len());
             for round in requests.chunks(MAX_PIPELINE) {
@@ -382,7 +385,9 @@ impl Client {
         if !opened.is_empty() {
             // Best effort, as in `request_raw`: one write for all the closes still owed.
             let _ = tokio::time::timeout(after, self.close_all(&opened)).await;
+            opened.clear();
         }
+        self.opened = opened;
         self.idle();
         result
     }
@@ -439,7 +444,6 @@ impl Client {
         }
         SinkExt::<Frame>::flush(&mut self.framed).await?;
         let mut waiting = slots.iter().filter(|s| s.is_ok()).count();
-        let mut ended = Vec::new();
         while waiting > 0 {
             let (channel, message) = self.recv_any(opened).await?;
             let Some(i) = slots.iter().position(|s| matches!(s, Ok((c, _)) if *c == channel)) else {
@@ -465,21 +469,25 @@ impl Client {
             };
             if done {
                 waiting -= 1;
-                ended.push(channel);
-                // Chunks still queued for it are dropped with it (the kernel drops them with the endpoint).
+                // Its CLOSE goes out with the next write. Chunks still queued for it are dropped with it
+                // (the kernel drops them with the endpoint).
+                opened.retain(|&c| c != channel);
+                self.owed_closes.push(channel);
                 self.forget(channel);
             }
         }
-        opened.retain(|c| !ended.contains(c));
-        self.owed_closes.extend(ended);
         Ok(slots.into_iter().map(|s| s.map(|(_, r)| r.finish())).collect())
     }
 
     /// Queues the `CLOSE`s owed for ended replies in front of the next write (not flushed).
     async fn feed_owed_closes(&mut self) -> Result<(), ClientError> {
-        for channel in std::mem::take(&mut self.owed_closes) {
+        let mut closes = std::mem::take(&mut self.owed_closes);
+        for &channel in &closes {
             self.framed.feed(Frame::Close { channel }).await?;
         }
+        // Its room is kept for the next batch's.
+        closes.clear();
+        self.owed_closes = closes;
         Ok(())
     }
 

@@ -89,6 +89,8 @@ impl Channels {
     /// Parses Channels text.
     pub fn parse(text: &str) -> Self {
         let mut ch = Channels::default();
+        // One allocation: a row is at least as long as the dashes under the header, and its newline.
+        ch.channels.reserve(text.len() / (DASHES.len() + 1));
         for (i, line) in super::lines(text).enumerate() {
             if line == HEADER || line == DASHES {
                 continue;
