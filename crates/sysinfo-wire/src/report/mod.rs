@@ -158,8 +158,6 @@ impl Report {
     }
 }
 
-/// The lines of a reply: split at `\n`, with any trailing `\r`s dropped (saved reports may have CRLF endings;
-/// the kernel never prints `\r`).
 /// `name` as the entry of `known` it equals (borrowed, nothing allocated), or owned when none does.
 pub(crate) fn known(known: &[&'static str], name: &str) -> Cow<'static, str> {
     match known.iter().find(|k| **k == name) {
@@ -168,6 +166,8 @@ pub(crate) fn known(known: &[&'static str], name: &str) -> Cow<'static, str> {
     }
 }
 
+/// The lines of a reply: split at `\n`, with any trailing `\r`s dropped (saved reports may have CRLF endings;
+/// the kernel never prints `\r`).
 pub(crate) fn lines(text: &str) -> impl Iterator<Item = &str> {
     text.split_terminator('\n').map(|line| line.trim_end_matches('\r'))
 }
