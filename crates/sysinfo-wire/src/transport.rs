@@ -107,17 +107,8 @@ pub enum TransportError {
 pub fn encode_frame(frame: &Frame, dst: &mut BytesMut) {
     match frame {
         Frame::Message { channel, message } => {
-            dst.reserve(1 + 4 + 8 + 1 + 4 * message.caps().len() + 2 + message.len());
-            dst.put_u8(KIND_MESSAGE);
-            dst.put_u32_le(channel.0);
-            dst.put_u64_le(message.sender_pid());
             // A Message never holds more than MAX_CAPS caps or MAX_MSG_SIZE bytes.
-            dst.put_u8(message.caps().len() as u8);
-            for cap in message.caps() {
-                dst.put_u32_le(cap.0);
-            }
-            dst.put_u16_le(message.len() as u16);
-            dst.put_slice(message.data());
+            put_message(dst, *channel, message.sender_pid(), message.caps(), message.data());
         }
         Frame::Close { channel } => {
             dst.put_u8(KIND_CLOSE);
@@ -137,14 +128,23 @@ pub fn encode_data_frame(
     if data.len() > MAX_MSG_SIZE {
         return Err(crate::WireError::BufferOverflow { max: MAX_MSG_SIZE });
     }
-    dst.reserve(1 + 4 + 8 + 1 + 2 + data.len());
+    put_message(dst, channel, 0, &[], data);
+    Ok(())
+}
+
+/// Appends a message frame; the caller has checked `caps` against [`MAX_CAPS`] and `data` against
+/// [`MAX_MSG_SIZE`].
+fn put_message(dst: &mut BytesMut, channel: ChannelId, sender_pid: u64, caps: &[ChannelId], data: &[u8]) {
+    dst.reserve(1 + 4 + 8 + 1 + 4 * caps.len() + 2 + data.len());
     dst.put_u8(KIND_MESSAGE);
     dst.put_u32_le(channel.0);
-    dst.put_u64_le(0);
-    dst.put_u8(0);
+    dst.put_u64_le(sender_pid);
+    dst.put_u8(caps.len() as u8);
+    for cap in caps {
+        dst.put_u32_le(cap.0);
+    }
     dst.put_u16_le(data.len() as u16);
     dst.put_slice(data);
-    Ok(())
 }
 
 /// Counts the work of [`decode_frame`] (calls, and bytes taken out), in this crate's unit tests only.
@@ -203,17 +203,12 @@ pub fn decode_frame(src: &mut BytesMut) -> Result<Option<Frame>, TransportError>
     frame.advance(5);
     let sender_pid = frame.get_u64_le();
     frame.advance(1);
-    let mut caps = [ChannelId(0); MAX_CAPS];
-    for cap in caps.iter_mut().take(usize::from(cap_count)) {
-        *cap = ChannelId(frame.get_u32_le());
-    }
-    frame.advance(2);
     // The data stays in the read buffer: no copy, no allocation.
-    let mut message = Message::with_bytes(frame.freeze())
-        .expect("length checked against MAX_MSG_SIZE")
-        .with_sender(sender_pid);
-    for &cap in &caps[..usize::from(cap_count)] {
-        message.push_cap(cap).expect("count checked against MAX_CAPS");
+    let data = frame.split_off(4 * usize::from(cap_count) + 2).freeze();
+    let mut message =
+        Message::with_bytes(data).expect("length checked against MAX_MSG_SIZE").with_sender(sender_pid);
+    for _ in 0..cap_count {
+        message.push_cap(ChannelId(frame.get_u32_le())).expect("count checked against MAX_CAPS");
     }
     Ok(Some(Frame::Message { channel: ChannelId(channel), message }))
 }
