@@ -250,9 +250,9 @@ fn record(p: &mut Publisher, seen: &mut Seen, token: u64, name: &str, index: &[u
             key.push_str(index);
             // Unchanged when its token's bytes were forgotten (a definition, a resync) and the same
             // string came: the series holds it, and the bytes are kept again below.
-            let unchanged = texts.current.get(key.as_str()).is_some_and(|old| **old == *text);
-            if !unchanged {
-                if let Some(old) = texts.current.get(key.as_str()) {
+            let old = texts.current.get(key.as_str());
+            if old.is_none_or(|old| **old != *text) {
+                if let Some(old) = old {
                     p.remove("smon_info", &[("name", name), ("index", index), ("value", old)]);
                 } else if texts.current.len() >= p.series_limit() {
                     return;
