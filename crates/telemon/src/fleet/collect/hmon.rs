@@ -70,9 +70,8 @@ impl Plan {
 
     fn with(facts: Vec<IdOrName>, events: Vec<IdOrName>, poll: Duration) -> Plan {
         let is_host = |f: &IdOrName| FactKind::resolve(f) == Some(FactKind::Host);
-        let polled: Vec<IdOrName> = facts.iter().filter(|f| !is_host(f)).cloned().collect();
-        let host_once = !polled.is_empty() && polled.len() < facts.len();
-        let polled = if host_once { polled } else { facts };
+        let host_once = facts.iter().any(is_host) && !facts.iter().all(is_host);
+        let polled = if host_once { facts.into_iter().filter(|f| !is_host(f)).collect() } else { facts };
         Plan { polled, host_once, events, poll }
     }
 
