@@ -359,7 +359,7 @@ fn unescape_label_value(v: &str) -> String {
 }
 
 /// A metric family of a target: name, HELP text and type.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Family {
     /// The family name, e.g. `sys161_kernel_instructions_total`.
     pub name: Arc<str>,
@@ -371,7 +371,7 @@ pub struct Family {
 
 /// One series in a schema: where its label text and its value are (12 bytes: a fleet's schemas
 /// hold hundreds of thousands).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct SeriesDef {
     /// Where its label text is in [`Schema::text`].
     pub(crate) text_at: u32,
@@ -399,8 +399,9 @@ impl SeriesDef {
     }
 }
 
-/// The structure of a target's series: families sorted by name, each with its series.
-#[derive(Debug, Default)]
+/// The structure of a target's series: families sorted by name, each with its series. Targets whose
+/// series are the same share one (see the store's `shared`).
+#[derive(Debug, Default, PartialEq, Eq, Hash)]
 pub struct Schema {
     pub(crate) families: Box<[Family]>,
     /// Per family, its range in `defs`.

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::num::NonZeroU32;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use tokio::time::Instant;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
@@ -166,7 +166,9 @@ pub struct SeriesStore {
     round: u32,
     epoch: Instant,
     families: Vec<StoreFamily>,
-    family_index: HashMap<Arc<str>, u16, DefaultHashBuilder>,
+    /// The families by name, once there are more than [`FEW_FAMILIES`] (fewer are searched in
+    /// `families`: most targets have a dozen, and the map cost each of them about 420 bytes).
+    family_index: Option<HashMap<Arc<str>, u16, DefaultHashBuilder>>,
     slots: Vec<Slot>,
     /// The values by slot index, when one changed since the last publish (else empty).
     samples: Vec<Sample>,
@@ -191,6 +193,9 @@ pub struct SeriesStore {
     schema: Option<Arc<Schema>>,
     hists_published: Option<Arc<[(u32, Hist)]>>,
 }
+
+/// The most families a store searches one by one, without a map by name.
+const FEW_FAMILIES: usize = 32;
 
 /// Marks a [`Slot::text_at`] in [`SeriesStore::pending`]; it also bounds the label text to 2 GiB.
 const PENDING: u32 = 1 << 31;
@@ -236,7 +241,7 @@ impl SeriesStore {
             round: 0,
             epoch: Instant::now(),
             families: Vec::new(),
-            family_index: HashMap::default(),
+            family_index: None,
             slots: Vec::new(),
             samples: Vec::new(),
             published: None,
@@ -280,7 +285,7 @@ impl SeriesStore {
     }
 
     fn family_id(&mut self, name: FamilyName<'_>, help: &'static str, kind: MetricKind) -> Option<u16> {
-        if let Some(&id) = self.family_index.get(name.as_str()) {
+        if let Some(id) = self.find_family(name.as_str()) {
             let f = &mut self.families[usize::from(id)].family;
             if f.kind != kind {
                 // A family's type is fixed by its first series; a collector never changes it.
@@ -293,8 +298,25 @@ impl SeriesStore {
         let name = name.to_arc();
         let f = StoreFamily { family: Family { name: name.clone(), help, kind }, live: 0, round: 0, seen: 0 };
         self.families.push(f);
-        self.family_index.insert(name, id);
+        match &mut self.family_index {
+            Some(index) => {
+                index.insert(name, id);
+            }
+            None if self.families.len() > FEW_FAMILIES => {
+                let names = self.families.iter().enumerate().map(|(i, f)| (f.family.name.clone(), i as u16));
+                self.family_index = Some(names.collect());
+            }
+            None => {}
+        }
         Some(id)
+    }
+
+    /// The index of the family `name`, if the store has it.
+    fn find_family(&self, name: &str) -> Option<u16> {
+        match &self.family_index {
+            Some(index) => index.get(name).copied(),
+            None => self.families.iter().position(|f| *f.family.name == *name).map(|i| i as u16),
+        }
     }
 
     /// The slot of the series `family{labels}`, created when new. Label values longer than
@@ -509,7 +531,7 @@ impl SeriesStore {
     }
 
     fn remove_where(&mut self, family: &str, gone: impl FnMut(&Slot, &str) -> bool) {
-        let Some(&fam) = self.family_index.get(family) else { return };
+        let Some(fam) = self.find_family(family) else { return };
         self.remove_in(&[fam], gone);
     }
 
@@ -551,7 +573,7 @@ impl SeriesStore {
         let round = round as u32;
         let due: Vec<u16> = families
             .iter()
-            .filter_map(|name| self.family_index.get(*name).copied())
+            .filter_map(|name| self.find_family(name))
             .filter(|&f| {
                 let f = &self.families[usize::from(f)];
                 f.live > 0 && !(f.round == round && f.seen == f.live)
@@ -616,7 +638,7 @@ impl SeriesStore {
 
     /// Builds the schema and the arena that goes with it.
     fn rebuild(&mut self) -> Arc<Schema> {
-        let schema = Arc::new(self.build_schema());
+        let schema = shared(self.build_schema());
         self.arena = schema.text.clone();
         self.pending = String::new();
         self.schema = Some(schema.clone());
@@ -674,6 +696,52 @@ impl SeriesStore {
             text: Arc::from(text),
         }
     }
+}
+
+/// The most series of a schema that [`shared`] looks up among the other targets' schemas.
+const MAX_SHARED_SERIES: usize = 256;
+/// The most label text of a schema that [`shared`] looks up.
+const MAX_SHARED_TEXT: usize = 16 << 10;
+
+/// The schemas that targets share: `schema`, or an equal one that another target published and
+/// still holds. A fleet's targets of one kind mostly have the same series (every simulator the
+/// same eleven `HEAD` fields), and each held a copy of its own: families, series and label text,
+/// about 740 bytes of a sys161 target's 6.5 KiB. An equal schema has the same label text at the
+/// same places, so a store that gets another's keeps its slots as they are.
+///
+/// Only small schemas are looked up (at most [`MAX_SHARED_SERIES`] series and
+/// [`MAX_SHARED_TEXT`] bytes of label text), and only when a target's set of series changed: the
+/// hash and the comparison are paid rarely, and are bounded. The table holds weak references, and
+/// drops the dead ones each time it has doubled since it last did.
+fn shared(schema: Schema) -> Arc<Schema> {
+    #[derive(Default)]
+    struct Table {
+        by_hash: HashMap<u64, Vec<Weak<Schema>>, DefaultHashBuilder>,
+        entries: usize,
+        prune_at: usize,
+    }
+    static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
+    if schema.defs.len() > MAX_SHARED_SERIES || schema.text.len() > MAX_SHARED_TEXT {
+        return Arc::new(schema);
+    }
+    let mut table = TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    let hash = table.by_hash.hasher().hash_one(&schema);
+    let same = table.by_hash.entry(hash).or_default();
+    if let Some(found) = same.iter().filter_map(Weak::upgrade).find(|s| **s == schema) {
+        return found;
+    }
+    let schema = Arc::new(schema);
+    same.push(Arc::downgrade(&schema));
+    table.entries += 1;
+    if table.entries >= table.prune_at {
+        table.by_hash.retain(|_, same| {
+            same.retain(|s| s.strong_count() > 0);
+            !same.is_empty()
+        });
+        table.entries = table.by_hash.values().map(Vec::len).sum();
+        table.prune_at = (table.entries * 2).max(64);
+    }
+    schema
 }
 
 /// Unwraps a 32-bit counter that wraps around (sys161's) into a monotonic 64-bit one.
@@ -929,6 +997,53 @@ mod tests {
             st.publish().iter().map(|s| format!("{}{:?}", s.family(), s.labels().get("pid"))).collect();
         assert_eq!(left, ["otherNone", "pSome(\"2\")"]);
         assert_eq!(st.len(), 2);
+    }
+
+    #[test]
+    fn targets_with_the_same_series_share_one_schema_and_keep_their_own_values() {
+        // Family names of this test alone: other tests' stores share the process's table.
+        let fill = |st: &mut SeriesStore, name: &str, v: u64| {
+            for fam in ["shared_schema_a", "shared_schema_b"] {
+                let id = st.slot(fam, "h", MetricKind::Gauge, &[("name", name)]).unwrap();
+                st.set(id, Num::Uint(v), Instant::now());
+            }
+            st.publish()
+        };
+        let (mut one, mut two, mut other) =
+            (SeriesStore::new(10), SeriesStore::new(10), SeriesStore::new(10));
+        let (a, b) = (fill(&mut one, "init", 1), fill(&mut two, "init", 2));
+        assert!(Arc::ptr_eq(&a.schema, &b.schema), "the same series: one schema");
+        let c = fill(&mut other, "sh", 3);
+        assert!(!Arc::ptr_eq(&a.schema, &c.schema), "other label text: a schema of its own");
+        let values = |set: &SeriesSet| set.iter().map(|s| s.number()).collect::<Vec<_>>();
+        assert_eq!((values(&a), values(&b)), (vec![Some(1.0); 2], vec![Some(2.0); 2]));
+        // A new series in one target: that target gets a schema of its own, and its slots (whose
+        // text is in the shared arena) still find their series.
+        let id = one.slot("shared_schema_c", "h", MetricKind::Gauge, &[]).unwrap();
+        one.set(id, Num::Uint(9), Instant::now());
+        let grown = one.publish();
+        assert!(!Arc::ptr_eq(&grown.schema, &b.schema) && grown.schema.len() == 3);
+        let again = one.slot("shared_schema_a", "h", MetricKind::Gauge, &[("name", "init")]);
+        assert_eq!(one.len(), 3, "found, not created again: {again:?}");
+        assert!(Arc::ptr_eq(&fill(&mut two, "init", 4).schema, &b.schema), "unchanged: still shared");
+    }
+
+    #[test]
+    fn a_store_of_many_families_finds_each_by_name() {
+        let mut st = SeriesStore::new(1000);
+        let names: Vec<&'static str> =
+            (0..3 * FEW_FAMILIES).map(|i| &*Box::leak(format!("many_{i}").into_boxed_str())).collect();
+        for (i, name) in names.iter().enumerate() {
+            let id = st.slot(name, "h", MetricKind::Gauge, &[]).unwrap();
+            st.set(id, Num::Uint(i as u64), Instant::now());
+        }
+        for name in &names {
+            st.slot(name, "h", MetricKind::Gauge, &[]).unwrap();
+        }
+        assert_eq!((st.len(), st.families.len()), (names.len(), names.len()));
+        st.remove("many_3", &[]);
+        st.remove("many_40", &[]);
+        assert_eq!(st.len(), names.len() - 2);
     }
 
     #[test]
