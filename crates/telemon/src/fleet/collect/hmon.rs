@@ -213,7 +213,9 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
     let mut subscribing = None;
     if !plan.events.is_empty() {
         let subscribe = Subscribe { events: Some(plan.events.clone()), ..Default::default() };
-        match conn.request(Request::Subscribe(subscribe)).await {
+        // The requests are boxed (here, and in `ask_lks`): their state is large, and inline it would
+        // size this future, which lives as long as the connection, for what takes a moment.
+        match Box::pin(conn.request(Request::Subscribe(subscribe))).await {
             Ok(uid) => subscribing = Some(uid),
             Err(e) => return fail(e),
         }
@@ -223,7 +225,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
     }
     // Its reply is read like the other facts, below.
     if plan.host_once {
-        if let Err(e) = conn.request(Plan::get_host()).await {
+        if let Err(e) = Box::pin(conn.request(Plan::get_host())).await {
             return fail(e);
         }
     }
@@ -329,9 +331,9 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
 /// before they are published without it.
 const LKS_HOLD: Duration = Duration::from_millis(200);
 
-/// Sends a `GetLastKnownState`; returns its UID.
+/// Sends a `GetLastKnownState`; returns its UID. The request is boxed (see `collect_connection`).
 async fn ask_lks(conn: &mut Connection) -> Result<String, ClientError> {
-    conn.request(Request::GetLastKnownState(GetLastKnownState::default())).await
+    Box::pin(conn.request(Request::GetLastKnownState(GetLastKnownState::default()))).await
 }
 
 /// Records one event of a session (SERVE or POLL mode); a failure ends the session.

@@ -1,5 +1,6 @@
 //! System/161's meter socket: one counter per `HEAD` field, the six 32-bit sums unwrapped.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -69,25 +70,29 @@ async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failu
 
 /// Reads samples from a connected client until the connection fails (also used to replay a recording
 /// through this collector).
-pub async fn collect<S>(p: &mut Publisher, mut client: Client<S>) -> Failure
+pub fn collect<'a, S>(p: &'a mut Publisher, mut client: Client<S>) -> impl Future<Output = Failure> + 'a
 where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'a,
 {
-    p.up();
-    // A new connection is a new simulator run: its counters start afresh.
-    let mut fields = Fields::default();
-    loop {
-        tokio::select! {
-            item = client.next() => match item {
-                None => return Failure::new(ErrorKind::Connect, "the simulator closed the connection"),
-                Some(Err(e)) if e.is_fatal() => return Failure::new(kind(&e), e),
-                Some(Err(e)) => p.error(&Failure::new(kind(&e), e)),
-                Some(Ok(sample)) => {
-                    record(p, &sample, &mut fields);
-                    p.maybe_flush();
-                }
-            },
-            () = flush_due(p.flush_due()) => p.flush_if_dirty(),
+    // Not an `async fn`: that would keep `client` twice in its future (the argument as passed, and
+    // moved into the body), and it is the largest part of a target's task, alive as long as it.
+    async move {
+        p.up();
+        // A new connection is a new simulator run: its counters start afresh.
+        let mut fields = Fields::default();
+        loop {
+            tokio::select! {
+                item = client.next() => match item {
+                    None => return Failure::new(ErrorKind::Connect, "the simulator closed the connection"),
+                    Some(Err(e)) if e.is_fatal() => return Failure::new(kind(&e), e),
+                    Some(Err(e)) => p.error(&Failure::new(kind(&e), e)),
+                    Some(Ok(sample)) => {
+                        record(p, &sample, &mut fields);
+                        p.maybe_flush();
+                    }
+                },
+                () = flush_due(p.flush_due()) => p.flush_if_dirty(),
+            }
         }
     }
 }

@@ -2,6 +2,7 @@
 //! `smon_value{name,index}`, strings `smon_info{name,index,value}`.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -67,38 +68,45 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
 /// replay a recording through this collector). Updates are borrowed from the decoder, and a number
 /// for an existing series goes straight into its slot, kept by token and index path: no labels are
 /// built for it.
-pub async fn collect<R: AsyncRead + Unpin>(p: &mut Publisher, mut reader: UpdateReader<R>) -> Failure {
-    let mut seen = Seen::default();
-    loop {
-        while let Some(result) = reader.next_buffered_ref() {
-            match result {
-                Ok(update) => {
-                    if p.state() != TargetState::Up {
-                        p.up();
-                    }
-                    match update {
-                        UpdateRef::Value { token, name, index, value } => {
-                            record(p, &mut seen, token, name, index, value)
+pub fn collect<'a, R: AsyncRead + Unpin + 'a>(
+    p: &'a mut Publisher,
+    mut reader: UpdateReader<R>,
+) -> impl Future<Output = Failure> + 'a {
+    // Not an `async fn`: that would keep `reader` twice in its future (the argument as passed, and
+    // moved into the body), and it is the largest part of a target's task, alive as long as it.
+    async move {
+        let mut seen = Seen::default();
+        loop {
+            while let Some(result) = reader.next_buffered_ref() {
+                match result {
+                    Ok(update) => {
+                        if p.state() != TargetState::Up {
+                            p.up();
                         }
-                        // A token's number may be given a new name: its series are other ones.
-                        UpdateRef::Define { token, .. } => seen.slots.forget(token),
-                        // A resync forgets every token.
-                        UpdateRef::Resync => seen.slots = Slots::default(),
+                        match update {
+                            UpdateRef::Value { token, name, index, value } => {
+                                record(p, &mut seen, token, name, index, value)
+                            }
+                            // A token's number may be given a new name: its series are other ones.
+                            UpdateRef::Define { token, .. } => seen.slots.forget(token),
+                            // A resync forgets every token.
+                            UpdateRef::Resync => seen.slots = Slots::default(),
+                        }
                     }
+                    Err(DecodeError::Io(e)) => return Failure::new(ErrorKind::Connect, e),
+                    // The decoder skips to the next resync.
+                    Err(e) => p.error(&Failure::new(ErrorKind::Decode, e)),
                 }
-                Err(DecodeError::Io(e)) => return Failure::new(ErrorKind::Connect, e),
-                // The decoder skips to the next resync.
-                Err(e) => p.error(&Failure::new(ErrorKind::Decode, e)),
             }
-        }
-        p.maybe_flush();
-        tokio::select! {
-            more = reader.fill() => match more {
-                None => return Failure::new(ErrorKind::Connect, "the stream ended"),
-                Some(Err(e)) => return Failure::new(ErrorKind::Connect, e),
-                Some(Ok(())) => {}
-            },
-            () = flush_due(p.flush_due()) => p.flush_if_dirty(),
+            p.maybe_flush();
+            tokio::select! {
+                more = reader.fill() => match more {
+                    None => return Failure::new(ErrorKind::Connect, "the stream ended"),
+                    Some(Err(e)) => return Failure::new(ErrorKind::Connect, e),
+                    Some(Ok(())) => {}
+                },
+                () = flush_due(p.flush_due()) => p.flush_if_dirty(),
+            }
         }
     }
 }

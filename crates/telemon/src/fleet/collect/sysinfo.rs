@@ -5,6 +5,7 @@
 //! is asked for.
 
 use std::fmt::Write as _;
+use std::future::Future;
 use std::hash::BuildHasher;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
@@ -210,46 +211,54 @@ async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, 
 
 /// Asks for the reports of `plan` on a connected client until the connection fails (also used to
 /// replay a recording through this collector).
-pub async fn poll(p: &mut Publisher, mut client: Client, plan: &Plan) -> Failure {
-    // Up once the service answers (a peer that accepts and then says nothing is not up).
-    let mut answered = false;
-    let mut schedule = Schedule::new(plan, Instant::now());
-    let (mut taken, mut requests) = (Vec::new(), Vec::new());
-    let mut sweep = Sweep { round: 0, families: Vec::new() };
-    loop {
-        let Some(next) = schedule.next() else { return std::future::pending().await };
-        tokio::time::sleep_until(next).await;
-        schedule.take_due(Instant::now(), &mut taken);
-        requests.clear();
-        requests.extend(taken.iter().map(|&i| schedule.due[i].command.request()));
-        // Boxed: the batch's state is held while it is in flight, not in the target's task between ticks.
-        let replies = Box::pin(client.request_many_raw(&requests)).await;
-        schedule.advance(&taken, Instant::now());
-        // The connection is in an unknown state after a failure of the batch: start over.
-        let replies = match replies {
-            Ok(r) => r,
-            Err(e) => return Failure::new(kind(&e), e),
-        };
-        // One round for the tick's reports, and one sweep after them all.
-        sweep.round = p.begin_round();
-        sweep.families.clear();
-        for (&i, reply) in taken.iter().zip(replies) {
-            match reply {
-                Ok(reply) => {
-                    if !answered {
-                        answered = true;
-                        p.up();
+pub fn poll<'a>(
+    p: &'a mut Publisher,
+    mut client: Client,
+    plan: &'a Plan,
+) -> impl Future<Output = Failure> + 'a {
+    // Not an `async fn`: that would keep `client` twice in its future (the argument as passed, and
+    // moved into the body), and it is the largest part of a target's task, alive as long as it.
+    async move {
+        // Up once the service answers (a peer that accepts and then says nothing is not up).
+        let mut answered = false;
+        let mut schedule = Schedule::new(plan, Instant::now());
+        let (mut taken, mut requests) = (Vec::new(), Vec::new());
+        let mut sweep = Sweep { round: 0, families: Vec::new() };
+        loop {
+            let Some(next) = schedule.next() else { return std::future::pending().await };
+            tokio::time::sleep_until(next).await;
+            schedule.take_due(Instant::now(), &mut taken);
+            requests.clear();
+            requests.extend(taken.iter().map(|&i| schedule.due[i].command.request()));
+            // Boxed: the batch's state is held while it is in flight, not in the target's task between ticks.
+            let replies = Box::pin(client.request_many_raw(&requests)).await;
+            schedule.advance(&taken, Instant::now());
+            // The connection is in an unknown state after a failure of the batch: start over.
+            let replies = match replies {
+                Ok(r) => r,
+                Err(e) => return Failure::new(kind(&e), e),
+            };
+            // One round for the tick's reports, and one sweep after them all.
+            sweep.round = p.begin_round();
+            sweep.families.clear();
+            for (&i, reply) in taken.iter().zip(replies) {
+                match reply {
+                    Ok(reply) => {
+                        if !answered {
+                            answered = true;
+                            p.up();
+                        }
+                        if !schedule.unchanged(i, &reply) {
+                            let due = &mut schedule.due[i];
+                            record_in(p, &mut due.rows, &Report::parse(due.command, &reply.text), &mut sweep);
+                        }
                     }
-                    if !schedule.unchanged(i, &reply) {
-                        let due = &mut schedule.due[i];
-                        record_in(p, &mut due.rows, &Report::parse(due.command, &reply.text), &mut sweep);
-                    }
+                    Err(e) => p.error(&Failure::new(kind(&e), e)),
                 }
-                Err(e) => p.error(&Failure::new(kind(&e), e)),
             }
+            p.sweep_families(&sweep.families, sweep.round);
+            p.flush_if_dirty();
         }
-        p.sweep_families(&sweep.families, sweep.round);
-        p.flush_if_dirty();
     }
 }
 
