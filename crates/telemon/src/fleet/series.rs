@@ -403,7 +403,7 @@ impl SeriesDef {
 /// series are the same share one (see the store's `shared`).
 #[derive(Debug, Default, PartialEq, Eq, Hash)]
 pub struct Schema {
-    pub(crate) families: Box<[Family]>,
+    pub(crate) families: Box<[Arc<Family>]>,
     /// Per family, its range in `defs`.
     pub(crate) runs: Box<[Range<u32>]>,
     pub(crate) defs: Box<[SeriesDef]>,

@@ -38,10 +38,19 @@ impl FamilyName<'_> {
         }
     }
 
-    fn to_arc(self) -> Arc<str> {
+    /// The family of this name, `help` and `kind`: for a name in telemon's code, the process's one
+    /// copy, which every target holds (a pointer, not 40 bytes of its own).
+    fn family(self, help: &'static str, kind: MetricKind) -> Arc<Family> {
+        type Families = HashMap<(&'static str, &'static str, MetricKind), Arc<Family>>;
+        static FAMILIES: OnceLock<Mutex<Families>> = OnceLock::new();
         match self {
-            FamilyName::Static(s) => interned(s),
-            FamilyName::Shared(s) => s.clone(),
+            FamilyName::Static(name) => {
+                let mut families =
+                    FAMILIES.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+                let f = families.entry((name, help, kind));
+                f.or_insert_with(|| Arc::new(Family { name: interned(name), help, kind })).clone()
+            }
+            FamilyName::Shared(name) => Arc::new(Family { name: name.clone(), help, kind }),
         }
     }
 }
@@ -132,7 +141,8 @@ impl Slot {
 
 #[derive(Debug)]
 struct StoreFamily {
-    family: Family,
+    /// Shared with the other targets that have the family (see [`FamilyName::family`]).
+    family: Arc<Family>,
     live: u32,
     /// The last round one of its series was set in, and how many of its live series were set in it:
     /// when that is all of them, a sweep of that round has nothing to remove.
@@ -289,15 +299,15 @@ impl SeriesStore {
             let f = &mut self.families[usize::from(id)].family;
             if f.kind != kind {
                 // A family's type is fixed by its first series; a collector never changes it.
-                f.kind = kind;
+                *f = name.family(f.help, kind);
                 self.schema = None;
             }
             return Some(id);
         }
         let id = u16::try_from(self.families.len()).ok().filter(|&i| usize::from(i) < MAX_FAMILIES)?;
-        let name = name.to_arc();
-        let f = StoreFamily { family: Family { name: name.clone(), help, kind }, live: 0, round: 0, seen: 0 };
-        self.families.push(f);
+        let family = name.family(help, kind);
+        let name = family.name.clone();
+        self.families.push(StoreFamily { family, live: 0, round: 0, seen: 0 });
         match &mut self.family_index {
             Some(index) => {
                 index.insert(name, id);
@@ -773,15 +783,21 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn targets_share_one_copy_of_each_family_name_in_the_code() {
-        let names: Vec<Arc<str>> = (0..2)
+    fn targets_share_one_copy_of_each_family_in_the_code() {
+        let families: Vec<Arc<Family>> = (0..2)
             .map(|_| {
                 let mut st = SeriesStore::new(10);
                 st.slot("shared_family", "h", MetricKind::Gauge, &[]).unwrap();
-                st.publish().schema.families[0].name.clone()
+                st.families[0].family.clone()
             })
             .collect();
-        assert!(Arc::ptr_eq(&names[0], &names[1]));
+        assert!(Arc::ptr_eq(&families[0], &families[1]));
+        // Another type or HELP text is another family, with the same one copy of the name.
+        let mut st = SeriesStore::new(10);
+        st.slot("shared_family", "h", MetricKind::Counter, &[]).unwrap();
+        let counter = st.publish().schema.families[0].clone();
+        assert!(!Arc::ptr_eq(&counter, &families[0]) && counter.kind == MetricKind::Counter);
+        assert!(Arc::ptr_eq(&counter.name, &families[0].name));
         // A name that comes with its series keeps its own.
         let own: Arc<str> = Arc::from("shared_family");
         let mut st = SeriesStore::new(10);
@@ -790,8 +806,9 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_is_20_bytes_a_series_def_12_and_a_kept_slot_id_8() {
+    fn a_slot_is_20_bytes_a_series_def_12_a_kept_slot_id_8_and_a_family_24() {
         assert_eq!(std::mem::size_of::<Slot>(), 20);
+        assert_eq!(std::mem::size_of::<StoreFamily>(), 24);
         assert_eq!(std::mem::size_of::<SeriesDef>(), 12);
         assert_eq!(std::mem::size_of::<Sample>(), 16);
         assert_eq!(std::mem::size_of::<Option<SlotId>>(), 8);
