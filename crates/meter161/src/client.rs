@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
+use bytes::BytesMut;
 use futures::{SinkExt, Stream, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::UnixStream;
@@ -215,7 +216,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
     }
 
     fn poll_message(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Option<Update>, ClientError>>> {
-        let item = match ready!(self.framed.poll_next_unpin(cx)) {
+        // The read buffer is held only while there is something to read: between two `DATA` lines a
+        // client waits with none (a fleet watches hundreds of simulators, each a line a second). It is
+        // taken back at IO_BUFFER bytes here (tokio-util would grow an empty one a few bytes a read).
+        if self.framed.read_buffer().capacity() == 0 {
+            self.framed.read_buffer_mut().reserve(IO_BUFFER);
+        }
+        let polled = self.framed.poll_next_unpin(cx);
+        if polled.is_pending() && self.framed.read_buffer().is_empty() {
+            *self.framed.read_buffer_mut() = BytesMut::new();
+        }
+        let item = match ready!(polled) {
             None => return Poll::Ready(None),
             Some(Err(io)) => Err(ClientError::Io(io)),
             Some(Ok(Err(decode))) => Err(ProtocolError::Decode(decode).into()),
@@ -402,9 +413,23 @@ mod tests {
             sim.write_all(b"HELLO 2\r\nHEAD nsec irqs\r\nWIDTH 11 4\r\n").await.unwrap();
         };
         let (client, ()) = tokio::join!(super::Client::over(ours, &config), serve);
-        let client = client.unwrap();
+        let mut client = client.unwrap();
         assert!(client.framed.read_buffer().capacity() <= super::IO_BUFFER);
         let written = client.framed.write_buffer().capacity();
         assert!(written <= 64, "the write buffer holds {written} bytes after the INTERVAL line");
+        use futures::StreamExt;
+        // Waiting for the next line, the client holds no read buffer; a line that comes in two
+        // parts keeps it between them, and the line is read whole.
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(client.poll_next_unpin(&mut cx).is_pending());
+        assert_eq!(client.framed.read_buffer().capacity(), 0);
+        sim.write_all(b"DATA 12").await.unwrap();
+        assert!(client.poll_next_unpin(&mut cx).is_pending());
+        assert_eq!(client.framed.read_buffer().len(), 7, "the first part is kept");
+        sim.write_all(b"3 4\r\n").await.unwrap();
+        let sample = client.next().await.unwrap().unwrap();
+        assert_eq!(sample.values(), [123, 4]);
+        assert!(client.poll_next_unpin(&mut cx).is_pending());
+        assert_eq!(client.framed.read_buffer().capacity(), 0);
     }
 }
