@@ -468,7 +468,7 @@ impl Connection {
                     let now = tokio::time::Instant::now().into_std();
                     self.expired.extend(self.pending.expire(now).into_iter().map(|(uid, ())| uid));
                 }
-                item = self.conn.0.next() => match item {
+                item = std::future::poll_fn(|cx| self.conn.poll_frame(cx)) => match item {
                     None => {
                         return Err(ClientError::Closed { reason: Some("closed by the interpreter".into()) })
                     }
@@ -532,6 +532,26 @@ impl<T: AsyncRead + AsyncWrite + Send> AsyncReadWrite for T {}
 
 /// A framed connection over a boxed transport.
 struct Conn(Framed<BoxedIo, ClientCodec>);
+
+impl Conn {
+    /// The next frame. The read buffer is held only while there is something to read: waiting for
+    /// the next message a connection holds none (a fleet polls hundreds of interpreters, each a
+    /// message or two a second). It is taken back at [`IO_BUFFER`] bytes here (tokio-util would grow
+    /// an empty one a few bytes a read).
+    fn poll_frame(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<<Framed<BoxedIo, ClientCodec> as futures::Stream>::Item>> {
+        if self.0.read_buffer().capacity() == 0 {
+            self.0.read_buffer_mut().reserve(IO_BUFFER);
+        }
+        let polled = self.0.poll_next_unpin(cx);
+        if polled.is_pending() && self.0.read_buffer().is_empty() {
+            *self.0.read_buffer_mut() = bytes::BytesMut::new();
+        }
+        polled
+    }
+}
 
 async fn open(addr: &str, config: &ClientConfig) -> Result<Framed<BoxedIo, ClientCodec>, ClientError> {
     let stream = TcpStream::connect(addr)
@@ -860,6 +880,27 @@ mod tests {
         assert!(conn.conn.0.read_buffer().capacity() <= IO_BUFFER);
         let written = conn.conn.0.write_buffer().capacity();
         assert!(written <= 256, "the write buffer holds {written} bytes after the handshake");
+        // Waiting for the next message, the connection holds no read buffer; a frame that comes in
+        // two parts keeps it between them, and is read whole.
+        let mut conn = conn;
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(conn.conn.poll_frame(&mut cx).is_pending());
+        assert_eq!(conn.conn.0.read_buffer().capacity(), 0);
+        let mut frame = bytes::BytesMut::new();
+        let m = UserMessage { message: Some("split".into()), ..Default::default() };
+        peer.codec_mut().encode(Payload::Message(Response::UserMessage(m)), &mut frame).unwrap();
+        let (first, rest) = frame.split_at(frame.len() / 2);
+        use tokio::io::AsyncWriteExt;
+        peer.get_mut().write_all(first).await.unwrap();
+        assert!(conn.conn.poll_frame(&mut cx).is_pending());
+        assert_eq!(conn.conn.0.read_buffer().len(), first.len(), "the first part is kept");
+        peer.get_mut().write_all(rest).await.unwrap();
+        let got = conn.next().await.unwrap();
+        assert!(
+            matches!(got, Incoming::Event(Event::Message(Response::UserMessage(m))) if m.message.as_deref() == Some("split"))
+        );
+        assert!(conn.conn.poll_frame(&mut cx).is_pending());
+        assert_eq!(conn.conn.0.read_buffer().capacity(), 0);
     }
 
     #[tokio::test]
