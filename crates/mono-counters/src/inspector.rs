@@ -156,6 +156,24 @@ fn framed_read<R: AsyncRead>(read: R, codec: InspectorCodec) -> FramedRead<R, In
     FramedRead::with_capacity(read, codec, READ_BUFFER)
 }
 
+/// The agent's next message. The read buffer is held only while there is something to read:
+/// waiting for the next sample a session holds none (an inspector may watch hundreds of agents, each
+/// a sample a second). It is taken back at [`READ_BUFFER`] bytes here (tokio-util would grow an
+/// empty one a few bytes a read).
+fn poll_message<R: AsyncRead + Unpin>(
+    framed: &mut FramedRead<R, InspectorCodec>,
+    cx: &mut std::task::Context<'_>,
+) -> std::task::Poll<Option<<FramedRead<R, InspectorCodec> as futures::Stream>::Item>> {
+    if framed.read_buffer().capacity() == 0 {
+        framed.read_buffer_mut().reserve(READ_BUFFER);
+    }
+    let polled = framed.poll_next_unpin(cx);
+    if polled.is_pending() && framed.read_buffer().is_empty() {
+        *framed.read_buffer_mut() = bytes::BytesMut::new();
+    }
+    polled
+}
+
 /// The inspector's half, framed, with a write buffer that starts empty (requests are a few dozen
 /// bytes; tokio-util reserves 8 KiB).
 fn framed_write(write: Pin<Box<dyn AsyncWrite + Send>>, codec: InspectorCodec) -> Writer {
@@ -397,7 +415,7 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 }
                 continue;
             }
-            next = framed.next() => next,
+            next = std::future::poll_fn(|cx| poll_message(&mut framed, cx)) => next,
         };
         let msg = match next {
             None => break None,
@@ -484,5 +502,27 @@ mod tests {
         let (a, b) = tokio::io::duplex(64);
         assert_eq!(framed_read(a, codec.clone()).read_buffer().capacity(), READ_BUFFER);
         assert_eq!(framed_write(Box::pin(b), codec).write_buffer().capacity(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_session_waits_for_the_next_message_with_no_read_buffer() {
+        use tokio::io::AsyncWriteExt;
+        let (ours, mut agent) = tokio::io::duplex(1 << 12);
+        let mut framed = framed_read(ours, InspectorCodec::new(Limits::default()));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(poll_message(&mut framed, &mut cx).is_pending());
+        assert_eq!(framed.read_buffer().capacity(), 0);
+        let mut bytes = bytes::BytesMut::new();
+        let sample = Sample { timestamp: 7, values: Vec::new() };
+        crate::codec::encode_agent_message(&AgentMessage::Sampling(sample.clone()), &mut bytes).unwrap();
+        let (first, rest) = bytes.split_at(bytes.len() / 2);
+        agent.write_all(first).await.unwrap();
+        assert!(poll_message(&mut framed, &mut cx).is_pending());
+        assert_eq!(framed.read_buffer().len(), first.len(), "the first part is kept");
+        agent.write_all(rest).await.unwrap();
+        let got = std::future::poll_fn(|cx| poll_message(&mut framed, cx)).await;
+        assert!(matches!(got, Some(Ok(AgentMessage::Sampling(s))) if s == sample));
+        assert!(poll_message(&mut framed, &mut cx).is_pending());
+        assert_eq!(framed.read_buffer().capacity(), 0);
     }
 }
