@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::io::AsyncRead;
 
 use crate::decoder::{DecoderConfig, StreamDecoder, UpdateRef};
 use crate::error::DecodeError;
@@ -14,8 +14,9 @@ pub const READ_CHUNK: usize = 16 * 1024;
 
 /// What a read into an empty buffer asks for (the first read, and the wait for the next update): a
 /// reader starts small (a stream of a few updates a second needs no more, and a fleet holds a thousand
-/// readers) and doubles its other reads, up to [`READ_CHUNK`], while they come back full. A buffer that
-/// grew for a large update is given back when it empties.
+/// readers) and doubles its other reads, up to [`READ_CHUNK`], while they come back full. An empty
+/// buffer is given back while the reader waits for input, and one that grew for a large update as soon
+/// as it empties.
 pub const FIRST_READ_CHUNK: usize = 1024;
 
 /// Reads [`Update`]s from any [`AsyncRead`]: a file (several runs appended to it decode as one stream,
@@ -151,9 +152,19 @@ impl<R: AsyncRead + Unpin> UpdateReader<R> {
             } else {
                 self.chunk
             };
-            self.buf.reserve(want);
-            let room = self.buf.capacity() - self.buf.len();
-            match self.inner.read_buf(&mut self.buf).await {
+            // While nothing is there to read, an empty buffer is given back: the wait holds none.
+            let mut room = 0;
+            let read = std::future::poll_fn(|cx| {
+                self.buf.reserve(want);
+                room = self.buf.capacity() - self.buf.len();
+                let polled =
+                    tokio_util::io::poll_read_buf(std::pin::Pin::new(&mut self.inner), cx, &mut self.buf);
+                if polled.is_pending() && self.buf.is_empty() {
+                    self.buf = BytesMut::new();
+                }
+                polled
+            });
+            match read.await {
                 Ok(0) => match self.follow {
                     Some(poll) => tokio::time::sleep(poll).await,
                     None => self.eof = true,
@@ -196,7 +207,35 @@ mod tests {
     use super::*;
     use crate::encoder::{EncoderConfig, StreamEncoder};
     use crate::message::Sample;
+    use std::future::Future;
     use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn a_reader_waits_for_input_with_no_buffer_and_keeps_a_part_it_has() {
+        let (mut peer, ours) = tokio::io::duplex(1 << 12);
+        let mut reader = UpdateReader::new(ours, DecoderConfig::default());
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(std::pin::pin!(reader.fill()).poll(&mut cx).is_pending());
+        assert_eq!(reader.buf.capacity(), 0, "nothing to read: no buffer");
+        let mut bytes = bytes::BytesMut::new();
+        let mut enc = StreamEncoder::new(EncoderConfig::default());
+        enc.encode(&Sample::new("part.n", [], 7u64), &mut bytes).unwrap();
+        let (first, rest) = bytes.split_at(bytes.len() - 1);
+        peer.write_all(first).await.unwrap();
+        assert!(reader.fill().await.is_some_and(|r| r.is_ok()));
+        while let Some(update) = reader.next_buffered() {
+            assert!(!matches!(update, Ok(Update::Value { .. })), "the value is not whole yet");
+        }
+        assert!(std::pin::pin!(reader.fill()).poll(&mut cx).is_pending());
+        assert!(reader.buf.capacity() > 0, "a part of an update keeps its buffer");
+        peer.write_all(rest).await.unwrap();
+        let value = loop {
+            if let Some(Ok(Update::Value { value, .. })) = reader.next().await {
+                break value.to_string();
+            }
+        };
+        assert_eq!(value, "7");
+    }
 
     #[tokio::test]
     async fn a_buffer_that_grew_for_a_large_update_is_given_back_while_waiting() {
