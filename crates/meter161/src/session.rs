@@ -136,6 +136,28 @@ pub enum Update {
 /// let Some(Update::Sample(s)) = session.handle(ServerMessage::Data(vec![300, 5])).unwrap() else { panic!() };
 /// assert_eq!(s.deltas(), Some(&[200, 11][..]));
 /// ```
+/// The most headers [`shared`] keeps for later sessions.
+const MAX_SHARED_HEADERS: usize = 16;
+
+/// `header`, or an equal one that another session of the process holds. Every simulator of a sys161
+/// version sends the same `HEAD` and `WIDTH` lines, and a program that watches many (a fleet) held a
+/// copy per connection: about 700 bytes, a dozen allocations, for sys161 2.0's eleven fields. Only
+/// `HEAD` and `WIDTH` come here, once or twice a connection; the table holds weak references, at
+/// most [`MAX_SHARED_HEADERS`] of them.
+fn shared(header: Header) -> Arc<Header> {
+    static SHARED: std::sync::Mutex<Vec<std::sync::Weak<Header>>> = std::sync::Mutex::new(Vec::new());
+    let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(same) = shared.iter().filter_map(std::sync::Weak::upgrade).find(|h| **h == header) {
+        return same;
+    }
+    shared.retain(|h| h.strong_count() > 0);
+    let header = Arc::new(header);
+    if shared.len() < MAX_SHARED_HEADERS {
+        shared.push(Arc::downgrade(&header));
+    }
+    header
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Session {
     version: Option<u32>,
@@ -174,7 +196,7 @@ impl Session {
             }
             ServerMessage::Head(names) if names.is_empty() => Err(ProtocolError::EmptyHead),
             ServerMessage::Head(names) => {
-                let header = Arc::new(Header::new(names));
+                let header = shared(Header::new(names));
                 self.header = Some(Arc::clone(&header));
                 self.previous = None;
                 Ok(Some(Update::Header(header)))
@@ -184,7 +206,9 @@ impl Session {
                 if widths.len() != header.len() {
                     return Err(ProtocolError::WidthCount { expected: header.len(), got: widths.len() });
                 }
-                Arc::make_mut(header).set_widths(widths);
+                let mut with_widths = Header::clone(header);
+                with_widths.set_widths(widths);
+                *header = shared(with_widths);
                 Ok(Some(Update::Header(Arc::clone(header))))
             }
             ServerMessage::Data(values) => {
@@ -262,6 +286,28 @@ mod tests {
         );
         // A value above 2^32 cannot come from a 32-bit counter: plain u64 arithmetic.
         assert_eq!(h.deltas(&[1 << 33, 0, 0], &[5, 0, 0]), vec![5u64.wrapping_sub(1 << 33), 0, 0]);
+    }
+
+    #[test]
+    fn sessions_with_the_same_head_and_width_share_one_header() {
+        let head = |s: &mut Session, names: &[&str]| {
+            let names = names.iter().map(|n| n.to_string()).collect();
+            let Ok(Some(Update::Header(h))) = s.handle(ServerMessage::Head(names)) else { panic!() };
+            h
+        };
+        let width = |s: &mut Session, w: Vec<u32>| {
+            let Ok(Some(Update::Header(h))) = s.handle(ServerMessage::Width(w)) else { panic!() };
+            h
+        };
+        let (mut one, mut two, mut three) = (Session::new(), Session::new(), Session::new());
+        // Names of this test alone: the other tests' sessions share the process's table.
+        let names = ["shared_a", "shared_b"];
+        assert!(Arc::ptr_eq(&head(&mut one, &names), &head(&mut two, &names)));
+        let (w1, w2) = (width(&mut one, vec![9, 9]), width(&mut two, vec![9, 9]));
+        assert!(Arc::ptr_eq(&w1, &w2) && w1.widths() == [9, 9]);
+        assert!(!Arc::ptr_eq(&head(&mut three, &names), &w1), "other widths: another header");
+        let other = width(&mut three, vec![9, 8]);
+        assert!(!Arc::ptr_eq(&other, &w1) && other.widths() == [9, 8] && w1.widths() == [9, 9]);
     }
 
     #[test]
