@@ -124,18 +124,6 @@ pub enum Update {
     Sample(Sample),
 }
 
-/// The state of one connection, fed with decoded messages.
-///
-/// ```
-/// use meter161::{ServerMessage, Session, Update};
-///
-/// let mut session = Session::new();
-/// session.handle(ServerMessage::Hello(2)).unwrap();
-/// session.handle(ServerMessage::Head(vec!["nsec".into(), "irqs".into()])).unwrap();
-/// session.handle(ServerMessage::Data(vec![100, 4294967290])).unwrap();
-/// let Some(Update::Sample(s)) = session.handle(ServerMessage::Data(vec![300, 5])).unwrap() else { panic!() };
-/// assert_eq!(s.deltas(), Some(&[200, 11][..]));
-/// ```
 /// The most headers [`shared`] keeps for later sessions.
 const MAX_SHARED_HEADERS: usize = 16;
 
@@ -158,6 +146,18 @@ fn shared(header: Header) -> Arc<Header> {
     header
 }
 
+/// The state of one connection, fed with decoded messages.
+///
+/// ```
+/// use meter161::{ServerMessage, Session, Update};
+///
+/// let mut session = Session::new();
+/// session.handle(ServerMessage::Hello(2)).unwrap();
+/// session.handle(ServerMessage::Head(vec!["nsec".into(), "irqs".into()])).unwrap();
+/// session.handle(ServerMessage::Data(vec![100, 4294967290])).unwrap();
+/// let Some(Update::Sample(s)) = session.handle(ServerMessage::Data(vec![300, 5])).unwrap() else { panic!() };
+/// assert_eq!(s.deltas(), Some(&[200, 11][..]));
+/// ```
 #[derive(Debug, Clone, Default)]
 pub struct Session {
     version: Option<u32>,

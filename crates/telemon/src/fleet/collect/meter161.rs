@@ -70,6 +70,7 @@ async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failu
 
 /// Reads samples from a connected client until the connection fails (also used to replay a recording
 /// through this collector).
+#[allow(clippy::manual_async_fn)] // see the comment in the body
 pub fn collect<'a, S>(p: &'a mut Publisher, mut client: Client<S>) -> impl Future<Output = Failure> + 'a
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + 'a,

@@ -68,6 +68,7 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
 /// replay a recording through this collector). Updates are borrowed from the decoder, and a number
 /// for an existing series goes straight into its slot, kept by token and index path: no labels are
 /// built for it.
+#[allow(clippy::manual_async_fn)] // see the comment in the body
 pub fn collect<'a, R: AsyncRead + Unpin + 'a>(
     p: &'a mut Publisher,
     mut reader: UpdateReader<R>,

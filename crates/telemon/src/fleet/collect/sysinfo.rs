@@ -211,6 +211,7 @@ async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, 
 
 /// Asks for the reports of `plan` on a connected client until the connection fails (also used to
 /// replay a recording through this collector).
+#[allow(clippy::manual_async_fn)] // see the comment in the body
 pub fn poll<'a>(
     p: &'a mut Publisher,
     mut client: Client,
