@@ -7,7 +7,7 @@
 #[allow(unused_imports)]
 use crate::prelude::*;
 use crate::wire::MAX_MSG_SIZE;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 /// The default cap on a reassembled reply: 4 MiB, far above a full 16384-entry trace ring (~1 MiB at most).
 pub const DEFAULT_MAX_RESPONSE: usize = 4 * 1024 * 1024;
@@ -72,10 +72,13 @@ pub struct Reply {
 ///
 /// Chunks are kept as they came, without a copy when they come as [`Bytes`] (a decoded message's data,
 /// see [`Reassembler::push_bytes`]) or as a `Vec` ([`Reassembler::push_owned`]), and joined once, into an
-/// allocation of the exact size, when the reply is finished.
+/// allocation of the exact size, when the reply is finished. Borrowed chunks ([`Reassembler::push`]) are
+/// copied once, one after the other into one buffer, which is the text when they are all there is.
 #[derive(Debug, Clone)]
 pub struct Reassembler {
     parts: Vec<Bytes>,
+    /// The borrowed chunks pushed since the last kept one, copied.
+    copied: BytesMut,
     len: usize,
     max: usize,
     chunks: usize,
@@ -91,13 +94,13 @@ impl Default for Reassembler {
 impl Reassembler {
     /// A reassembler that refuses replies over `max` bytes.
     pub fn new(max: usize) -> Self {
-        Reassembler { parts: Vec::new(), len: 0, max, chunks: 0, end: None }
+        Reassembler { parts: Vec::new(), copied: BytesMut::new(), len: 0, max, chunks: 0, end: None }
     }
 
     /// Takes one chunk's data. An empty chunk is the sentinel: returns `Ok(true)` once the reply is complete.
     pub fn push(&mut self, chunk: &[u8]) -> Result<bool, ReassemblyError> {
         self.accept(chunk.len())?;
-        self.keep(Bytes::copy_from_slice(chunk));
+        self.copied.extend_from_slice(chunk);
         Ok(self.end.is_some())
     }
 
@@ -116,10 +119,18 @@ impl Reassembler {
         Ok(self.end.is_some())
     }
 
-    /// Keeps an accepted chunk (the sentinel is not kept).
+    /// Keeps an accepted chunk (the sentinel is not kept), after the chunks copied before it.
     fn keep(&mut self, chunk: Bytes) {
         if !chunk.is_empty() {
+            self.keep_copied();
             self.parts.push(chunk);
+        }
+    }
+
+    /// Moves the chunks copied so far into the parts, as one (no copy).
+    fn keep_copied(&mut self) {
+        if !self.copied.is_empty() {
+            self.parts.push(core::mem::take(&mut self.copied).freeze());
         }
     }
 
@@ -167,6 +178,7 @@ impl Reassembler {
     /// The reply; if neither a sentinel nor a close was seen, it ended by [`End::Closed`].
     pub fn finish(mut self) -> Reply {
         let end = self.end.unwrap_or(End::Closed);
+        self.keep_copied();
         let bytes = match self.parts.len() {
             // Without a copy when the one chunk's buffer is its own.
             1 => self.parts.pop().map(Vec::from).unwrap_or_default(),
@@ -215,6 +227,12 @@ mod tests {
         assert!(r.push_owned(Vec::new()).unwrap());
         let reply = r.finish();
         assert_eq!((reply.text.as_str(), reply.chunks, reply.end), ("abcdef", 3, End::Sentinel));
+        // Borrowed chunks are copied into one buffer, which becomes the text.
+        let mut r = Reassembler::default();
+        r.push(b"gh").unwrap();
+        r.push(b"ij").unwrap();
+        assert!(r.parts.is_empty() && r.copied.len() == 4);
+        assert_eq!(r.finish().text, "ghij");
         // One chunk whose buffer is its own becomes the text without a copy.
         let mut r = Reassembler::default();
         let chunk = b"whole".to_vec();
