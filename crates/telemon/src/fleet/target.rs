@@ -13,7 +13,7 @@ use tokio::time::Instant;
 use super::model::{ErrorKind, EventRecord, MetricKind, Protocol, TargetSnapshot, TargetState, Value};
 use super::registry::Registry;
 use super::series::{LabelPairs, Num};
-use super::store::{Change, SeriesStore, SlotId};
+use super::store::{Change, SeriesStore, SlotId, Stamp};
 
 /// Events kept per target for display: twice the eight `telemon top` shows. Each publication that
 /// brings an event copies the list (an interpreter sends a notification about once a second).
@@ -72,7 +72,7 @@ pub struct PublisherState {
     /// Values arrived since the last publication (changed or not).
     touched: bool,
     /// The time of the values being set now: read once per batch, not once per value.
-    now: Option<Instant>,
+    now: Option<Stamp>,
     last_publish: Option<Instant>,
     remove_on_drop: bool,
     /// Bytes read from the target, counted by the collector's connection (see [`Publisher::received`]).
@@ -193,8 +193,9 @@ impl Publisher {
         self.dirty = true;
     }
 
-    fn now(&mut self) -> Instant {
-        *self.now.get_or_insert_with(Instant::now)
+    fn now(&mut self) -> Stamp {
+        let state = &mut *self.0;
+        *state.now.get_or_insert_with(|| state.store.stamp(Instant::now()))
     }
 
     fn changed(&mut self, change: Change) -> bool {
@@ -231,7 +232,7 @@ impl Publisher {
     /// series was removed, or the target reconnected): look it up again.
     pub fn put_slot(&mut self, slot: SlotId, value: impl Into<Num>) -> bool {
         let now = self.now();
-        let change = self.store.set(slot, value.into(), now);
+        let change = self.store.set_at(slot, value.into(), now);
         self.changed(change)
     }
 
