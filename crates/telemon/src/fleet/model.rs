@@ -3,7 +3,7 @@
 //! This module is a contract between the fleet core and its views (`telemon serve`,
 //! `telemon top`): keep it stable.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::SystemTime;
 
 use super::series::escape_label_value;
@@ -260,8 +260,12 @@ impl TargetSnapshot {
         protocol: Protocol,
         labels: impl Into<Arc<[(String, String)]>>,
     ) -> Self {
+        // Most targets have no labels and no events yet: they share one empty slice of each.
+        static EMPTY_LABELS: LazyLock<Arc<[(String, String)]>> = LazyLock::new(|| Arc::from([]));
+        static NO_EVENTS: LazyLock<Arc<[EventRecord]>> = LazyLock::new(|| Arc::from([]));
         let name = name.into();
         let labels = labels.into();
+        let labels = if labels.is_empty() { EMPTY_LABELS.clone() } else { labels };
         let mut text = String::from("target=\"");
         escape_label_value(&mut text, &name);
         text.push('"');
@@ -285,7 +289,7 @@ impl TargetSnapshot {
             dropped_series: 0,
             received_bytes: 0,
             series: SeriesSet::default(),
-            events: Arc::from(Vec::new()),
+            events: NO_EVENTS.clone(),
         }
     }
 
@@ -312,6 +316,19 @@ impl FleetSnapshot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn new_targets_share_one_empty_set_of_series_labels_and_events() {
+        let a = TargetSnapshot::new("a", Protocol::Meter161, Vec::new());
+        let b = TargetSnapshot::new("b", Protocol::Smon, Vec::new());
+        assert!(Arc::ptr_eq(&a.series.schema, &b.series.schema));
+        assert!(Arc::ptr_eq(&a.series.samples, &b.series.samples));
+        assert!(Arc::ptr_eq(&a.series.hists, &b.series.hists));
+        assert!(Arc::ptr_eq(&a.labels, &b.labels) && Arc::ptr_eq(&a.events, &b.events));
+        assert!(a.series.is_empty() && a.labels.is_empty() && a.events.is_empty());
+        let c = TargetSnapshot::new("c", Protocol::Smon, vec![("room".to_owned(), "b12".to_owned())]);
+        assert_eq!(&*c.label_text, "target=\"c\",room=\"b12\"");
+    }
 
     #[test]
     fn protocol_names_round_trip() {

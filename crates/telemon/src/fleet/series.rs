@@ -540,7 +540,7 @@ fn le_texts(bounds: &[f64]) -> Arc<[Box<str>]> {
 }
 
 /// A target's series as a view sees them. Cheap to clone: three `Arc`s.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct SeriesSet {
     pub(crate) schema: Arc<Schema>,
     /// The values by slot index: the store's own vector, handed over at a publish (see
@@ -548,6 +548,20 @@ pub struct SeriesSet {
     pub(crate) samples: Arc<Vec<Sample>>,
     /// The histograms, by slot index (ascending).
     pub(crate) hists: Arc<[(u32, Hist)]>,
+}
+
+/// The empty set, shared: every target starts with it, and it was three allocations each.
+static EMPTY_SET: std::sync::LazyLock<SeriesSet> = std::sync::LazyLock::new(|| SeriesSet {
+    schema: Arc::default(),
+    samples: Arc::default(),
+    hists: Arc::from([]),
+});
+
+impl Default for SeriesSet {
+    /// No series (one set that every caller shares).
+    fn default() -> Self {
+        EMPTY_SET.clone()
+    }
 }
 
 /// A series' value as a view sees it.
