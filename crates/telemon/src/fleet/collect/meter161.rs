@@ -48,22 +48,26 @@ fn kind(e: &ClientError) -> ErrorKind {
 /// Watches the simulator in `dir` forever, asking for `interval`.
 pub async fn run(mut p: Publisher, dir: PathBuf, interval: Duration) {
     let path = meter161::socket_path(&dir);
-    let config = ClientConfig::default().interval(interval).handshake_timeout(CONNECT_TIMEOUT);
+    drop(dir);
     let mut retry = Retry::default();
     loop {
-        let failure = session(&mut p, &path, &config).await;
+        let failure = session(&mut p, &path, interval).await;
         retry.after(&mut p, failure).await;
     }
 }
 
-async fn session(p: &mut Publisher, path: &Path, config: &ClientConfig) -> Failure {
-    let (name, address, received) = (p.name().clone(), path.display().to_string(), p.received().clone());
-    let tap = |s| record::tap(s, &name, record::Protocol::Meter161, &address, received);
-    let client = match within(CONNECT_TIMEOUT, "connect", Client::connect_path_with(path, config, tap)).await
-    {
-        Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Failure::new(kind(&e), e),
-        Err(f) => return f,
+async fn session(p: &mut Publisher, path: &Path, interval: Duration) -> Failure {
+    // In a block: the config, name and address are for connecting, and would otherwise be held (in
+    // the task's future, and on the heap) for as long as the connection.
+    let client = {
+        let config = ClientConfig::default().interval(interval).handshake_timeout(CONNECT_TIMEOUT);
+        let (name, address, received) = (p.name().clone(), path.display().to_string(), p.received().clone());
+        let tap = |s| record::tap(s, &name, record::Protocol::Meter161, &address, received);
+        match within(CONNECT_TIMEOUT, "connect", Client::connect_path_with(path, &config, tap)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Failure::new(kind(&e), e),
+            Err(f) => return f,
+        }
     };
     collect(p, client).await
 }
