@@ -241,6 +241,10 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
     let mut stall = std::pin::pin!(tokio::time::sleep_until(now + plan.stall()));
     loop {
         let flush_at = p.flush_due().map(|due| hold.map_or(due, |h| due.max(h)));
+        // A GetLastKnownState to ask, and why: asked after the `select!`, not in its arms, where the
+        // message just read (and the select's output) would be held in this future, which lives as
+        // long as the connection, while the request is written.
+        let mut ask_now = None;
         tokio::select! {
             incoming = conn.next() => match incoming {
                 Err(e) => return fail(e),
@@ -258,13 +262,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                         p.maybe_flush();
                         continue;
                     }
-                    match ask_lks(conn).await {
-                        Ok(uid) => asking = Some(uid),
-                        Err(e) => return fail(e),
-                    }
-                    hold = Some(last_facts + LKS_HOLD);
-                    // Asked on its own only when the next facts are half a period late.
-                    ask.as_mut().reset(last_facts + plan.poll + plan.poll / 2);
+                    ask_now = Some(Ask::WithFacts);
                 }
                 Ok(Incoming::Reply { uid, response }) if subscribing.as_ref() == Some(&uid) => {
                     subscribing = None;
@@ -304,14 +302,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                 }
                 Ok(_) => {}
             },
-            () = &mut ask, if asking.is_none() => {
-                let now = tokio::time::Instant::now();
-                match ask_lks(conn).await {
-                    Ok(uid) => asking = Some(uid),
-                    Err(e) => return fail(e),
-                }
-                ask.as_mut().reset(now + plan.poll);
-            }
+            () = &mut ask, if asking.is_none() => ask_now = Some(Ask::OnItsOwn(tokio::time::Instant::now())),
             () = flush_due(flush_at) => {
                 hold = None;
                 p.flush_if_dirty();
@@ -324,7 +315,30 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
                 stall.as_mut().reset(due);
             }
         }
+        if let Some(why) = ask_now {
+            match ask_lks(conn).await {
+                Ok(uid) => asking = Some(uid),
+                Err(e) => return fail(e),
+            }
+            match why {
+                Ask::WithFacts => {
+                    hold = Some(last_facts + LKS_HOLD);
+                    // Asked on its own only when the next facts are half a period late.
+                    ask.as_mut().reset(last_facts + plan.poll + plan.poll / 2);
+                }
+                Ask::OnItsOwn(at) => ask.as_mut().reset(at + plan.poll),
+            }
+        }
     }
+}
+
+/// Why a session asks `GetLastKnownState` (see `collect_connection`).
+#[derive(Debug, Clone, Copy)]
+enum Ask {
+    /// Polled facts came: its reply is published with them.
+    WithFacts,
+    /// Its timer fired, at the given time: no facts came in time to ask it with them.
+    OnItsOwn(tokio::time::Instant),
 }
 
 /// How long polled facts wait, at most, for the reply to the `GetLastKnownState` asked with them
