@@ -81,7 +81,9 @@ pub async fn listen(
             let stream =
                 record::tap(stream, &target, record::Protocol::Mono, &peer.to_string(), received.clone());
             sessions.spawn(async move {
-                let mut session = match Session::start(stream, config).await {
+                // The handshake is boxed: its state is the larger, and inline it would size the
+                // task for as long as the session.
+                let mut session = match Box::pin(Session::start(stream, config)).await {
                     Ok(s) => s,
                     Err(e) => {
                         tracing::debug!(%peer, error = %e, "no Hello");
