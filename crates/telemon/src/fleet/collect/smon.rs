@@ -57,7 +57,10 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
         Source::File(path) => match tokio::fs::File::open(path).await {
             Ok(file) => {
                 let file = telemon_capture::Tap::off(file).counting(p.received().clone());
-                collect(p, UpdateReader::new(file, DecoderConfig::default()).follow(FOLLOW_POLL)).await
+                // Boxed: a file reader's state is the larger, and inline it would size the task of
+                // every stream, TCP ones (most of a fleet) included.
+                Box::pin(collect(p, UpdateReader::new(file, DecoderConfig::default()).follow(FOLLOW_POLL)))
+                    .await
             }
             Err(e) => Failure::new(ErrorKind::Connect, format!("{}: {e}", path.display())),
         },
