@@ -448,7 +448,7 @@ impl SeriesStore {
     }
 
     /// `now` as this store counts time, for [`SeriesStore::set_at`]: read it once for a batch of
-    /// values (it was a fifth of the time of setting a value that exists).
+    /// values, not once per value (a collector sets hundreds of thousands a second).
     pub fn stamp(&self, now: Instant) -> Stamp {
         // Wraps every 49 days; the gap between two updates is still right, unless it is longer.
         Stamp(now.saturating_duration_since(self.epoch).as_millis() as u32)
