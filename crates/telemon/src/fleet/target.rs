@@ -351,12 +351,20 @@ impl Publisher {
         self.dirty |= self.store.len() != before;
     }
 
-    /// Records an event for display (bounded to [`MAX_EVENTS`]).
-    pub fn event(&mut self, text: impl Into<Arc<str>>) {
+    /// Records an event for display (bounded to [`MAX_EVENTS`]). A text equal to one of the events
+    /// kept shares its copy: a peer's notifications mostly repeat (an interpreter's compactions,
+    /// resizes and signals), and their texts were about a kilobyte per interpreter.
+    pub fn event(&mut self, text: impl AsRef<str> + Into<Arc<str>>) {
+        let kept =
+            self.events.iter().rev().chain(self.meta.events.iter().rev()).find(|e| *e.text == *text.as_ref());
+        let text = match kept {
+            Some(e) => e.text.clone(),
+            None => text.into(),
+        };
         if self.events.len() == MAX_EVENTS {
             self.events.remove(0);
         }
-        self.events.push(EventRecord { at: SystemTime::now(), text: text.into() });
+        self.events.push(EventRecord { at: SystemTime::now(), text });
         self.dirty = true;
     }
 
@@ -489,6 +497,35 @@ mod tests {
         assert_eq!(texts(&reg), (140 - MAX_EVENTS..140).map(|i| i.to_string()).collect::<Vec<_>>());
         p.flush();
         assert_eq!(texts(&reg).len(), MAX_EVENTS, "a publish without events keeps them");
+    }
+
+    #[test]
+    fn events_with_the_same_text_share_one_copy_of_it() {
+        let reg = Registry::new();
+        let mut p = Publisher::new(&reg, "t", Protocol::Hmon, vec![], 10);
+        p.event("WorkspaceCompaction (thread 0)");
+        p.flush();
+        p.event(String::from("WorkspaceCompaction (thread 0)"));
+        p.event("WorkspaceResize: 8 bytes");
+        p.event(String::from("WorkspaceCompaction (thread 0)"));
+        p.flush();
+        let snap = reg.snapshot();
+        let events = &snap.get("t").unwrap().events;
+        let texts: Vec<&str> = events.iter().map(|e| &*e.text).collect();
+        assert_eq!(
+            texts,
+            [
+                "WorkspaceCompaction (thread 0)",
+                "WorkspaceCompaction (thread 0)",
+                "WorkspaceResize: 8 bytes",
+                "WorkspaceCompaction (thread 0)"
+            ]
+        );
+        // One published before and two new ones, all the same copy; the other text its own.
+        assert!(
+            Arc::ptr_eq(&events[0].text, &events[1].text) && Arc::ptr_eq(&events[0].text, &events[3].text)
+        );
+        assert!(!Arc::ptr_eq(&events[0].text, &events[2].text));
     }
 
     #[test]
