@@ -48,6 +48,7 @@ fn kind(e: &ClientError) -> ErrorKind {
 /// Watches the simulator in `dir` forever, asking for `interval`.
 pub async fn run(mut p: Publisher, dir: PathBuf, interval: Duration) {
     let path = meter161::socket_path(&dir);
+    // Only the socket's path is used from here on, for as long as the target: its heap copy goes now.
     drop(dir);
     let mut retry = Retry::default();
     loop {
