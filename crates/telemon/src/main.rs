@@ -92,6 +92,11 @@ async fn run() -> ExitCode {
             std::io::IsTerminal::is_terminal(&std::io::stderr()) && !matches!(cli.command, Command::Top(_)),
         )
         .init();
+    if matches!(cli.command, Command::Serve(_) | Command::Top(_) | Command::Record(_)) {
+        // What a fleet frees while it starts or its targets reconnect would stay resident (see
+        // telemon::fleet::heap).
+        tokio::spawn(telemon::fleet::heap::keeper());
+    }
     let result: output::CliResult = match cli.command {
         Command::Meter161(args) => meter161::run(args).await,
         Command::Hmon(args) => hmon::run(args).await,

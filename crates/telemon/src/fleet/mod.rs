@@ -9,12 +9,14 @@
 //! * [`model`]: the snapshot types every view codes against;
 //! * [`series`]: a target's published series (a shared schema and a flat array of values);
 //! * [`render`]: the Prometheus text 0.0.4 and OpenMetrics exposition of a snapshot;
-//! * [`pace`]: wake-up coalescing for the collectors' runtime.
+//! * [`pace`]: wake-up coalescing for the collectors' runtime;
+//! * [`heap`]: giving the heap's free pages back once the fleet settles.
 //!
 //! [`Fleet::start`] starts every target of a config.
 
 pub mod collect;
 pub mod config;
+pub mod heap;
 pub mod model;
 pub mod own;
 pub mod pace;

@@ -94,6 +94,7 @@ impl Publisher {
     }
 
     fn registered(registry: &Registry, meta: TargetSnapshot, series_limit: usize) -> Self {
+        super::heap::note_change();
         Publisher(Box::new(PublisherState {
             registry: registry.clone(),
             meta,
@@ -168,6 +169,7 @@ impl Publisher {
     /// Connected: counts the connection, forgets the series of the last one (a peer restart is a
     /// real reset) and publishes.
     pub fn up(&mut self) {
+        super::heap::note_change();
         self.meta.state = TargetState::Up;
         self.meta.connects += 1;
         self.meta.last_error = None;
@@ -177,6 +179,7 @@ impl Publisher {
 
     /// Disconnected because of `failure`: counts it, drops the series and publishes.
     pub fn down(&mut self, failure: &Failure) {
+        super::heap::note_change();
         self.meta.state = TargetState::Down;
         self.meta.errors.bump(failure.kind);
         self.meta.last_error = Some(Arc::from(failure.message.as_str()));
@@ -436,6 +439,7 @@ impl std::ops::DerefMut for Publisher {
 
 impl Drop for Publisher {
     fn drop(&mut self) {
+        super::heap::note_change();
         if self.remove_on_drop {
             self.registry.remove(&self.meta.name);
         }
