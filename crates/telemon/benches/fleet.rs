@@ -52,11 +52,15 @@ fn fill(p: &mut Publisher, tick: u64) {
 
 fn fleet() -> FleetSnapshot {
     let registry = Registry::new();
-    let mut snap = FleetSnapshot { targets: (0..TARGETS).map(|i| target(&registry, i)).collect() };
-    for t in &mut snap.targets {
-        t.state = TargetState::Up;
-    }
-    snap
+    FleetSnapshot::from(
+        (0..TARGETS)
+            .map(|i| {
+                let mut t = target(&registry, i);
+                t.state = TargetState::Up;
+                t
+            })
+            .collect::<Vec<_>>(),
+    )
 }
 
 fn lines(snap: &FleetSnapshot) -> u64 {
@@ -71,7 +75,7 @@ fn lines(snap: &FleetSnapshot) -> u64 {
 fn groups() -> Vec<Group> {
     let snap = fleet();
     let owned: Vec<(TargetSnapshot, Vec<Series>)> =
-        snap.targets.iter().map(|t| (t.clone(), t.series.to_vec())).collect();
+        snap.targets.iter().map(|t| (TargetSnapshot::clone(t), t.series.to_vec())).collect();
     let n_lines = lines(&snap);
     let render = {
         let snap = snap.clone();
@@ -181,7 +185,7 @@ fn big_fleet() -> FleetSnapshot {
     }
     let mut snap = registry.snapshot();
     for t in &mut snap.targets {
-        t.state = TargetState::Up;
+        Arc::make_mut(t).state = TargetState::Up;
     }
     snap
 }
@@ -194,7 +198,7 @@ fn render_fleet() -> Group {
     let fleet: std::rc::Rc<std::cell::OnceCell<Fleet>> = std::rc::Rc::new(std::cell::OnceCell::new());
     let built = move || {
         let snap = big_fleet();
-        let owned = snap.targets.iter().map(|t| (t.clone(), t.series.to_vec())).collect();
+        let owned = snap.targets.iter().map(|t| (TargetSnapshot::clone(t), t.series.to_vec())).collect();
         (snap, owned)
     };
     let f1 = fleet.clone();

@@ -70,8 +70,8 @@ fn fleet(tick: u64) -> FleetSnapshot {
                 .into();
             t
         })
-        .collect();
-    FleetSnapshot { targets }
+        .collect::<Vec<_>>();
+    FleetSnapshot::from(targets)
 }
 
 static SNAPSHOT: LazyLock<FleetSnapshot> = LazyLock::new(|| fleet(2));

@@ -388,8 +388,8 @@ async fn targets(State(state): State<AppState>) -> Response {
     let body = serde_json::json!({
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
         "shard": state.shard.map(|s| s.to_string()),
-        "targets": snapshot.targets.iter().map(target_json).collect::<Vec<_>>(),
-        "probes": state.probes.snapshot().iter().map(target_json).collect::<Vec<_>>(),
+        "targets": snapshot.targets.iter().map(|t| target_json(t)).collect::<Vec<_>>(),
+        "probes": state.probes.snapshot().iter().map(|t| target_json(t)).collect::<Vec<_>>(),
     });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string() + "\n").into_response()
 }
@@ -422,7 +422,7 @@ async fn probe(State(state): State<AppState>, Query(q): Query<ProbeQuery>, heade
         .map(|s| Duration::from_secs_f64((s * 0.9).min(60.0)))
         .unwrap_or(DEFAULT_PROBE_TIMEOUT);
     match state.probes.probe(protocol, &target, timeout).await {
-        Some(t) => exposition(FleetSnapshot { targets: vec![t] }, &headers, String::new()),
+        Some(t) => exposition(FleetSnapshot::from(vec![t]), &headers, String::new()),
         None => (StatusCode::SERVICE_UNAVAILABLE, format!("more than {MAX_PROBES} probe targets\n"))
             .into_response(),
     }
@@ -444,7 +444,7 @@ impl Probes {
         Probes { registries, tasks: Mutex::new(HashMap::new()), series_limit, runtime }
     }
 
-    fn snapshot(&self) -> Vec<TargetSnapshot> {
+    fn snapshot(&self) -> Vec<Arc<TargetSnapshot>> {
         Protocol::ALL.iter().flat_map(|p| self.registries[p].snapshot().targets).collect()
     }
 

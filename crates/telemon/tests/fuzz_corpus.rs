@@ -68,7 +68,7 @@ fn snapshot(up: bool, with_histogram: bool) -> FleetSnapshot {
         ));
     }
     t.series = series.into();
-    FleetSnapshot { targets: vec![t] }
+    FleetSnapshot::from(vec![t])
 }
 
 /// The committed seeds are what the encoders make (or, with `TELEMON_WRITE_SEEDS=1`, are written again).

@@ -303,13 +303,20 @@ impl TargetSnapshot {
 #[derive(Debug, Clone, Default)]
 pub struct FleetSnapshot {
     /// Every target, sorted by name.
-    pub targets: Vec<TargetSnapshot>,
+    pub targets: Vec<Arc<TargetSnapshot>>,
 }
 
 impl FleetSnapshot {
     /// The target named `name`, if any.
     pub fn get(&self, name: &str) -> Option<&TargetSnapshot> {
-        self.targets.binary_search_by(|t| (*t.name).cmp(name)).ok().map(|i| &self.targets[i])
+        self.targets.binary_search_by(|t| (*t.name).cmp(name)).ok().map(|i| &*self.targets[i])
+    }
+}
+
+impl From<Vec<TargetSnapshot>> for FleetSnapshot {
+    /// A snapshot of `targets`, which must be sorted by name.
+    fn from(targets: Vec<TargetSnapshot>) -> FleetSnapshot {
+        FleetSnapshot { targets: targets.into_iter().map(Arc::new).collect() }
     }
 }
 
@@ -355,12 +362,10 @@ mod tests {
     #[test]
     fn fleet_snapshot_lookup_by_name() {
         let labels = vec![("room".to_owned(), "b12".to_owned())];
-        let snap = FleetSnapshot {
-            targets: vec![
-                TargetSnapshot::new("a", Protocol::Hmon, labels.clone()),
-                TargetSnapshot::new("b/x", Protocol::Smon, labels),
-            ],
-        };
+        let snap = FleetSnapshot::from(vec![
+            TargetSnapshot::new("a", Protocol::Hmon, labels.clone()),
+            TargetSnapshot::new("b/x", Protocol::Smon, labels),
+        ]);
         assert_eq!(snap.get("b/x").map(|t| t.protocol), Some(Protocol::Smon));
         assert!(snap.get("c").is_none());
     }

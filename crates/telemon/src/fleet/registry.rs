@@ -19,7 +19,8 @@ pub struct Registry {
 
 #[derive(Debug)]
 struct Inner {
-    targets: Mutex<BTreeMap<Arc<str>, TargetSnapshot>>,
+    /// Shared with each target's publisher, which changes its own copy (see `Publisher::flush`).
+    targets: Mutex<BTreeMap<Arc<str>, Arc<TargetSnapshot>>>,
     generation: watch::Sender<u64>,
 }
 
@@ -40,7 +41,7 @@ impl Registry {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<Arc<str>, TargetSnapshot>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Arc<str>, Arc<TargetSnapshot>>> {
         // A panicking writer leaves whole snapshots behind (entries are replaced, never edited
         // in place), so the table is still consistent.
         self.inner.targets.lock().unwrap_or_else(|e| e.into_inner())
@@ -51,7 +52,8 @@ impl Registry {
     }
 
     /// Inserts or replaces the target named `target.name`.
-    pub fn put(&self, target: TargetSnapshot) {
+    pub fn put(&self, target: impl Into<Arc<TargetSnapshot>>) {
+        let target = target.into();
         self.lock().insert(target.name.clone(), target);
         self.bump();
     }
@@ -61,9 +63,10 @@ impl Registry {
     /// tasks can never end up sharing one name. Returns whether it was inserted.
     pub fn insert_unique(
         &self,
-        target: TargetSnapshot,
+        target: impl Into<Arc<TargetSnapshot>>,
         replace: impl FnOnce(&TargetSnapshot) -> bool,
     ) -> bool {
+        let target = target.into();
         {
             let mut targets = self.lock();
             if targets.get(&target.name).is_some_and(|old| !replace(old)) {
@@ -79,7 +82,7 @@ impl Registry {
     pub fn update(&self, name: &str, f: impl FnOnce(&mut TargetSnapshot)) -> bool {
         let found = match self.lock().get_mut(name) {
             Some(t) => {
-                f(t);
+                f(Arc::make_mut(t));
                 true
             }
             None => false,
@@ -91,7 +94,7 @@ impl Registry {
     }
 
     /// Removes the target named `name`; returns it if it was present.
-    pub fn remove(&self, name: &str) -> Option<TargetSnapshot> {
+    pub fn remove(&self, name: &str) -> Option<Arc<TargetSnapshot>> {
         let gone = self.lock().remove(name);
         if gone.is_some() {
             self.bump();

@@ -498,7 +498,7 @@ mod tests {
             },
         ]);
         let down = TargetSnapshot::new("gone", Protocol::Hmon, Vec::new());
-        FleetSnapshot { targets: vec![t, down] }
+        FleetSnapshot::from(vec![t, down])
     }
 
     #[test]

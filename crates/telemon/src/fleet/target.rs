@@ -63,7 +63,9 @@ pub struct Publisher(Box<PublisherState>);
 #[derive(Debug)]
 pub struct PublisherState {
     registry: Registry,
-    meta: TargetSnapshot,
+    /// The target as last published, shared with the registry (one copy, not two, per target); a
+    /// change makes the publisher's own copy ([`Publisher::meta_mut`]).
+    meta: Arc<TargetSnapshot>,
     store: SeriesStore,
     /// Events since the last publish; the ones before are in `meta.events` only.
     events: Vec<EventRecord>,
@@ -88,12 +90,12 @@ impl Publisher {
         labels: impl Into<Arc<[(String, String)]>>,
         series_limit: usize,
     ) -> Self {
-        let meta = TargetSnapshot::new(name, protocol, labels);
+        let meta = Arc::new(TargetSnapshot::new(name, protocol, labels));
         registry.put(meta.clone());
         Publisher::registered(registry, meta, series_limit)
     }
 
-    fn registered(registry: &Registry, meta: TargetSnapshot, series_limit: usize) -> Self {
+    fn registered(registry: &Registry, meta: Arc<TargetSnapshot>, series_limit: usize) -> Self {
         super::heap::note_change();
         Publisher(Box::new(PublisherState {
             registry: registry.clone(),
@@ -120,7 +122,7 @@ impl Publisher {
         series_limit: usize,
         replace: impl FnOnce(&TargetSnapshot) -> bool,
     ) -> Option<Self> {
-        let meta = TargetSnapshot::new(name, protocol, labels);
+        let meta = Arc::new(TargetSnapshot::new(name, protocol, labels));
         if !registry.insert_unique(meta.clone(), replace) {
             return None;
         }
@@ -132,6 +134,11 @@ impl Publisher {
     pub fn remove_on_drop(mut self) -> Self {
         self.remove_on_drop = true;
         self
+    }
+
+    /// The target's state to change: the registry's copy stays as it was published.
+    fn meta_mut(&mut self) -> &mut TargetSnapshot {
+        Arc::make_mut(&mut self.meta)
     }
 
     /// The target's name.
@@ -170,9 +177,10 @@ impl Publisher {
     /// real reset) and publishes.
     pub fn up(&mut self) {
         super::heap::note_change();
-        self.meta.state = TargetState::Up;
-        self.meta.connects += 1;
-        self.meta.last_error = None;
+        let meta = self.meta_mut();
+        meta.state = TargetState::Up;
+        meta.connects += 1;
+        meta.last_error = None;
         self.store.clear();
         self.flush();
     }
@@ -180,9 +188,10 @@ impl Publisher {
     /// Disconnected because of `failure`: counts it, drops the series and publishes.
     pub fn down(&mut self, failure: &Failure) {
         super::heap::note_change();
-        self.meta.state = TargetState::Down;
-        self.meta.errors.bump(failure.kind);
-        self.meta.last_error = Some(Arc::from(failure.message.as_str()));
+        let meta = self.meta_mut();
+        meta.state = TargetState::Down;
+        meta.errors.bump(failure.kind);
+        meta.last_error = Some(Arc::from(failure.message.as_str()));
         self.store.clear();
         self.flush();
     }
@@ -191,8 +200,9 @@ impl Publisher {
     /// shown, published with the next flush.
     pub fn error(&mut self, failure: &Failure) {
         tracing::debug!(target_name = %self.meta.name, kind = failure.kind.as_str(), "{}", failure.message);
-        self.meta.errors.bump(failure.kind);
-        self.meta.last_error = Some(Arc::from(failure.message.as_str()));
+        let meta = self.meta_mut();
+        meta.errors.bump(failure.kind);
+        meta.last_error = Some(Arc::from(failure.message.as_str()));
         self.dirty = true;
     }
 
@@ -402,22 +412,24 @@ impl Publisher {
     /// Publishes the cache now.
     pub fn flush(&mut self) {
         self.now = None;
-        if self.touched {
-            self.meta.last_update = Some(SystemTime::now());
+        let state = &mut *self.0;
+        // The registry holds the last publication: this is its copy, made once per publication.
+        let meta = Arc::make_mut(&mut state.meta);
+        if state.touched {
+            meta.last_update = Some(SystemTime::now());
         }
-        if !self.events.is_empty() {
+        if !state.events.is_empty() {
             // The last MAX_EVENTS of the published ones and the new ones; the new ones' vector is
             // given back, as most publishes have none.
-            let new = std::mem::take(&mut self.events);
-            let old = &self.meta.events;
+            let new = std::mem::take(&mut state.events);
+            let old = &meta.events;
             let kept = old.len().min(MAX_EVENTS - new.len());
-            self.meta.events = old[old.len() - kept..].iter().cloned().chain(new).collect();
+            meta.events = old[old.len() - kept..].iter().cloned().chain(new).collect();
         }
-        self.meta.dropped_series = self.store.dropped();
-        self.meta.received_bytes = self.received.load(Ordering::Relaxed);
-        let mut snap = self.meta.clone();
-        snap.series = self.store.publish();
-        self.registry.put(snap);
+        meta.dropped_series = state.store.dropped();
+        meta.received_bytes = state.received.load(Ordering::Relaxed);
+        meta.series = state.store.publish();
+        self.registry.put(self.meta.clone());
         self.dirty = false;
         self.touched = false;
         self.last_publish = Some(Instant::now());
@@ -449,6 +461,26 @@ impl Drop for Publisher {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_registry_and_the_publisher_share_one_copy_of_the_target() {
+        let reg = Registry::new();
+        let mut p = Publisher::new(&reg, "t", Protocol::Smon, vec![], 10);
+        p.up();
+        p.set("g", "h", MetricKind::Gauge, vec![], 1.0);
+        p.flush();
+        assert!(Arc::ptr_eq(&reg.snapshot().targets[0], &p.meta), "one copy once published");
+        // A change is the publisher's own until it publishes it.
+        p.error(&Failure::new(ErrorKind::Decode, "bad"));
+        let published = reg.snapshot();
+        assert!(!Arc::ptr_eq(&published.targets[0], &p.meta));
+        assert_eq!(published.targets[0].errors.get(ErrorKind::Decode), 0);
+        p.flush();
+        let t = &reg.snapshot().targets[0];
+        assert!(Arc::ptr_eq(t, &p.meta));
+        assert_eq!(t.errors.get(ErrorKind::Decode), 1);
+        assert_eq!(t.series.len(), 1, "with its series");
+    }
 
     #[test]
     fn publishes_state_series_and_events_and_removes_itself_when_asked() {

@@ -462,7 +462,7 @@ mod tests {
             ),
         ]
         .into();
-        FleetSnapshot { targets: vec![t] }
+        FleetSnapshot::from(vec![t])
     }
 
     #[test]
@@ -563,7 +563,7 @@ mod tests {
 
         // The histogram and the gauge vanish: one flagged point each, kept in their kinds.
         let mut snap = snapshot(1, 11.0);
-        snap.targets[0].series = snap.targets[0].series.to_vec()[..1].to_vec().into();
+        Arc::make_mut(&mut snap.targets[0]).series = snap.targets[0].series.to_vec()[..1].to_vec().into();
         out.clear();
         o.sample(&snap, 2_000, &mut out);
         assert_eq!(flagged(&out), ["b_bytes", "lat_seconds"]);
@@ -583,7 +583,7 @@ mod tests {
         assert!(flagged(&out).is_empty());
 
         // The target goes down: its counter ends, up is 0; then it goes away: up ends too.
-        snap.targets[0].state = TargetState::Down;
+        Arc::make_mut(&mut snap.targets[0]).state = TargetState::Down;
         out.clear();
         o.sample(&snap, 4_000, &mut out);
         assert_eq!(flagged(&out), ["a_total"]);

@@ -476,16 +476,14 @@ mod tests {
     fn labels_sorted_name_first_histograms_expanded_and_vanished_series_marked_stale() {
         let mut rw = RemoteWrite::new(vec![("cluster".into(), "lab".into()), ("room".into(), "ext".into())]);
         let hist = Value::Histogram { buckets: vec![(0.5, 1), (1.0, 3)], sum: 2.5, count: 4 };
-        let snap = FleetSnapshot {
-            targets: vec![target(
-                "vm",
-                true,
-                vec![
-                    series("a_bytes", &[("zone", "z"), ("kind", "k")], Value::Number(7.0)),
-                    series("lat_seconds", &[], hist),
-                ],
-            )],
-        };
+        let snap = FleetSnapshot::from(vec![target(
+            "vm",
+            true,
+            vec![
+                series("a_bytes", &[("zone", "z"), ("kind", "k")], Value::Number(7.0)),
+                series("lat_seconds", &[], hist),
+            ],
+        )]);
         let mut out = Vec::new();
         rw.sample(&snap, 1000, &mut out);
         assert_eq!(
@@ -506,13 +504,11 @@ mod tests {
         assert!(Arc::ptr_eq(&out[1].series, &again[1].series));
 
         // The histogram vanishes: its five wire series go stale once.
-        let snap2 = FleetSnapshot {
-            targets: vec![target(
-                "vm",
-                true,
-                vec![series("a_bytes", &[("zone", "z"), ("kind", "k")], Value::Number(8.0))],
-            )],
-        };
+        let snap2 = FleetSnapshot::from(vec![target(
+            "vm",
+            true,
+            vec![series("a_bytes", &[("zone", "z"), ("kind", "k")], Value::Number(8.0))],
+        )]);
         let mut out = Vec::new();
         rw.sample(&snap2, 3000, &mut out);
         assert_eq!(out.iter().filter(|s| is_stale(s.value)).count(), 5);
@@ -521,13 +517,11 @@ mod tests {
         assert_eq!(out.iter().filter(|s| is_stale(s.value)).count(), 0);
 
         // The target goes down: its series stale, up = 0; then it leaves: up stale too.
-        let down = FleetSnapshot {
-            targets: vec![target(
-                "vm",
-                false,
-                vec![series("a_bytes", &[("zone", "z"), ("kind", "k")], Value::Number(8.0))],
-            )],
-        };
+        let down = FleetSnapshot::from(vec![target(
+            "vm",
+            false,
+            vec![series("a_bytes", &[("zone", "z"), ("kind", "k")], Value::Number(8.0))],
+        )]);
         let mut out = Vec::new();
         rw.sample(&down, 5000, &mut out);
         let n = names(&out);

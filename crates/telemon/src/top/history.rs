@@ -165,7 +165,7 @@ mod tests {
         let mut h = History::new();
         for s in 0..100u32 {
             let t = target(f64::from(s), (s > 0).then_some(10.0));
-            h.record(&FleetSnapshot { targets: vec![t] }, s);
+            h.record(&FleetSnapshot::from(vec![t]), s);
         }
         let t = target(0.0, None);
         let p = h.points(&t, "g{i=0}", 10);
@@ -183,7 +183,7 @@ mod tests {
     fn rings_are_bounded() {
         let mut h = History::new();
         for s in 0..5000u32 {
-            h.record(&FleetSnapshot { targets: vec![target(1.0, Some(1.0))] }, s);
+            h.record(&FleetSnapshot::from(vec![target(1.0, Some(1.0))]), s);
         }
         assert_eq!(h.len(), 2 * (MAX_WINDOW_SECS as usize + 1));
         assert!(History::capacity(10_000) >= 60);
