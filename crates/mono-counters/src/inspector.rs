@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
+use std::task::{Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, ToSocketAddrs};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use crate::codec::{InspectorCodec, Limits};
@@ -192,19 +193,95 @@ struct Pending {
 
 struct Shared {
     pending: Mutex<Pending>,
+    samples: Mutex<SampleQueue>,
     writer: tokio::sync::Mutex<Writer>,
     timeout: Duration,
 }
 
-/// What the reader task queues for [`Session::next_sample`], boxed: the queue's blocks hold 32 entries
-/// each, and an agent's first block cost 1.8 KB with the entries inline (16 bytes each, boxed).
+/// What the reader task queues for [`Session::next_sample`], boxed (16 bytes an entry).
 type Queued = Result<Box<SampleUpdate>, Box<ClientError>>;
+
+/// The reader's queue of updates for [`Session::next_sample`]: one producer, one consumer, bounded
+/// by [`ClientConfig::sample_queue`]. A tokio `mpsc` channel cost each agent about 1 KB (its state and
+/// a first block of 32 entries) however few updates were waiting; this holds what waits, mostly
+/// one update or none.
+#[derive(Debug, Default)]
+struct SampleQueue {
+    items: VecDeque<Queued>,
+    /// The most updates it holds.
+    capacity: usize,
+    /// The reader has queued its last update.
+    done: bool,
+    /// The consumer waiting for an update, and the reader waiting for room.
+    consumer: Option<Waker>,
+    reader: Option<Waker>,
+}
+
+/// Keeps `cx`'s waker in `slot`, to be woken once.
+fn wait_in(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    match slot {
+        Some(w) if w.will_wake(cx.waker()) => {}
+        _ => *slot = Some(cx.waker().clone()),
+    }
+}
+
+impl Shared {
+    fn samples(&self) -> std::sync::MutexGuard<'_, SampleQueue> {
+        // The queue is consistent between any two of its statements: a panic elsewhere leaves it usable.
+        self.samples.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `item` if there is room; gives it back if not.
+    fn try_queue(&self, item: Queued) -> Result<(), Queued> {
+        let mut q = self.samples();
+        if q.items.len() >= q.capacity {
+            return Err(item);
+        }
+        q.items.push_back(item);
+        if let Some(w) = q.consumer.take() {
+            w.wake();
+        }
+        Ok(())
+    }
+
+    /// Ready once the queue has room.
+    fn poll_room(&self, cx: &Context<'_>) -> Poll<()> {
+        let mut q = self.samples();
+        if q.items.len() < q.capacity {
+            return Poll::Ready(());
+        }
+        wait_in(&mut q.reader, cx);
+        Poll::Pending
+    }
+
+    /// Queues `item` once there is room.
+    async fn queue(&self, item: Queued) {
+        std::future::poll_fn(|cx| self.poll_room(cx)).await;
+        // Only the reader queues, so the room is still there.
+        let _ = self.try_queue(item);
+    }
+
+    /// The next update; `None` once the reader is done and everything was taken.
+    fn poll_next(&self, cx: &Context<'_>) -> Poll<Option<Queued>> {
+        let mut q = self.samples();
+        if let Some(item) = q.items.pop_front() {
+            if let Some(w) = q.reader.take() {
+                w.wake();
+            }
+            return Poll::Ready(Some(item));
+        }
+        if q.done {
+            return Poll::Ready(None);
+        }
+        wait_in(&mut q.consumer, cx);
+        Poll::Pending
+    }
+}
 
 /// One connected agent: its Hello, its samples, and requests to it.
 pub struct Session {
     hello: Hello,
     handle: SessionHandle,
-    samples: mpsc::Receiver<Queued>,
     reader: tokio::task::JoinHandle<()>,
 }
 
@@ -254,13 +331,16 @@ impl Session {
         let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(write);
         let shared = Arc::new(Shared {
             pending: Mutex::new(Pending::default()),
+            samples: Mutex::new(SampleQueue {
+                capacity: config.sample_queue.max(1),
+                ..SampleQueue::default()
+            }),
             writer: tokio::sync::Mutex::new(framed_write(writer, codec)),
             timeout: config.request_timeout,
         });
-        let (tx, samples) = mpsc::channel(config.sample_queue.max(1));
         let table = Arc::new(CounterTable::from_hello(&hello));
-        let reader = tokio::spawn(read_loop(framed, Arc::clone(&shared), table, tx));
-        Ok(Session { hello, handle: SessionHandle { shared }, samples, reader })
+        let reader = tokio::spawn(read_loop(framed, Arc::clone(&shared), table));
+        Ok(Session { hello, handle: SessionHandle { shared }, reader })
     }
 
     /// The agent's Hello.
@@ -275,7 +355,8 @@ impl Session {
 
     /// The next sample; `Ok(None)` once the agent has closed the connection.
     pub async fn next_sample(&mut self) -> Result<Option<SampleUpdate>, ClientError> {
-        match self.samples.recv().await {
+        let shared = &self.handle.shared;
+        match std::future::poll_fn(|cx| shared.poll_next(cx)).await {
             Some(Ok(update)) => Ok(Some(*update)),
             Some(Err(e)) => Err(*e),
             None => Ok(None),
@@ -399,8 +480,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
     mut framed: FramedRead<R, InspectorCodec>,
     shared: Arc<Shared>,
     mut table: Arc<CounterTable>,
-    samples: mpsc::Sender<Queued>,
 ) {
+    let _done = ReaderDone(Arc::clone(&shared));
     // Samples with no value since the last update.
     let mut empty = 0u64;
     // An update that did not fit in the queue; later samples merge into it until there is room.
@@ -408,10 +489,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
     let failure = loop {
         let next = tokio::select! {
             biased;
-            permit = samples.reserve(), if held.is_some() => {
-                match (permit, held.take()) {
-                    (Ok(permit), Some(update)) => permit.send(Ok(Box::new(update))),
-                    _ => held = None, // the consumer is gone
+            () = std::future::poll_fn(|cx| shared.poll_room(cx)), if held.is_some() => {
+                if let Some(update) = held.take() {
+                    let _ = shared.try_queue(Ok(Box::new(update)));
                 }
                 continue;
             }
@@ -442,10 +522,8 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     h.merge(update);
                     continue;
                 }
-                match samples.try_send(Ok(Box::new(update))) {
-                    Ok(()) => {}
-                    Err(mpsc::error::TrySendError::Full(Ok(update))) => held = Some(*update),
-                    Err(_) => {}
+                if let Err(Ok(update)) = shared.try_queue(Ok(Box::new(update))) {
+                    held = Some(*update);
                 }
             }
             AgentMessage::List(entries) => match pending.list.pop_front() {
@@ -485,16 +563,61 @@ async fn read_loop<R: AsyncRead + Unpin>(
         *pending = Pending { closed: true, ..Pending::default() };
     }
     if let Some(update) = held {
-        let _ = samples.send(Ok(Box::new(update))).await;
+        shared.queue(Ok(Box::new(update))).await;
     }
     if let Some(e) = failure {
-        let _ = samples.send(Err(Box::new(e))).await;
+        shared.queue(Err(Box::new(e))).await;
+    }
+}
+
+/// Marks the queue done when the reader ends, however it ends (returned, aborted or panicked), so
+/// that [`Session::next_sample`] answers `None` instead of waiting for ever.
+struct ReaderDone(Arc<Shared>);
+
+impl Drop for ReaderDone {
+    fn drop(&mut self) {
+        let mut q = self.0.samples();
+        q.done = true;
+        if let Some(w) = q.consumer.take() {
+            w.wake();
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn the_sample_queue_is_bounded_ordered_and_ends_when_the_reader_does() {
+        let (a, _b) = tokio::io::duplex(64);
+        let codec = InspectorCodec::new(Limits::default());
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(Pending::default()),
+            samples: Mutex::new(SampleQueue { capacity: 2, ..SampleQueue::default() }),
+            writer: tokio::sync::Mutex::new(framed_write(Box::pin(a), codec)),
+            timeout: Duration::from_secs(1),
+        });
+        let update = |n| {
+            let table = Arc::new(CounterTable::default());
+            Ok(Box::new(SampleUpdate { timestamp: n, changed: Vec::new(), table, missed: 0, empty: 0 }))
+        };
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(shared.poll_next(&cx).is_pending(), "empty");
+        assert!(shared.try_queue(update(1)).is_ok() && shared.try_queue(update(2)).is_ok());
+        assert!(shared.try_queue(update(3)).is_err(), "full at two");
+        assert!(shared.poll_room(&cx).is_pending());
+        let next = |cx: &mut Context<'_>| match shared.poll_next(cx) {
+            Poll::Ready(Some(Ok(u))) => Some(u.timestamp),
+            _ => None,
+        };
+        assert_eq!(next(&mut cx), Some(1));
+        assert!(shared.poll_room(&cx).is_ready());
+        // A reader that ends, even aborted, leaves what it queued, then the end.
+        drop(ReaderDone(Arc::clone(&shared)));
+        assert_eq!(next(&mut cx), Some(2));
+        assert!(matches!(shared.poll_next(&cx), Poll::Ready(None)));
+    }
 
     #[test]
     fn a_session_starts_with_small_buffers() {
