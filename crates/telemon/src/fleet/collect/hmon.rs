@@ -3,11 +3,11 @@
 //! drives its [`hmon::Connection`] in the target's own task (one task per target); POLL mode listens,
 //! and each interpreter that dials in becomes a target ([`listen`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -35,13 +35,27 @@ pub const DEFAULT_FACTS: [FactKind; 4] =
 #[derive(Debug, Clone)]
 pub struct Plan {
     /// The facts polled: those of the block, without Host when Host is asked once per session.
-    polled: Vec<IdOrName>,
+    polled: Arc<[IdOrName]>,
     /// Whether Host is asked once per session (with `GetFacts`, after the poll starts) instead of
     /// polled: what telemon exports of it (version, bit width, session) does not change while an
     /// interpreter runs, and it is the largest of the facts. Only when other facts are polled.
     host_once: bool,
-    events: Vec<IdOrName>,
+    events: Arc<[IdOrName]>,
     poll: Duration,
+}
+
+/// The process's one copy of a list of facts or events: the blocks of a config mostly ask for the same
+/// ones, and each interpreter's plan held copies of its own (about 0.3 KB with the defaults). Lists come
+/// from the config only, so the table is as large as the distinct lists in it.
+fn shared_list(list: Vec<IdOrName>) -> Arc<[IdOrName]> {
+    static LISTS: OnceLock<Mutex<HashSet<Arc<[IdOrName]>>>> = OnceLock::new();
+    let mut lists = LISTS.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(shared) = lists.get(list.as_slice()) {
+        return shared.clone();
+    }
+    let shared: Arc<[IdOrName]> = list.into();
+    lists.insert(shared.clone());
+    shared
 }
 
 impl Default for Plan {
@@ -72,7 +86,7 @@ impl Plan {
         let is_host = |f: &IdOrName| FactKind::resolve(f) == Some(FactKind::Host);
         let host_once = facts.iter().any(is_host) && !facts.iter().all(is_host);
         let polled = if host_once { facts.into_iter().filter(|f| !is_host(f)).collect() } else { facts };
-        Plan { polled, host_once, events, poll }
+        Plan { polled: shared_list(polled), host_once, events: shared_list(events), poll }
     }
 
     /// The `GetFacts` that asks for Host once.
@@ -212,7 +226,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
     let mut seen = Seen::subscribed(&plan.events);
     let mut subscribing = None;
     if !plan.events.is_empty() {
-        let subscribe = Subscribe { events: Some(plan.events.clone()), ..Default::default() };
+        let subscribe = Subscribe { events: Some(plan.events.to_vec()), ..Default::default() };
         // The requests are boxed (here, and in `ask_lks`): their state is large, and inline it would
         // size this future, which lives as long as the connection, for what takes a moment.
         match Box::pin(conn.request(Request::Subscribe(subscribe))).await {
@@ -220,7 +234,7 @@ async fn collect_connection(p: &mut Publisher, conn: &mut Connection, plan: &Pla
             Err(e) => return fail(e),
         }
     }
-    if let Err(e) = conn.poll_facts(plan.polled.clone(), Some(plan.poll)).await {
+    if let Err(e) = conn.poll_facts(plan.polled.to_vec(), Some(plan.poll)).await {
         return fail(e);
     }
     // Its reply is read like the other facts, below.
@@ -511,11 +525,11 @@ async fn collect(
 ) -> Failure {
     let mut seen = Seen::subscribed(&plan.events);
     if !plan.events.is_empty() {
-        if let Err(e) = client.subscribe(plan.events.clone()).await {
+        if let Err(e) = client.subscribe(plan.events.to_vec()).await {
             return fail(e);
         }
     }
-    if let Err(e) = client.poll_facts(plan.polled.clone(), Some(plan.poll)).await {
+    if let Err(e) = client.poll_facts(plan.polled.to_vec(), Some(plan.poll)).await {
         return fail(e);
     }
     if plan.host_once {
@@ -856,6 +870,16 @@ mod serve_mode_tests {
         assert_eq!(plan(&["Workspace"]), (1, false));
         let default = Plan::default();
         assert!(default.host_once && default.polled.len() == DEFAULT_FACTS.len() - 1);
+    }
+
+    #[test]
+    fn plans_with_the_same_lists_share_them() {
+        let (a, b) = (Plan::default(), Plan::default());
+        assert!(Arc::ptr_eq(&a.polled, &b.polled) && Arc::ptr_eq(&a.events, &b.events));
+        let other = Plan::with(vec![IdOrName::parse_word("Workspace")], Vec::new(), Duration::from_secs(1));
+        assert!(
+            !Arc::ptr_eq(&a.polled, &other.polled) && *other.polled == [IdOrName::parse_word("Workspace")]
+        );
     }
 
     #[tokio::test]
