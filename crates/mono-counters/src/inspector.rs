@@ -217,6 +217,9 @@ struct SampleQueue {
     reader: Option<Waker>,
 }
 
+/// The room a [`SampleQueue`] keeps once emptied: more is given back.
+const SMALL_QUEUE: usize = 8;
+
 /// Keeps `cx`'s waker in `slot`, to be woken once.
 fn wait_in(slot: &mut Option<Waker>, cx: &Context<'_>) {
     match slot {
@@ -265,6 +268,10 @@ impl Shared {
     fn poll_next(&self, cx: &Context<'_>) -> Poll<Option<Queued>> {
         let mut q = self.samples();
         if let Some(item) = q.items.pop_front() {
+            if q.items.is_empty() && q.items.capacity() > SMALL_QUEUE {
+                // A burst is over: its room goes back (a thousand agents each kept theirs).
+                q.items.shrink_to_fit();
+            }
             if let Some(w) = q.reader.take() {
                 w.wake();
             }
@@ -613,9 +620,18 @@ mod tests {
         };
         assert_eq!(next(&mut cx), Some(1));
         assert!(shared.poll_room(&cx).is_ready());
+        for n in 3..20 {
+            shared.samples().capacity = 64;
+            assert!(shared.try_queue(update(n)).is_ok());
+        }
+        assert!((2..20).all(|n| next(&mut cx) == Some(n)), "in order");
+        assert!(shared.samples().items.capacity() <= SMALL_QUEUE, "a burst's room is given back");
+        assert!(shared.try_queue(update(20)).is_ok());
+        shared.samples().capacity = 2;
+        assert!(shared.try_queue(update(21)).is_ok());
         // A reader that ends, even aborted, leaves what it queued, then the end.
         drop(ReaderDone(Arc::clone(&shared)));
-        assert_eq!(next(&mut cx), Some(2));
+        assert_eq!((next(&mut cx), next(&mut cx)), (Some(20), Some(21)));
         assert!(matches!(shared.poll_next(&cx), Poll::Ready(None)));
     }
 
