@@ -10,7 +10,7 @@
 //!
 //! [`keeper`] runs beside the collectors and hands the free pages back ([`release_free_memory`],
 //! glibc's `malloc_trim`) once the fleet has settled: two seconds after the last time a target was
-//! created, connected, disconnected or removed ([`note_change`]). A fleet that never settles (a
+//! created, connected, disconnected or removed (a counter that the publishers bump). A fleet that never settles (a
 //! target that flaps) is trimmed at most every [`MAX_UNSETTLED`]. Between those events nothing is
 //! trimmed: steady-state work reuses what it frees, and pages handed back would only be faulted in
 //! again. `telemon`'s `serve`, `top` and `record` run the keeper; the library never trims on its
