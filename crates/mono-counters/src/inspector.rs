@@ -10,10 +10,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use std::task::{Context, Poll, Waker};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, ToSocketAddrs};
 use tokio::sync::oneshot;
@@ -229,6 +229,18 @@ fn wait_in(slot: &mut Option<Waker>, cx: &Context<'_>) {
 }
 
 impl Shared {
+    fn new(writer: Pin<Box<dyn AsyncWrite + Send>>, codec: InspectorCodec, config: &ClientConfig) -> Shared {
+        Shared {
+            pending: Mutex::new(Pending::default()),
+            samples: Mutex::new(SampleQueue {
+                capacity: config.sample_queue.max(1),
+                ..SampleQueue::default()
+            }),
+            writer: tokio::sync::Mutex::new(framed_write(writer, codec)),
+            timeout: config.request_timeout,
+        }
+    }
+
     fn samples(&self) -> std::sync::MutexGuard<'_, SampleQueue> {
         // The queue is consistent between any two of its statements: a panic elsewhere leaves it usable.
         self.samples.lock().unwrap_or_else(|e| e.into_inner())
@@ -336,15 +348,7 @@ impl Session {
             None => return Err(ClientError::Closed { request: "hello" }),
         };
         let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(write);
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(Pending::default()),
-            samples: Mutex::new(SampleQueue {
-                capacity: config.sample_queue.max(1),
-                ..SampleQueue::default()
-            }),
-            writer: tokio::sync::Mutex::new(framed_write(writer, codec)),
-            timeout: config.request_timeout,
-        });
+        let shared = Arc::new(Shared::new(writer, codec, &config));
         let table = Arc::new(CounterTable::from_hello(&hello));
         let reader = tokio::spawn(read_loop(framed, Arc::clone(&shared), table));
         Ok(Session { hello, handle: SessionHandle { shared }, reader })
@@ -598,13 +602,8 @@ mod tests {
     #[tokio::test]
     async fn the_sample_queue_is_bounded_ordered_and_ends_when_the_reader_does() {
         let (a, _b) = tokio::io::duplex(64);
-        let codec = InspectorCodec::new(Limits::default());
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(Pending::default()),
-            samples: Mutex::new(SampleQueue { capacity: 2, ..SampleQueue::default() }),
-            writer: tokio::sync::Mutex::new(framed_write(Box::pin(a), codec)),
-            timeout: Duration::from_secs(1),
-        });
+        let config = ClientConfig { sample_queue: 2, ..ClientConfig::default() };
+        let shared = Arc::new(Shared::new(Box::pin(a), InspectorCodec::new(config.limits), &config));
         let update = |n| {
             let table = Arc::new(CounterTable::default());
             Ok(Box::new(SampleUpdate { timestamp: n, changed: Vec::new(), table, missed: 0, empty: 0 }))
