@@ -213,6 +213,10 @@ pub struct SeriesStore {
     /// The schema of the last publish; `None` when the set of series changed since.
     schema: Option<Arc<Schema>>,
     hists_published: Option<Arc<[(u32, Hist)]>>,
+    /// Lookups of its schema among the other targets' ([`shared`]) in a row that found none.
+    share_misses: u8,
+    /// Builds of its schema left before the next lookup, after [`SHARE_MISSES`] misses.
+    share_skip: u8,
 }
 
 /// The most families a store searches one by one, without a map by name.
@@ -223,6 +227,14 @@ const PENDING: u32 = 1 << 31;
 
 /// The most label text of new series held before the arena is built again without a publish.
 const MAX_PENDING: usize = 1 << 20;
+
+/// The most room for new series' label text a store keeps from one build of its schema to the next.
+const PENDING_ROOM: usize = 4096;
+
+/// Room for `n` values and a few more (see [`SeriesStore::own`]).
+fn with_room(n: usize) -> usize {
+    n + n / 16 + 2
+}
 
 /// A slot's label text.
 fn slot_text<'a>(arena: &'a str, pending: &'a str, s: &Slot) -> &'a str {
@@ -275,6 +287,8 @@ impl SeriesStore {
             hasher: DefaultHashBuilder::default(),
             schema: None,
             hists_published: None,
+            share_misses: 0,
+            share_skip: 0,
         }
     }
 
@@ -411,7 +425,8 @@ impl SeriesStore {
         };
         values.push(Sample::EMPTY);
         self.pending.push_str(text);
-        let slot = Slot { tag: fam | LIVE, generation: 1, seen: self.round, text_at, text_len, prev_ms: 0, pos };
+        let slot =
+            Slot { tag: fam | LIVE, generation: 1, seen: self.round, text_at, text_len, prev_ms: 0, pos };
         let index = match self.free.pop() {
             Some(i) => {
                 let generation = self.slots[i as usize].generation;
@@ -449,7 +464,14 @@ impl SeriesStore {
     /// The current values, to change: copied from the last publish if it holds them.
     fn own(&mut self) -> &mut Vec<Sample> {
         if let Some(published) = self.published.take() {
-            self.samples = Arc::unwrap_or_clone(published);
+            self.samples = Arc::try_unwrap(published).unwrap_or_else(|shared| {
+                // With room for a few new series, whose values go after the others until the next
+                // build of the schema: a store whose series come and go (processes changing state)
+                // would otherwise grow a copy of every value again, once per publish.
+                let mut own = Vec::with_capacity(with_room(shared.len()));
+                own.extend_from_slice(&shared);
+                own
+            });
         }
         &mut self.samples
     }
@@ -676,7 +698,9 @@ impl SeriesStore {
             Some(p) => p.clone(),
             None => {
                 let mut own = std::mem::take(&mut self.samples);
-                own.shrink_to_fit();
+                if own.capacity() > with_room(own.len()) {
+                    own.shrink_to_fit();
+                }
                 let p = Arc::new(own);
                 self.published = Some(p.clone());
                 p
@@ -688,12 +712,28 @@ impl SeriesStore {
     /// Builds the schema and the arena that goes with it.
     fn rebuild(&mut self) -> Arc<Schema> {
         let (schema, values) = self.build_schema();
-        let schema = shared(schema);
+        let schema = if self.share_skip > 0 {
+            self.share_skip -= 1;
+            Arc::new(schema)
+        } else {
+            let (schema, found) = shared(schema);
+            self.share_misses = if found { 0 } else { self.share_misses.saturating_add(1) };
+            if self.share_misses >= SHARE_MISSES {
+                self.share_skip = SHARE_SKIP;
+            }
+            schema
+        };
         // The values move to their series' new places (the last publish keeps its own).
         self.samples = values;
         self.published = None;
+        // A store whose series come and go keeps a little room for the next ones' text; one whose
+        // series were all just created (a first publish, a reconnect) gives it back.
+        if self.pending.capacity() <= PENDING_ROOM && self.pending.len() * 2 < schema.text.len() {
+            self.pending.clear();
+        } else {
+            self.pending = String::new();
+        }
         self.arena = schema.text.clone();
-        self.pending = String::new();
         self.schema = Some(schema.clone());
         self.hists_published = None;
         schema
@@ -732,7 +772,7 @@ impl SeriesStore {
             *at += 1;
         }
         let mut defs = Vec::with_capacity(live.len());
-        let mut values = Vec::with_capacity(live.len());
+        let mut values = Vec::with_capacity(with_room(live.len()));
         let old = self.published.as_deref().unwrap_or(&self.samples);
         let mut text =
             String::with_capacity(live.iter().map(|&i| usize::from(self.slots[i as usize].text_len)).sum());
@@ -761,6 +801,10 @@ impl SeriesStore {
 const MAX_SHARED_SERIES: usize = 256;
 /// The most label text of a schema that [`shared`] looks up.
 const MAX_SHARED_TEXT: usize = 16 << 10;
+/// Lookups in a row that found no equal schema after which a store looks only now and then.
+const SHARE_MISSES: u8 = 4;
+/// Builds of a store's schema without a lookup, after [`SHARE_MISSES`] misses.
+const SHARE_SKIP: u8 = 15;
 
 /// The schemas that targets share: `schema`, or an equal one that another target published and
 /// still holds. A fleet's targets of one kind mostly have the same series (every simulator the
@@ -771,8 +815,14 @@ const MAX_SHARED_TEXT: usize = 16 << 10;
 /// Only small schemas are looked up (at most [`MAX_SHARED_SERIES`] series and
 /// [`MAX_SHARED_TEXT`] bytes of label text), and only when a target's set of series changed: the
 /// hash and the comparison are paid rarely, and are bounded. The table holds weak references, and
-/// drops the dead ones each time it has doubled since it last did.
-fn shared(schema: Schema) -> Arc<Schema> {
+/// drops the dead ones each time it has doubled since it last did. Returns whether an equal schema
+/// was found.
+///
+/// A store whose schema changes often and is like no other's (an rvOS VM's processes and channels,
+/// every second) stops looking after [`SHARE_MISSES`] misses in a row, and looks once every
+/// [`SHARE_SKIP`] builds after that: hashing up to 16 KB to find nothing was about 1% of telemon's
+/// time at 1,000 VMs.
+fn shared(schema: Schema) -> (Arc<Schema>, bool) {
     #[derive(Default)]
     struct Table {
         by_hash: HashMap<u64, Vec<Weak<Schema>>, DefaultHashBuilder>,
@@ -781,13 +831,13 @@ fn shared(schema: Schema) -> Arc<Schema> {
     }
     static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
     if schema.defs.len() > MAX_SHARED_SERIES || schema.text.len() > MAX_SHARED_TEXT {
-        return Arc::new(schema);
+        return (Arc::new(schema), false);
     }
     let mut table = TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
     let hash = table.by_hash.hasher().hash_one(&schema);
     let same = table.by_hash.entry(hash).or_default();
     if let Some(found) = same.iter().filter_map(Weak::upgrade).find(|s| **s == schema) {
-        return found;
+        return (found, true);
     }
     let schema = Arc::new(schema);
     same.push(Arc::downgrade(&schema));
@@ -800,7 +850,7 @@ fn shared(schema: Schema) -> Arc<Schema> {
         table.entries = table.by_hash.values().map(Vec::len).sum();
         table.prune_at = (table.entries * 2).max(64);
     }
-    schema
+    (schema, false)
 }
 
 /// Unwraps a 32-bit counter that wraps around (sys161's) into a monotonic 64-bit one.
@@ -959,7 +1009,10 @@ mod tests {
             let mut want = Vec::new();
             for f in ["a", "b", "c_total"] {
                 for row in (0..5u64).filter(|r| !removed.contains(&(f, *r))) {
-                    want.push(format!("{f}{{row=\"{row}\"}} {}", row * 10 + u64::from(f.as_bytes()[0] - b'a')));
+                    want.push(format!(
+                        "{f}{{row=\"{row}\"}} {}",
+                        row * 10 + u64::from(f.as_bytes()[0] - b'a')
+                    ));
                 }
             }
             let got: Vec<String> = set
@@ -969,7 +1022,9 @@ mod tests {
                 .collect();
             assert_eq!(got, want);
             let hist = set.family("d").next().expect("the histogram");
-            assert!(matches!(hist.value(), crate::fleet::ValueRef::Histogram(h) if h.count == 4 && *h.counts == [3, 4]));
+            assert!(
+                matches!(hist.value(), crate::fleet::ValueRef::Histogram(h) if h.count == 4 && *h.counts == [3, 4])
+            );
         };
         let first = st.publish();
         check(&first, &[]);
@@ -999,8 +1054,37 @@ mod tests {
             st.set(id, Num::Uint(1), t0);
             st.remove("g", &[]);
         }
-        assert!(st.values().len() <= 2 * st.len() + 65, "{} values for {} series", st.values().len(), st.len());
+        assert!(
+            st.values().len() <= 2 * st.len() + 65,
+            "{} values for {} series",
+            st.values().len(),
+            st.len()
+        );
         assert_eq!(st.publish().iter().map(|s| s.number().unwrap()).collect::<Vec<_>>(), [7.0]);
+    }
+
+    #[test]
+    fn a_store_whose_schema_is_like_no_other_looks_it_up_only_now_and_then() {
+        const FAMILY: &str = "store_test_share_back_off";
+        let mut other = SeriesStore::new(10);
+        other.slot(FAMILY, "h", MetricKind::Gauge, &[("k", "same")]).unwrap();
+        let theirs = other.publish().schema;
+        let publish_as = |st: &mut SeriesStore, v: &str| {
+            st.clear();
+            st.slot(FAMILY, "h", MetricKind::Gauge, &[("k", v)]).unwrap();
+            st.publish().schema
+        };
+        let mut st = SeriesStore::new(10);
+        assert!(Arc::ptr_eq(&publish_as(&mut st, "same"), &theirs), "found while it looks");
+        for i in 0..SHARE_MISSES {
+            assert!(!Arc::ptr_eq(&publish_as(&mut st, &format!("unique-{i}")), &theirs));
+        }
+        // Four misses in a row: the next builds are not looked up, equal or not.
+        for _ in 0..SHARE_SKIP {
+            assert!(!Arc::ptr_eq(&publish_as(&mut st, "same"), &theirs), "not looked up");
+        }
+        assert!(Arc::ptr_eq(&publish_as(&mut st, "same"), &theirs), "looked up again, and found");
+        assert_eq!((st.share_misses, st.share_skip), (0, 0));
     }
 
     #[test]
