@@ -217,6 +217,11 @@ pub struct SeriesStore {
     share_misses: u8,
     /// Builds of its schema left before the next lookup, after [`SHARE_MISSES`] misses.
     share_skip: u8,
+    /// Series created since the schema was last built.
+    created: u32,
+    /// Whether, at the last build, some but fewer than half of the series were new: its series come
+    /// and go, and it keeps room for the next ones' values and text.
+    churning: bool,
 }
 
 /// The most families a store searches one by one, without a map by name.
@@ -231,9 +236,14 @@ const MAX_PENDING: usize = 1 << 20;
 /// The most room for new series' label text a store keeps from one build of its schema to the next.
 const PENDING_ROOM: usize = 4096;
 
-/// Room for `n` values and a few more (see [`SeriesStore::own`]).
-fn with_room(n: usize) -> usize {
-    n + n / 16 + 2
+/// Room for `n` values, and a few more in a store whose series come and go (see
+/// [`SeriesStore::own`]).
+fn with_room(n: usize, churning: bool) -> usize {
+    if churning {
+        n + n / 16 + 2
+    } else {
+        n
+    }
 }
 
 /// A slot's label text.
@@ -289,6 +299,8 @@ impl SeriesStore {
             hists_published: None,
             share_misses: 0,
             share_skip: 0,
+            created: 0,
+            churning: false,
         }
     }
 
@@ -425,6 +437,7 @@ impl SeriesStore {
         };
         values.push(Sample::EMPTY);
         self.pending.push_str(text);
+        self.created = self.created.saturating_add(1);
         let slot =
             Slot { tag: fam | LIVE, generation: 1, seen: self.round, text_at, text_len, prev_ms: 0, pos };
         let index = match self.free.pop() {
@@ -468,7 +481,7 @@ impl SeriesStore {
                 // With room for a few new series, whose values go after the others until the next
                 // build of the schema: a store whose series come and go (processes changing state)
                 // would otherwise grow a copy of every value again, once per publish.
-                let mut own = Vec::with_capacity(with_room(shared.len()));
+                let mut own = Vec::with_capacity(with_room(shared.len(), self.churning));
                 own.extend_from_slice(&shared);
                 own
             });
@@ -698,7 +711,7 @@ impl SeriesStore {
             Some(p) => p.clone(),
             None => {
                 let mut own = std::mem::take(&mut self.samples);
-                if own.capacity() > with_room(own.len()) {
+                if own.capacity() > with_room(own.len(), self.churning) {
                     own.shrink_to_fit();
                 }
                 let p = Arc::new(own);
@@ -728,7 +741,7 @@ impl SeriesStore {
         self.published = None;
         // A store whose series come and go keeps a little room for the next ones' text; one whose
         // series were all just created (a first publish, a reconnect) gives it back.
-        if self.pending.capacity() <= PENDING_ROOM && self.pending.len() * 2 < schema.text.len() {
+        if self.churning && self.pending.capacity() <= PENDING_ROOM {
             self.pending.clear();
         } else {
             self.pending = String::new();
@@ -772,7 +785,10 @@ impl SeriesStore {
             *at += 1;
         }
         let mut defs = Vec::with_capacity(live.len());
-        let mut values = Vec::with_capacity(with_room(live.len()));
+        // Some series, but fewer than half, are new since the last build: its series come and go.
+        self.churning = self.created > 0 && (self.created as usize) * 2 < live.len();
+        self.created = 0;
+        let mut values = Vec::with_capacity(with_room(live.len(), self.churning));
         let old = self.published.as_deref().unwrap_or(&self.samples);
         let mut text =
             String::with_capacity(live.iter().map(|&i| usize::from(self.slots[i as usize].text_len)).sum());
@@ -1028,6 +1044,7 @@ mod tests {
         };
         let first = st.publish();
         check(&first, &[]);
+        assert!(!st.churning && first.samples.capacity() == first.samples.len(), "all new: no room kept");
         // Series removed and created in other families move every value after them: the snapshot
         // before keeps its own, and the next one is in its own schema's order again.
         st.remove("a", &[("row", "1")]);
@@ -1038,6 +1055,7 @@ mod tests {
         assert_eq!(ids[0].0, "c_total");
         st.set(ids[0].2, Num::Uint(2), t0);
         let second = st.publish();
+        assert!(st.churning && second.samples.capacity() > second.samples.len(), "room for the next ones");
         check(&first, &[]);
         check(&second, &[("a", 1), ("c_total", 3)]);
     }
