@@ -377,7 +377,8 @@ pub(crate) struct SeriesDef {
     pub(crate) text_at: u32,
     /// The length of its label text, with [`SeriesDef::HIST`] set for a histogram.
     len_and_hist: u32,
-    /// Index of the value in [`SeriesSet`]'s samples, and the key of its histogram.
+    /// Index of the value in [`SeriesSet`]'s samples, and the key of its histogram: the series'
+    /// own place in [`Schema::defs`], so that render reads the values in order.
     pub(crate) slot: u32,
 }
 
@@ -543,8 +544,8 @@ fn le_texts(bounds: &[f64]) -> Arc<[Box<str>]> {
 #[derive(Debug, Clone)]
 pub struct SeriesSet {
     pub(crate) schema: Arc<Schema>,
-    /// The values by slot index: the store's own vector, handed over at a publish (see
-    /// [`super::store::SeriesStore::publish`]).
+    /// The values in the schema's order (a series' value at its place in [`Schema::defs`]): the
+    /// store's own vector, handed over at a publish (see [`super::store::SeriesStore::publish`]).
     pub(crate) samples: Arc<Vec<Sample>>,
     /// The histograms, by slot index (ascending).
     pub(crate) hists: Arc<[(u32, Hist)]>,
