@@ -95,8 +95,9 @@ impl Registry {
                     entry.clone()
                 }
                 None => {
+                    let name = target.name.clone();
                     let entry = Entry::new(target);
-                    targets.insert(entry.lock().name.clone(), entry.clone());
+                    targets.insert(name, entry.clone());
                     entry
                 }
             }
@@ -135,8 +136,9 @@ impl Registry {
             if targets.get(&target.name).is_some_and(|old| !replace(&old.get())) {
                 return None;
             }
+            let name = target.name.clone();
             let entry = Entry::new(target);
-            targets.insert(entry.lock().name.clone(), entry.clone());
+            targets.insert(name, entry.clone());
             entry
         };
         self.bump();
