@@ -2,7 +2,8 @@
 //!
 //! Each target task owns its entry and replaces it when its cache changes; views take a
 //! [`FleetSnapshot`] (cheap: the series and events are behind `Arc`s) and wait on
-//! [`Registry::changed`] for the next change.
+//! [`Registry::changed`] for the next change. A target's publisher keeps its entry, and a
+//! publication replaces the target in it without looking its name up.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -19,9 +20,37 @@ pub struct Registry {
 
 #[derive(Debug)]
 struct Inner {
-    /// Shared with each target's publisher, which changes its own copy (see `Publisher::flush`).
-    targets: Mutex<BTreeMap<Arc<str>, Arc<TargetSnapshot>>>,
+    targets: Mutex<BTreeMap<Arc<str>, Entry>>,
     generation: watch::Sender<u64>,
+}
+
+/// One target's place in the registry, kept by its publisher: a publication replaces the target in
+/// it, without a search by name through the whole fleet's (each comparison a cache miss at a
+/// thousand targets: 3 to 4% of telemon's time at 1,000 sys161 targets or smon streams).
+#[derive(Debug, Clone)]
+pub(crate) struct Entry(Arc<Mutex<Arc<TargetSnapshot>>>);
+
+impl Entry {
+    fn new(target: Arc<TargetSnapshot>) -> Entry {
+        Entry(Arc::new(Mutex::new(target)))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Arc<TargetSnapshot>> {
+        // Entries are replaced whole, never edited in place: a panic leaves a whole snapshot.
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The target as last published.
+    fn get(&self) -> Arc<TargetSnapshot> {
+        self.lock().clone()
+    }
+
+    /// Replaces the target (shared with the publisher, which changes its own copy: see
+    /// `Publisher::flush`).
+    fn set(&self, target: Arc<TargetSnapshot>) {
+        // The one before is dropped after the lock is let go.
+        let _old = std::mem::replace(&mut *self.lock(), target);
+    }
 }
 
 impl Default for Registry {
@@ -41,7 +70,7 @@ impl Registry {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, BTreeMap<Arc<str>, Arc<TargetSnapshot>>> {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<Arc<str>, Entry>> {
         // A panicking writer leaves whole snapshots behind (entries are replaced, never edited
         // in place), so the table is still consistent.
         self.inner.targets.lock().unwrap_or_else(|e| e.into_inner())
@@ -53,8 +82,34 @@ impl Registry {
 
     /// Inserts or replaces the target named `target.name`.
     pub fn put(&self, target: impl Into<Arc<TargetSnapshot>>) {
-        let target = target.into();
-        self.lock().insert(target.name.clone(), target);
+        self.register(target.into());
+    }
+
+    /// [`Registry::put`], returning the target's entry, for its publisher to publish into.
+    pub(crate) fn register(&self, target: Arc<TargetSnapshot>) -> Entry {
+        let entry = {
+            let mut targets = self.lock();
+            match targets.get(&target.name) {
+                Some(entry) => {
+                    entry.set(target);
+                    entry.clone()
+                }
+                None => {
+                    let name = target.name.clone();
+                    let entry = Entry::new(target);
+                    targets.insert(name, entry.clone());
+                    entry
+                }
+            }
+        };
+        self.bump();
+        entry
+    }
+
+    /// Replaces the target in its entry (a publication): no search by name. An entry removed from the
+    /// registry since is not put back.
+    pub(crate) fn publish(&self, entry: &Entry, target: Arc<TargetSnapshot>) {
+        entry.set(target);
         self.bump();
     }
 
@@ -66,23 +121,35 @@ impl Registry {
         target: impl Into<Arc<TargetSnapshot>>,
         replace: impl FnOnce(&TargetSnapshot) -> bool,
     ) -> bool {
-        let target = target.into();
-        {
+        self.claim(target.into(), replace).is_some()
+    }
+
+    /// [`Registry::insert_unique`], returning the new entry when inserted. A replaced entry is left to
+    /// whoever kept it (its publisher's publications no longer reach the registry).
+    pub(crate) fn claim(
+        &self,
+        target: Arc<TargetSnapshot>,
+        replace: impl FnOnce(&TargetSnapshot) -> bool,
+    ) -> Option<Entry> {
+        let entry = {
             let mut targets = self.lock();
-            if targets.get(&target.name).is_some_and(|old| !replace(old)) {
-                return false;
+            if targets.get(&target.name).is_some_and(|old| !replace(&old.get())) {
+                return None;
             }
-            targets.insert(target.name.clone(), target);
-        }
+            let name = target.name.clone();
+            let entry = Entry::new(target);
+            targets.insert(name, entry.clone());
+            entry
+        };
         self.bump();
-        true
+        Some(entry)
     }
 
     /// Applies `f` to the target named `name`, if present; returns whether it was.
     pub fn update(&self, name: &str, f: impl FnOnce(&mut TargetSnapshot)) -> bool {
-        let found = match self.lock().get_mut(name) {
-            Some(t) => {
-                f(Arc::make_mut(t));
+        let found = match self.lock().get(name) {
+            Some(entry) => {
+                f(Arc::make_mut(&mut entry.lock()));
                 true
             }
             None => false,
@@ -99,12 +166,26 @@ impl Registry {
         if gone.is_some() {
             self.bump();
         }
-        gone
+        gone.map(|entry| entry.get())
+    }
+
+    /// Removes `entry`, if the registry still holds it (not another target's that took its name
+    /// since).
+    pub(crate) fn remove_entry(&self, entry: &Entry) {
+        let removed = {
+            let mut targets = self.lock();
+            let name = entry.lock().name.clone();
+            let ours = targets.get(&name).is_some_and(|e| Arc::ptr_eq(&e.0, &entry.0));
+            ours && targets.remove(&name).is_some()
+        };
+        if removed {
+            self.bump();
+        }
     }
 
     /// Every target, sorted by name.
     pub fn snapshot(&self) -> FleetSnapshot {
-        FleetSnapshot { targets: self.lock().values().cloned().collect() }
+        FleetSnapshot { targets: self.lock().values().map(Entry::get).collect() }
     }
 
     /// A receiver of the generation number, bumped whenever any target changes.

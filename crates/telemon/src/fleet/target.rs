@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use super::model::{ErrorKind, EventRecord, MetricKind, Protocol, TargetSnapshot, TargetState, Value};
-use super::registry::Registry;
+use super::registry::{Entry, Registry};
 use super::series::{LabelPairs, Num};
 use super::store::{Change, SeriesStore, SlotId, Stamp};
 
@@ -63,6 +63,8 @@ pub struct Publisher(Box<PublisherState>);
 #[derive(Debug)]
 pub struct PublisherState {
     registry: Registry,
+    /// Its place in the registry, which each publication replaces the target in.
+    entry: Entry,
     /// The target as last published, shared with the registry (one copy, not two, per target); a
     /// change makes the publisher's own copy ([`Publisher::meta_mut`]).
     meta: Arc<TargetSnapshot>,
@@ -91,14 +93,15 @@ impl Publisher {
         series_limit: usize,
     ) -> Self {
         let meta = Arc::new(TargetSnapshot::new(name, protocol, labels));
-        registry.put(meta.clone());
-        Publisher::registered(registry, meta, series_limit)
+        let entry = registry.register(meta.clone());
+        Publisher::registered(registry, entry, meta, series_limit)
     }
 
-    fn registered(registry: &Registry, meta: Arc<TargetSnapshot>, series_limit: usize) -> Self {
+    fn registered(registry: &Registry, entry: Entry, meta: Arc<TargetSnapshot>, series_limit: usize) -> Self {
         super::heap::note_change();
         Publisher(Box::new(PublisherState {
             registry: registry.clone(),
+            entry,
             meta,
             store: SeriesStore::new(series_limit),
             events: Vec::new(),
@@ -123,10 +126,8 @@ impl Publisher {
         replace: impl FnOnce(&TargetSnapshot) -> bool,
     ) -> Option<Self> {
         let meta = Arc::new(TargetSnapshot::new(name, protocol, labels));
-        if !registry.insert_unique(meta.clone(), replace) {
-            return None;
-        }
-        Some(Publisher::registered(registry, meta, series_limit))
+        let entry = registry.claim(meta.clone(), replace)?;
+        Some(Publisher::registered(registry, entry, meta, series_limit))
     }
 
     /// Removes the target from the registry when this publisher is dropped (targets found at run
@@ -429,7 +430,7 @@ impl Publisher {
         meta.dropped_series = state.store.dropped();
         meta.received_bytes = state.received.load(Ordering::Relaxed);
         meta.series = state.store.publish();
-        self.registry.put(self.meta.clone());
+        self.registry.publish(&self.entry, self.meta.clone());
         self.dirty = false;
         self.touched = false;
         self.last_publish = Some(Instant::now());
@@ -453,7 +454,7 @@ impl Drop for Publisher {
     fn drop(&mut self) {
         super::heap::note_change();
         if self.remove_on_drop {
-            self.registry.remove(&self.meta.name);
+            self.registry.remove_entry(&self.entry);
         }
     }
 }
@@ -480,6 +481,34 @@ mod tests {
         assert!(Arc::ptr_eq(t, &p.meta));
         assert_eq!(t.errors.get(ErrorKind::Decode), 1);
         assert_eq!(t.series.len(), 1, "with its series");
+    }
+
+    #[test]
+    fn a_publisher_whose_name_another_target_took_neither_overwrites_nor_removes_it() {
+        let reg = Registry::new();
+        let down = |old: &TargetSnapshot| old.state == TargetState::Down;
+        let mut first =
+            Publisher::try_new(&reg, "x", Protocol::Mono, vec![], 10, down).unwrap().remove_on_drop();
+        first.down(&Failure::new(ErrorKind::Connect, "gone"));
+        let mut second =
+            Publisher::try_new(&reg, "x", Protocol::Mono, vec![], 10, down).expect("a down name is free");
+        second.up();
+        second.flush();
+        // The first one's publications go to its own entry, which the registry no longer holds.
+        first.event("late");
+        first.flush();
+        assert!(Arc::ptr_eq(&reg.snapshot().targets[0], &second.meta));
+        drop(first);
+        let snap = reg.snapshot();
+        assert!(snap.get("x").is_some_and(|t| t.is_up()), "still the second one");
+        // Publishing in place: the registry holds one entry per name, whatever the publications.
+        for _ in 0..3 {
+            second.event("e");
+            second.flush();
+        }
+        assert_eq!(reg.snapshot().targets.len(), 1);
+        drop(second);
+        assert!(reg.snapshot().get("x").is_some(), "not asked to remove itself");
     }
 
     #[test]
