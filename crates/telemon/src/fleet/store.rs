@@ -871,23 +871,35 @@ fn shared(schema: Schema) -> (Arc<Schema>, bool) {
 /// Unwraps a 32-bit counter that wraps around (sys161's) into a monotonic 64-bit one.
 ///
 /// Within one connection a decrease is a wrap; a new connection (a peer restart) starts a new
-/// `Unwrap32` so the restart shows as a real reset.
-#[derive(Debug, Clone, Copy, Default)]
+/// `Unwrap32` so the restart shows as a real reset. Eight bytes (a sys161 target keeps one per
+/// `HEAD` field): the last 64-bit value, whose low half is the last reading.
+#[derive(Debug, Clone, Copy)]
 pub struct Unwrap32 {
-    last: Option<u32>,
-    high: u64,
+    /// [`Unwrap32::NONE`] before the first reading. A value of `u64::MAX` (after 2^32 − 1 wraps)
+    /// would read as a fresh start: no 32-bit counter gets there.
+    last: u64,
+}
+
+impl Default for Unwrap32 {
+    fn default() -> Self {
+        Unwrap32 { last: Unwrap32::NONE }
+    }
 }
 
 impl Unwrap32 {
+    const NONE: u64 = u64::MAX;
+
     /// The 64-bit value of the next 32-bit reading.
     pub fn next(&mut self, v: u32) -> u64 {
-        if let Some(last) = self.last {
-            if v < last {
-                self.high = self.high.wrapping_add(1 << 32);
-            }
-        }
-        self.last = Some(v);
-        self.high | u64::from(v)
+        let value = if self.last == Unwrap32::NONE {
+            u64::from(v)
+        } else {
+            let high = self.last & !u64::from(u32::MAX);
+            let high = if v < self.last as u32 { high.wrapping_add(1 << 32) } else { high };
+            high | u64::from(v)
+        };
+        self.last = value;
+        value
     }
 }
 
@@ -1441,5 +1453,6 @@ mod tests {
         assert_eq!(u.next(1), (2u64 << 32) + 1);
         let mut fresh = Unwrap32::default();
         assert_eq!(fresh.next(1), 1);
+        assert_eq!(std::mem::size_of::<Unwrap32>(), 8);
     }
 }
