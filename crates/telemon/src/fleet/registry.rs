@@ -31,8 +31,12 @@ struct Inner {
 pub(crate) struct Entry(Arc<Mutex<Arc<TargetSnapshot>>>);
 
 impl Entry {
-    fn new(target: Arc<TargetSnapshot>) -> Entry {
-        Entry(Arc::new(Mutex::new(target)))
+    /// A new entry for `target`, inserted in `targets` under its name (replacing any there).
+    fn insert(targets: &mut BTreeMap<Arc<str>, Entry>, target: Arc<TargetSnapshot>) -> Entry {
+        let name = target.name.clone();
+        let entry = Entry(Arc::new(Mutex::new(target)));
+        targets.insert(name, entry.clone());
+        entry
     }
 
     fn lock(&self) -> MutexGuard<'_, Arc<TargetSnapshot>> {
@@ -94,12 +98,7 @@ impl Registry {
                     entry.set(target);
                     entry.clone()
                 }
-                None => {
-                    let name = target.name.clone();
-                    let entry = Entry::new(target);
-                    targets.insert(name, entry.clone());
-                    entry
-                }
+                None => Entry::insert(&mut targets, target),
             }
         };
         self.bump();
@@ -136,10 +135,7 @@ impl Registry {
             if targets.get(&target.name).is_some_and(|old| !replace(&old.get())) {
                 return None;
             }
-            let name = target.name.clone();
-            let entry = Entry::new(target);
-            targets.insert(name, entry.clone());
-            entry
+            Entry::insert(&mut targets, target)
         };
         self.bump();
         Some(entry)
