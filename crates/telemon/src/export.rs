@@ -52,9 +52,12 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
             continue;
         };
         let name = connection.target.name.clone();
-        let p = publishers
-            .entry(name.clone())
-            .or_insert_with(|| Publisher::new(&registry, name.as_str(), protocol, vec![], SERIES_LIMIT));
+        let p = publishers.entry(name.clone()).or_insert_with(|| {
+            let mut p = Publisher::new(&registry, name.as_str(), protocol, vec![], SERIES_LIMIT);
+            // Every recorded sample is a point, however fast the target sent them.
+            p.publish_every_change();
+            p
+        });
         let mut changed = registry.changed();
         changed.borrow_and_update();
         let stream = ReplayStream::new(&connection, Speed::Times(1.0));
@@ -355,6 +358,7 @@ mod tests {
                 chunk(3, &last[..1]),
                 (Duration::from_millis(3500), telemon_capture::Direction::Inbound, last[1..].to_vec()),
             ],
+            peer_closed: false,
         }
     }
 

@@ -79,6 +79,8 @@ pub struct PublisherState {
     now: Option<Stamp>,
     last_publish: Option<Instant>,
     remove_on_drop: bool,
+    /// Publish each change at once, with no [`PUBLISH_EVERY`] pause (see [`Publisher::publish_every_change`]).
+    every_change: bool,
     /// Bytes read from the target, counted by the collector's connection (see [`Publisher::received`]).
     received: Arc<AtomicU64>,
 }
@@ -110,6 +112,7 @@ impl Publisher {
             now: None,
             last_publish: None,
             remove_on_drop: false,
+            every_change: false,
             received: Arc::default(),
         }))
     }
@@ -382,13 +385,29 @@ impl Publisher {
         self.dirty = true;
     }
 
+    /// Publishes every change as soon as it is made, instead of at most one publication per
+    /// [`PUBLISH_EVERY`]: what a replay of a recording needs (`telemon export`), where every recorded
+    /// sample is a point of its own however fast it arrived. A live target keeps the pause.
+    pub fn publish_every_change(&mut self) {
+        self.every_change = true;
+    }
+
+    /// The shortest pause between two publications.
+    fn pause(&self) -> Duration {
+        if self.every_change {
+            Duration::ZERO
+        } else {
+            PUBLISH_EVERY
+        }
+    }
+
     /// Publishes if something changed and the last publication is at least [`PUBLISH_EVERY`] old
     /// (or, when values arrived unchanged, [`HEARTBEAT`] old); call [`Publisher::flush`] on a timer
     /// as well so the last change is never held back.
     pub fn maybe_flush(&mut self) {
         self.now = None;
         let since = self.last_publish.map(|t| t.elapsed());
-        if (self.dirty && since.is_none_or(|s| s >= PUBLISH_EVERY))
+        if (self.dirty && since.is_none_or(|s| s >= self.pause()))
             || (self.touched && since.is_none_or(|s| s >= HEARTBEAT))
         {
             self.flush();
@@ -400,7 +419,7 @@ impl Publisher {
         if !self.dirty {
             return None;
         }
-        Some(self.last_publish.map_or_else(Instant::now, |t| t + PUBLISH_EVERY))
+        Some(self.last_publish.map_or_else(Instant::now, |t| t + self.pause()))
     }
 
     /// Publishes the cache now if anything changed since the last publication.
