@@ -35,6 +35,9 @@ pub const OPT_EPB_DROPCOUNT: u16 = 4;
 pub const MARK_OPEN: &str = "telemon: connected";
 /// The `opt_comment` of a zero-length packet that marks a connection's end.
 pub const MARK_CLOSE: &str = "telemon: closed";
+/// The `opt_comment` of a zero-length packet that marks the peer's end of the connection (a read
+/// returned end of file), before the connection's own [`MARK_CLOSE`].
+pub const MARK_PEER_CLOSED: &str = "telemon: peer closed";
 
 /// The lowest private-use link type (`LINKTYPE_USER0`).
 pub const LINKTYPE_USER0: u16 = 147;
@@ -160,6 +163,9 @@ pub enum RecordKind {
         /// The raw bytes.
         bytes: Vec<u8>,
     },
+    /// The peer closed its side: a read returned end of file (a zero-length packet commented
+    /// [`MARK_PEER_CLOSED`]). Recordings made before this mark existed never hold it.
+    PeerClosed,
     /// The connection ended (a zero-length packet commented [`MARK_CLOSE`]).
     Close,
     /// A packet this crate did not write (no direction, or another tool's): its bytes.

@@ -320,6 +320,7 @@ impl Reader {
             (Some(2), _) => RecordKind::Data { direction: Direction::Outbound, bytes: data.to_vec() },
             (_, Some(c)) if data.is_empty() && c == MARK_OPEN.as_bytes() => RecordKind::Open,
             (_, Some(c)) if data.is_empty() && c == MARK_CLOSE.as_bytes() => RecordKind::Close,
+            (_, Some(c)) if data.is_empty() && c == MARK_PEER_CLOSED.as_bytes() => RecordKind::PeerClosed,
             _ => RecordKind::Other(data.to_vec()),
         };
         let time_ns = ticks_to_ns(ticks, iface.tsresol);

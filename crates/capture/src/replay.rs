@@ -7,7 +7,7 @@ use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -62,6 +62,9 @@ pub struct Connection {
     pub start_ns: u64,
     /// Each read or write: offset from `start_ns`, direction, bytes.
     pub chunks: Vec<(Duration, Direction, Vec<u8>)>,
+    /// Whether the recording holds the peer's close ([`RecordKind::PeerClosed`]): the connection ended
+    /// there because the peer closed it, not because the recording stopped.
+    pub peer_closed: bool,
 }
 
 impl Connection {
@@ -89,13 +92,19 @@ impl Capture {
                 if target.is_some_and(|name| name != t.name) {
                     continue;
                 }
-                let new = || Connection { target: t.clone(), start_ns: record.time_ns, chunks: Vec::new() };
+                let new = || Connection {
+                    target: t.clone(),
+                    start_ns: record.time_ns,
+                    chunks: Vec::new(),
+                    peer_closed: false,
+                };
                 match &record.kind {
                     RecordKind::Open => {
                         if let Some(c) = open.insert(t, new()) {
                             done.push(c);
                         }
                     }
+                    RecordKind::PeerClosed => open.entry(t).or_insert_with(new).peer_closed = true,
                     RecordKind::Close => {
                         if let Some(c) = open.remove(t) {
                             done.push(c);
@@ -129,18 +138,38 @@ pub struct ReplayStream {
     sleep: Option<Pin<Box<Sleep>>>,
     hold_open: bool,
     written: u64,
-    last_read: Arc<AtomicU64>,
+    clock: ReplayClock,
 }
 
 /// The recorded time of what a [`ReplayStream`] last handed out: a clock that follows the recording,
-/// for stamping what was decoded from it.
+/// for stamping what was decoded from it; it also tells whether the stream reached the recording's end.
 #[derive(Debug, Clone, Default)]
-pub struct ReplayClock(Arc<AtomicU64>);
+pub struct ReplayClock(Arc<ClockState>);
+
+#[derive(Debug, Default)]
+struct ClockState {
+    last_read: AtomicU64,
+    /// Every recorded chunk was handed out.
+    played_out: AtomicBool,
+    /// A read found nothing left: end of file, or pending forever with [`ReplayStream::hold_open`].
+    at_end: AtomicBool,
+}
 
 impl ReplayClock {
     /// The offset (from the connection's start) of the chunk read last.
     pub fn last_read(&self) -> Duration {
-        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+        Duration::from_nanos(self.0.last_read.load(Ordering::Relaxed))
+    }
+
+    /// Whether every recorded chunk was handed out.
+    pub fn played_out(&self) -> bool {
+        self.0.played_out.load(Ordering::Relaxed)
+    }
+
+    /// Whether a read found no recorded chunk left: what went wrong after that is the recording's end,
+    /// not the peer's doing (unless the recording holds the peer's close, [`Connection::peer_closed`]).
+    pub fn at_end(&self) -> bool {
+        self.0.at_end.load(Ordering::Relaxed)
     }
 }
 
@@ -161,7 +190,7 @@ impl ReplayStream {
             sleep: None,
             hold_open: false,
             written: 0,
-            last_read: Arc::default(),
+            clock: ReplayClock::default(),
         }
     }
 
@@ -173,7 +202,7 @@ impl ReplayStream {
 
     /// A clock reading the recorded time of the chunk read last.
     pub fn clock(&self) -> ReplayClock {
-        ReplayClock(Arc::clone(&self.last_read))
+        self.clock.clone()
     }
 
     /// Bytes written to the stream so far.
@@ -197,6 +226,8 @@ impl AsyncRead for ReplayStream {
         let start = *this.start.get_or_insert_with(Instant::now);
         loop {
             let Some((at, bytes)) = this.chunks.front() else {
+                this.clock.0.played_out.store(true, Ordering::Relaxed);
+                this.clock.0.at_end.store(true, Ordering::Relaxed);
                 return if this.hold_open { Poll::Pending } else { Poll::Ready(Ok(())) };
             };
             let due = start + this.speed.scale(*at);
@@ -214,12 +245,15 @@ impl AsyncRead for ReplayStream {
                 continue;
             }
             let n = rest.len().min(buf.remaining());
-            this.last_read.store(u64::try_from(at.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+            this.clock.0.last_read.store(u64::try_from(at.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
             buf.put_slice(&rest[..n]);
             this.pos += n;
             if this.pos == bytes.len() {
                 this.chunks.pop_front();
                 this.pos = 0;
+                if this.chunks.is_empty() {
+                    this.clock.0.played_out.store(true, Ordering::Relaxed);
+                }
             }
             return Poll::Ready(Ok(()));
         }

@@ -13,7 +13,8 @@ use crate::recorder::TargetRecorder;
 
 /// Wraps a connection and records each read (inbound) and each write (outbound) through a
 /// [`TargetRecorder`], which never blocks: a full queue counts the bytes as lost instead. Creating the tap
-/// records the connection's start, dropping it the connection's end. A tap without a recorder
+/// records the connection's start, dropping it the connection's end, and a read that finds end of file
+/// the peer's close ([`RecordKind::PeerClosed`]). A tap without a recorder
 /// ([`Tap::off`]) passes everything through, so that code can use one stream type whether it records or not.
 /// With [`Tap::counting`] it also adds the bytes read to a counter, recording or not.
 #[derive(Debug)]
@@ -73,7 +74,12 @@ impl<S: AsyncRead + Unpin> AsyncRead for Tap<S> {
         let poll = Pin::new(&mut this.inner).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = &poll {
             let new = &buf.filled()[before..];
-            if !new.is_empty() {
+            if new.is_empty() && buf.remaining() > 0 {
+                // End of file: the peer closed its side.
+                if let Some(r) = &this.recorder {
+                    r.record(RecordKind::PeerClosed);
+                }
+            } else if !new.is_empty() {
                 if let Some(r) = &this.recorder {
                     r.data(Direction::Inbound, new);
                 }

@@ -61,6 +61,7 @@ pub fn encode_record(out: &mut Vec<u8>, record: &Record) {
     let (data, flags, comment): (&[u8], Option<u32>, Option<&str>) = match &record.kind {
         RecordKind::Open => (&[], None, Some(MARK_OPEN)),
         RecordKind::Close => (&[], None, Some(MARK_CLOSE)),
+        RecordKind::PeerClosed => (&[], None, Some(MARK_PEER_CLOSED)),
         RecordKind::Data { direction, bytes } => (bytes, Some(direction.flags()), None),
         RecordKind::Other(bytes) => (bytes, None, None),
     };

@@ -25,6 +25,7 @@ fn kind_strategy() -> impl Strategy<Value = RecordKind> {
     prop_oneof![
         Just(RecordKind::Open),
         Just(RecordKind::Close),
+        Just(RecordKind::PeerClosed),
         (any::<bool>(), proptest::collection::vec(any::<u8>(), 0..200)).prop_map(|(inbound, bytes)| {
             RecordKind::Data {
                 direction: if inbound { Direction::Inbound } else { Direction::Outbound },

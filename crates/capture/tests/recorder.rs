@@ -29,6 +29,8 @@ async fn a_tap_records_reads_and_writes_and_replays_them() {
     peer.write_all(b"answer one").await.unwrap();
     let mut answer = [0u8; 10];
     tap.read_exact(&mut answer).await.unwrap();
+    drop(peer);
+    assert_eq!(tap.read(&mut answer).await.unwrap(), 0, "end of file");
     drop(tap);
     assert_eq!(received.load(std::sync::atomic::Ordering::Relaxed), 10, "the bytes read, not those written");
     let stats = recorder.finish();
@@ -39,19 +41,27 @@ async fn a_tap_records_reads_and_writes_and_replays_them() {
     assert_eq!(capture.sections[0].application.as_deref(), Some("test 1"));
     let kinds: Vec<_> = capture.records().map(|(_, r)| r.kind.clone()).collect();
     assert_eq!(kinds.first(), Some(&RecordKind::Open));
-    assert_eq!(kinds.last(), Some(&RecordKind::Close));
+    assert_eq!(
+        kinds[kinds.len() - 2..],
+        [RecordKind::PeerClosed, RecordKind::Close],
+        "the peer's close, then ours"
+    );
     let conns = capture.connections(Some("peer"));
     assert_eq!(conns.len(), 1);
     assert_eq!(conns[0].bytes(Direction::Outbound), b"request");
     assert_eq!(conns[0].inbound(), b"answer one");
+    assert!(conns[0].peer_closed);
     let times: Vec<u64> = capture.records().map(|(_, r)| r.time_ns).collect();
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "monotonic: {times:?}");
 
     let mut replay = ReplayStream::new(&conns[0], Speed::Max);
+    let clock = replay.clock();
     replay.write_all(b"whatever").await.unwrap();
     let mut all = Vec::new();
+    assert!(!clock.at_end());
     replay.read_to_end(&mut all).await.unwrap();
     assert_eq!(all, b"answer one");
+    assert!(clock.at_end(), "the stream ran out of recorded bytes");
 
     // Reopening appends a second section to the same file.
     let recorder = Recorder::start(RecorderConfig::new(Destination::File(path.clone()), "test 2")).unwrap();
@@ -72,6 +82,7 @@ async fn replay_keeps_the_recorded_pacing_at_the_given_speed() {
             (Duration::ZERO, Direction::Inbound, b"a".to_vec()),
             (Duration::from_secs(10), Direction::Inbound, b"b".to_vec()),
         ],
+        peer_closed: false,
     };
     let start = tokio::time::Instant::now();
     let mut s = ReplayStream::new(&conn, Speed::Times(2.0));

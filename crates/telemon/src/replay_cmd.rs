@@ -68,73 +68,147 @@ pub async fn run(args: Args) -> CliResult {
         return Err(CliError::Usage(format!("the recording has no target named {name:?}")));
     };
     let view = args.view.unwrap_or(first.target.protocol);
+    let peer_closed = connections.last().is_some_and(|c| c.peer_closed);
+    let result = if view == Protocol::Sysinfo {
+        sysinfo_replay(&connections, args.speed, &args.output).await.map(|to_the_end| (to_the_end, None))
+    } else {
+        let streams: Vec<ReplayStream> =
+            connections.iter().map(|c| ReplayStream::new(c, args.speed)).collect();
+        // The views play the connections in order: the last one's clock says whether the recording's end
+        // was reached.
+        let end = streams.last().map(ReplayStream::clock).unwrap_or_default();
+        match play(view, streams, &args.output).await {
+            Ok(()) => Ok((end.played_out(), None)),
+            // The recording stops where the live run stopped: the "closed connection" a view sees there is
+            // the recording's end, not the peer's doing.
+            Err(e) if end.at_end() && !matches!(e, CliError::Usage(_)) && !e.is_broken_pipe() => {
+                Ok((true, Some(e)))
+            }
+            Err(e) => Err(e),
+        }
+    };
+    let (to_the_end, error) = result?;
+    // A replay that reaches the recording's end has done its job (exit 0); stderr says how it ended.
+    match (to_the_end, peer_closed, error) {
+        (false, ..) => {}
+        (true, false, error) => {
+            if let Some(e) = error {
+                tracing::debug!(error = %e, "the recording ends here");
+            }
+            eprintln!("telemon: replay: end of recording");
+        }
+        (true, true, None) => {
+            eprintln!("telemon: replay: end of recording, where the peer closed the connection")
+        }
+        (true, true, Some(e)) => {
+            eprintln!("telemon: replay: end of recording, where the peer closed the connection: {e}")
+        }
+    }
+    Ok(())
+}
+
+/// Plays `streams` (one per connection, in order) into the view.
+async fn play(view: Protocol, streams: Vec<ReplayStream>, output: &OutputArgs) -> CliResult {
     match view {
-        Protocol::Meter161 => {
-            crate::meter161::show(meter161_events(connections, args.speed), &args.output).await
-        }
+        Protocol::Meter161 => crate::meter161::show(meter161_events(streams), output).await,
         Protocol::Smon => {
-            // One stream: the decoder carries its token table across reconnects as `smon read` of
-            // appended runs does.
-            for connection in &connections {
-                crate::smon::replay(ReplayStream::new(connection, args.speed), args.output.clone()).await?;
+            for stream in streams {
+                crate::smon::replay(stream, output.clone()).await?;
             }
             Ok(())
         }
-        Protocol::Hmon => {
-            let streams = connections.iter().map(|c| ReplayStream::new(c, args.speed)).collect();
-            crate::hmon::replay(streams, &args.output).await
-        }
-        Protocol::Mono => {
-            let streams = connections.iter().map(|c| ReplayStream::new(c, args.speed)).collect();
-            crate::mono::replay(streams, args.output.clone()).await
-        }
-        Protocol::Sysinfo => {
-            let mut countdown = args.output.countdown();
-            for connection in &connections {
-                // The requests telemon sent, in order, say which report each recorded reply is.
-                let commands = sysinfo_commands(&connection.bytes(Direction::Outbound));
-                let stream = ReplayStream::new(connection, args.speed);
-                let mut client = sysinfo_wire::Client::new(stream, sysinfo_wire::ClientConfig::default());
-                for command in commands {
-                    let response = client.request(command).await.map_err(CliError::peer)?;
-                    crate::sysinfo::show(&response, args.output.json)?;
-                    if countdown.tick() {
-                        return Ok(());
-                    }
-                }
-            }
-            Ok(())
-        }
+        Protocol::Hmon => crate::hmon::replay(streams, output).await,
+        Protocol::Mono => crate::mono::replay(streams, output.clone()).await,
         other => {
             Err(CliError::Usage(format!("replay --view {other}: this view cannot replay recordings yet")))
         }
     }
 }
 
-/// The sysinfo commands in the bytes a client sent: each message on a channel other than the boot channel.
-fn sysinfo_commands(outbound: &[u8]) -> Vec<sysinfo_wire::SysinfoCommand> {
-    let mut buf = bytes::BytesMut::from(outbound);
-    let mut commands = Vec::new();
-    while let Ok(Some(frame)) = sysinfo_wire::decode_frame(&mut buf) {
-        if let sysinfo_wire::Frame::Message { channel, message } = frame {
-            if channel != sysinfo_wire::ChannelId::BOOT {
-                if let Ok(command) = sysinfo_wire::wire::from_bytes(message.data()) {
-                    commands.push(command);
+/// Plays recorded sysinfo connections into the one-target view: what the client sent says which report
+/// each channel's reply is (read in recorded order, so that a channel used again for another report is
+/// told apart), and replies are reassembled per channel in the order they arrived, pipelined or not. A
+/// reply the recording cuts (telemon stopped before its end) is no report. `Ok(true)` when the recording
+/// was played to its end, `Ok(false)` when `--count` stopped it first.
+async fn sysinfo_replay(
+    connections: &[Connection],
+    speed: Speed,
+    output: &OutputArgs,
+) -> Result<bool, CliError> {
+    use sysinfo_wire::{ChannelId, Frame, Reassembler, Report, Response, SysinfoCommand};
+    let mut countdown = output.countdown();
+    if countdown.is_done() {
+        return Ok(false);
+    }
+    let max = sysinfo_wire::ClientConfig::default().max_response;
+    for connection in connections {
+        let start = tokio::time::Instant::now();
+        let mut asked: std::collections::HashMap<ChannelId, (SysinfoCommand, Reassembler)> =
+            Default::default();
+        let (mut sent, mut received) = (bytes::BytesMut::new(), bytes::BytesMut::new());
+        for (at, direction, bytes) in &connection.chunks {
+            if *direction == Direction::Outbound {
+                sent.extend_from_slice(bytes);
+                while let Ok(Some(frame)) = sysinfo_wire::decode_frame(&mut sent) {
+                    if let Frame::Message { channel, message } = frame {
+                        if channel != ChannelId::BOOT {
+                            if let Ok(command) = message.decode::<SysinfoCommand>() {
+                                asked.insert(channel, (command, Reassembler::new(max)));
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            if let Speed::Times(_) = speed {
+                tokio::time::sleep_until(start + speed.scale(*at)).await;
+            }
+            received.extend_from_slice(bytes);
+            while let Some(frame) = sysinfo_wire::decode_frame(&mut received).map_err(CliError::peer)? {
+                let (channel, message) = match frame {
+                    Frame::Message { channel, message } => (channel, Some(message)),
+                    Frame::Close { channel } => (channel, None),
+                };
+                let Some((_, reply)) = asked.get_mut(&channel) else { continue };
+                let done = match message {
+                    Some(message) => reply.push_bytes(message.into_bytes()),
+                    // A close before the sentinel ends the reply, as the live client has it.
+                    None => {
+                        reply.close();
+                        Ok(true)
+                    }
+                };
+                match done {
+                    Ok(false) => continue,
+                    Ok(true) => {}
+                    // One reply too large: the live client failed that request only.
+                    Err(e) => {
+                        eprintln!("telemon: sysinfo: channel {channel}: {e}");
+                        asked.remove(&channel);
+                        continue;
+                    }
+                }
+                let Some((command, reply)) = asked.remove(&channel) else { continue };
+                let reply = reply.finish();
+                let report = Report::parse(command, &reply.text);
+                crate::sysinfo::show(&Response { command, reply, report }, output.json)?;
+                if countdown.tick() {
+                    return Ok(false);
                 }
             }
         }
     }
-    commands
+    Ok(true)
 }
 
 type Meter161Events = Pin<Box<dyn Stream<Item = Result<meter161::Event, meter161::ClientError>> + Send>>;
 
 /// The events `meter161::watch` would have given: per recorded connection, the handshake, the samples, the
 /// disconnect.
-fn meter161_events(connections: Vec<Connection>, speed: Speed) -> Meter161Events {
-    let per_connection = futures::stream::iter(connections).then(move |c| async move {
+fn meter161_events(streams: Vec<ReplayStream>) -> Meter161Events {
+    let per_connection = futures::stream::iter(streams).then(|stream| async move {
         let config = meter161::ClientConfig::default().reconnect(false);
-        match meter161::Client::over(ReplayStream::new(&c, speed), &config).await {
+        match meter161::Client::over(stream, &config).await {
             Ok(client) => {
                 let connected = meter161::Event::Connected(client.header().clone());
                 let samples = client.map(|item| item.map(meter161::Event::Sample));

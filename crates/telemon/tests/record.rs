@@ -371,3 +371,128 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
         assert_eq!(before, again, "{t}");
     }
 }
+
+/// The complete messages of each kind a target's recorded connections hold, as the one-target views print
+/// them: meter161's DATA rows, HMON's JSON messages, smon's values.
+fn recorded_messages(capture: &Capture, target: &str, protocol: Protocol) -> usize {
+    let mut count = 0;
+    for connection in capture.connections(Some(target)) {
+        let mut buf = bytes::BytesMut::from(&connection.inbound()[..]);
+        match protocol {
+            Protocol::Meter161 => {
+                let text = String::from_utf8_lossy(&buf);
+                count +=
+                    text.split_inclusive('\n').filter(|l| l.starts_with("DATA ") && l.ends_with('\n')).count()
+            }
+            Protocol::Hmon => {
+                let mut codec = hmon::ClientCodec::new(hmon::ClientConfig::default().max_frame_len);
+                while let Ok(Some(item)) = codec.decode(&mut buf) {
+                    count += usize::from(matches!(item, Ok(hmon::Payload::Message(_))));
+                }
+            }
+            Protocol::Smon => {
+                let mut decoder = smon_codec::StreamDecoder::new(smon_codec::DecoderConfig::default());
+                while let Ok(Some(update)) = decoder.decode(&mut buf) {
+                    count += usize::from(matches!(update, smon_codec::Update::Value { .. }));
+                }
+            }
+            other => panic!("no count of {other} messages"),
+        }
+    }
+    count
+}
+
+/// Issue 35: a recording made by `serve --record` and stopped with Ctrl-C ends where telemon stopped, often
+/// in the middle of a reply; its replay reaches that end, says so, and exits 0 for every protocol.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serve_recording_stopped_with_ctrl_c_replays_to_its_end_for_every_protocol() {
+    let sims = sims().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, &sims.config).unwrap();
+    let out = dir.path().join("rec");
+    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let telemon = Telemon::spawn(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        &listen.to_string(),
+        "--record",
+        out.to_str().unwrap(),
+    ]);
+    within("a few messages of every target recorded", async {
+        loop {
+            if let Ok((capture, _)) = Capture::from_dir(&out, Limits::default()) {
+                let targets = capture.targets();
+                let bytes = |p: Protocol| {
+                    targets
+                        .iter()
+                        .filter(|t| t.protocol == p)
+                        .map(|t| capture.connections(Some(&t.name)).iter().map(|c| c.inbound().len()).sum())
+                        .min()
+                        .unwrap_or(0usize)
+                };
+                let hmon_targets = targets.iter().filter(|t| t.protocol == Protocol::Hmon).count();
+                if bytes(Protocol::Sysinfo) > 6000
+                    && bytes(Protocol::Meter161) > 2000
+                    && bytes(Protocol::Smon) > 100
+                    && bytes(Protocol::Mono) > 500
+                    && hmon_targets == 2
+                    && bytes(Protocol::Hmon) > 2000
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let (status, _, err) = telemon.interrupt().await;
+    assert_eq!(status, 0, "{err:?}");
+    sims.shutdown.cancel();
+    sims.sys161.stop().await.unwrap();
+
+    let (capture, _) = Capture::from_dir(&out, Limits::default()).unwrap();
+    let targets: Vec<telemon_capture::Target> = capture.targets().into_iter().cloned().collect();
+    assert_eq!(targets.len(), 6, "{targets:?}");
+    for target in &targets {
+        let run_out = run(&["replay", out.to_str().unwrap(), "--target", &target.name, "--json"], None).await;
+        let (printed, err) = (support::json_lines(&stdout(&run_out)), stderr(&run_out));
+        assert_eq!(code(&run_out), 0, "{}: {err}", target.name);
+        assert!(err.contains("telemon: replay: end of recording"), "{}: {err}", target.name);
+        match target.protocol {
+            // A reply cut by the stop is not a report: every complete one is printed.
+            Protocol::Sysinfo => {
+                let connection = &capture.connections(Some(&target.name))[0];
+                let asked = connection.bytes(telemon_capture::Direction::Outbound);
+                let requests = sysinfo_requests(&asked);
+                assert!(
+                    printed.len() + 1 >= requests && printed.len() <= requests && printed.len() > 5,
+                    "{}: {} reports for {requests} requests: {err}",
+                    target.name,
+                    printed.len()
+                );
+            }
+            // Only the samples that change something are printed.
+            Protocol::Mono => assert!(!printed.is_empty(), "{}: {err}", target.name),
+            protocol => {
+                let recorded = recorded_messages(&capture, &target.name, protocol);
+                assert!(recorded > 2, "{}: {recorded}", target.name);
+                assert_eq!(printed.len(), recorded, "{}: {err}", target.name);
+            }
+        }
+    }
+}
+
+/// How many sysinfo requests the client sent (each message on a channel other than the boot channel).
+fn sysinfo_requests(outbound: &[u8]) -> usize {
+    let mut buf = bytes::BytesMut::from(outbound);
+    let mut n = 0;
+    while let Ok(Some(frame)) = sysinfo_wire::decode_frame(&mut buf) {
+        if let sysinfo_wire::Frame::Message { channel, .. } = frame {
+            n += usize::from(channel != sysinfo_wire::ChannelId::BOOT);
+        }
+    }
+    n
+}

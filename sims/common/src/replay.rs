@@ -299,6 +299,7 @@ mod tests {
             target: telemon_capture::Target::new("t", Protocol::Hmon, "-"),
             start_ns: 0,
             chunks: chunks.iter().map(|(ms, d, b)| (Duration::from_millis(*ms), *d, b.to_vec())).collect(),
+            peer_closed: false,
         }
     }
 

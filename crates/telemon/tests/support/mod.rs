@@ -204,6 +204,13 @@ impl Telemon {
         .await
     }
 
+    /// Sends it SIGINT (Ctrl-C), as a user stops a command that would run forever, and waits for the exit.
+    pub async fn interrupt(self) -> (i32, Vec<String>, Vec<String>) {
+        let status = Command::new("kill").arg("-INT").arg(self.pid().to_string()).status().await.unwrap();
+        assert!(status.success(), "kill -INT {}", self.pid());
+        self.finish().await
+    }
+
     /// Stops it (for a command that would run forever).
     pub async fn kill(mut self) {
         self.child.kill().await.expect("telemon is killed");
