@@ -154,6 +154,9 @@ fn main() -> Result<()> {
     }
 }
 
+/// How long the first `cargo xtask sim` builds on a fresh clone of a 2-core machine (measured; see the README).
+const FIRST_BUILD: &str = "5 minutes";
+
 /// The sims `cargo xtask soak` drives: (name, binary). mono-agent-sim dials out to an inspector: it has no
 /// clients to soak.
 const SOAKED: [(&str, &str); 4] =
@@ -251,9 +254,15 @@ fn find_sim(name: &str) -> Result<&'static Sim> {
     SIMS.iter().find(|s| s.name == name).with_context(|| format!("no emulator {name:?}; known: {}", names()))
 }
 
+/// Builds `packages` (debug) with cargo's own progress showing, after a line that says what is built: a
+/// first build of the emulators and telemon takes minutes on a small machine, and a silent one looks hung.
 fn build(packages: &[&str]) -> Result<()> {
+    eprintln!(
+        "[xtask] building {} (debug; a first build takes about {FIRST_BUILD} on 2 cores, later ones seconds)",
+        packages.join(", ")
+    );
     let mut cmd = Command::new(cargo());
-    cmd.args(["build", "--quiet"]);
+    cmd.arg("build");
     for p in packages {
         cmd.args(["--package", p]);
     }
