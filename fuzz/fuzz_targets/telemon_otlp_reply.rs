@@ -1,4 +1,4 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| telemon::fuzz::otlp_reply(data));
+fuzz_target!(|data: &[u8]| telemon_push::fuzz::otlp_reply(data));

@@ -1,4 +1,4 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| telemon::fuzz::remote_write_request(data));
+fuzz_target!(|data: &[u8]| telemon_push::fuzz::remote_write_request(data));

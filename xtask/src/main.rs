@@ -155,7 +155,7 @@ fn main() -> Result<()> {
 }
 
 /// How long the first `cargo xtask sim` builds on a fresh clone of a 2-core machine (measured; see the README).
-const FIRST_BUILD: &str = "5 minutes";
+const FIRST_BUILD: &str = "4 minutes";
 
 /// The sims `cargo xtask soak` drives: (name, binary). mono-agent-sim dials out to an inspector: it has no
 /// clients to soak.

@@ -1,16 +1,9 @@
-//! `telemon` as a library: the fleet core shared by `telemon serve` (a Prometheus exporter) and
-//! `telemon top` (a terminal dashboard).
-//!
-//! The command-line tool itself lives in `main.rs`; this library holds what both long-running
-//! views share.
+//! `telemon`'s library half: the two long-running views of a fleet that the binary serves, the HTTP server of
+//! `telemon serve` ([`http`]: `/metrics`, `/probe`, `/targets`) and the terminal dashboard of `telemon top`
+//! ([`top`]). It sits at the top of the layers, over the fleet core (`telemon-fleet`) and the push senders
+//! (`telemon-push`); the commands themselves live in the binary (`src/cmd/`).
 
 #![warn(missing_docs)]
 
-pub mod export;
-pub mod fleet;
-pub mod fuzz;
-pub mod push;
-pub mod record;
-pub mod retry;
-pub mod serve;
+pub mod http;
 pub mod top;

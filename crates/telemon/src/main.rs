@@ -8,18 +8,13 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
-mod export_cmd;
-mod fleet_record;
-mod hmon;
-mod meter161;
-mod mono;
+mod cmd;
 mod output;
-mod recording;
-mod replay_cmd;
-mod serve_cmd;
-mod smon;
-mod sysinfo;
-mod top_cmd;
+
+use cmd::{
+    export as export_cmd, hmon, meter161, mono, replay as replay_cmd, serve as serve_cmd, smon, sysinfo,
+    top as top_cmd,
+};
 
 /// Watch running systems over their monitoring wire protocols.
 #[derive(Debug, Parser)]
@@ -46,7 +41,7 @@ enum Command {
     /// A live terminal dashboard over the same targets as `serve` (ratatui); `--once` prints one frame.
     Top(top_cmd::Args),
     /// Collect every target of a config as `serve` does, without serving, and record their connections.
-    Record(serve_cmd::RecordArgs),
+    Record(cmd::record::Args),
     /// Turn a recording into the timestamped series `serve` would have exported (OpenMetrics or CSV).
     Export(export_cmd::Args),
     /// Play a recording (`--record`) back through the decoders into a one-target view.
@@ -55,10 +50,10 @@ enum Command {
 
 fn main() -> ExitCode {
     // The collectors run on this thread; `[serve] wakeup_slack` paces its wake-ups (see
-    // telemon::fleet::pace), and serving HTTP has a thread of its own.
+    // telemon_fleet::pace), and serving HTTP has a thread of its own.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
-        .on_thread_park(telemon::fleet::pace::before_park)
+        .on_thread_park(telemon_fleet::pace::before_park)
         .build();
     match runtime {
         Ok(runtime) => runtime.block_on(run()),
@@ -94,8 +89,8 @@ async fn run() -> ExitCode {
         .init();
     if matches!(cli.command, Command::Serve(_) | Command::Top(_) | Command::Record(_)) {
         // What a fleet frees while it starts or its targets reconnect would stay resident (see
-        // telemon::fleet::heap).
-        tokio::spawn(telemon::fleet::heap::keeper());
+        // telemon_fleet::heap).
+        tokio::spawn(telemon_fleet::heap::keeper());
     }
     let result: output::CliResult = match cli.command {
         Command::Meter161(args) => meter161::run(args).await,
@@ -106,7 +101,7 @@ async fn run() -> ExitCode {
         Command::Serve(args) => serve_cmd::run(args).await,
         Command::Top(args) => top_cmd::run(args).await,
         Command::Replay(args) => replay_cmd::run(args).await,
-        Command::Record(args) => serve_cmd::record(args).await,
+        Command::Record(args) => cmd::record::run(args).await,
         Command::Export(args) => export_cmd::run(args).await,
     };
     match result {

@@ -19,7 +19,7 @@ pub enum CliError {
     Usage(String),
     /// A fleet config that cannot be used (exit code 2, like a usage error).
     #[error("bad config: {0}")]
-    Config(#[from] telemon::fleet::config::ConfigError),
+    Config(#[from] telemon_fleet::config::ConfigError),
     /// The peer, the protocol or the input failed.
     #[error("{0}")]
     Peer(String),

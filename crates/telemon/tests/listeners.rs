@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use telemon::fleet::config::FleetConfig;
-use telemon::fleet::{Fleet, FleetSnapshot};
+use telemon_fleet::config::FleetConfig;
+use telemon_fleet::{Fleet, FleetSnapshot};
 
 mod support;
 
@@ -450,7 +450,7 @@ async fn idle_http_connections_cannot_take_the_targets_descriptors() {
 
 #[test]
 fn the_http_cap_is_bounded_by_a_share_of_the_open_file_limit() {
-    use telemon::serve::HttpLimits;
+    use telemon::http::HttpLimits;
     let config =
         FleetConfig::parse("t.toml", "[serve]\nmax_connections = 300\nidle_timeout = \"3s\"\n").unwrap();
     let at = |files| HttpLimits::new(&config.serve, files).max_connections;
@@ -471,7 +471,7 @@ fn the_http_cap_is_bounded_by_a_share_of_the_open_file_limit() {
 async fn idle_keep_alive_and_slow_header_connections_are_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let config = FleetConfig::parse("t.toml", "[serve]\nidle_timeout = \"1s\"\n").unwrap();
-    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
     let mut kept = tokio::net::TcpStream::connect(addr).await.unwrap();
     kept.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();

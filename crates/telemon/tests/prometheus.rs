@@ -26,7 +26,7 @@ use mono_agent_sim::{AgentConfig, Backoff};
 use sim_common::Shutdown;
 use smon_codec::Sample;
 use smon_sim::{Source, MIN_INTERVAL};
-use telemon::fleet::config::FleetConfig;
+use telemon_fleet::config::FleetConfig;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
@@ -449,7 +449,7 @@ async fn prometheus_scrapes_every_protocol_and_the_probe() {
     };
     let mut sims = Sims::start().await;
     let config = FleetConfig::parse("prometheus-e2e.toml", &sims.toml()).unwrap_or_else(|e| panic!("{e}"));
-    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.expect("telemon serve starts");
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.expect("telemon serve starts");
     let telemon = server.local_addr();
     sims.start_mono_agent();
     let prom = Prometheus::start(&prometheus_bin, telemon, &sims.probe_addr).await;

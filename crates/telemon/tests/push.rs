@@ -18,8 +18,8 @@ use axum::routing::post;
 use axum::Router;
 use sim_common::Shutdown;
 use smon_sim::{Config as SmonConfig, MIN_INTERVAL};
-use telemon::fleet::config::FleetConfig;
-use telemon::push::remote_write::{decode_request, is_stale, WriteRequest};
+use telemon_fleet::config::FleetConfig;
+use telemon_push::remote_write::{decode_request, is_stale, WriteRequest};
 
 mod support;
 use support::{within, Cpus};
@@ -131,7 +131,7 @@ external_labels = {{ cluster = "lab" }}
         token = token.display()
     );
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
-    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let stats = server.push_stats();
     let (bad_stats, flaky_stats) = (stats[0].clone(), stats[1].clone());
     wait_for("five accepted requests with smon values and three refused ones", || {
@@ -237,7 +237,7 @@ queue_bytes = "1MiB"
 "#
     );
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
-    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let stats = server.push_stats()[0].clone();
     wait_for("the queue to fill and drop", || stats.dropped("dropped_queue_full") > 0).await;
     let (rss0, dropped0) = (rss(), stats.dropped("dropped_queue_full"));

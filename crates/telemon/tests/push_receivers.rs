@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use sim_common::Shutdown;
 use smon_sim::{Config as SmonConfig, MIN_INTERVAL};
-use telemon::fleet::config::FleetConfig;
+use telemon_fleet::config::FleetConfig;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -332,7 +332,7 @@ async fn remote_write_values_reach_prometheus_and_victoriametrics_and_a_stopped_
         vm.write_url()
     );
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
-    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
 
     for r in [&prom, &vm] {
         let name = format!("{:?}", r.kind);
@@ -494,7 +494,7 @@ basic_auth = {{ username = "telemon", password_file = '{password}' }}
         ca = tls_file("ca.pem").display(),
     );
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
-    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
 
     // The samples arrive: Prometheus answers queries for them.
     let kinsns = until("sys161's kernel instructions in Prometheus", async || {
@@ -537,7 +537,7 @@ async fn a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate() {
         vm.write_url()
     );
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
-    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let stats = server.push_stats()[0].clone();
     let selector = "{__name__=~\"telemon_target_up|smon_value\",target=\"box\"}";
     until("samples before the outage", async || {
@@ -618,7 +618,7 @@ async fn two_shards_over_40_targets_push_each_target_exactly_once() {
             &shard[..1]
         );
         let config = FleetConfig::parse("t.toml", &text).unwrap();
-        servers.push(telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap());
+        servers.push(telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap());
     }
     let up = until("40 targets up in VictoriaMetrics", async || {
         let up = vm.query("telemon_target_up == 1").await;
@@ -738,7 +738,7 @@ async fn otlp_through_rotel_arrives_as_sums_gauges_and_histograms() {
         sys_dir.path().display()
     );
     let config = FleetConfig::parse("t.toml", &toml).unwrap();
-    let server = telemon::serve::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
 
     let mut seen: Vec<serde_json::Value> = Vec::new();
     let mut read_until =

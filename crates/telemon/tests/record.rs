@@ -357,7 +357,7 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
     // requests by UID, and the order in which the live collector sent its requests is not always the order
     // the replaying one sends them (`telemon export` of hmon is best effort).
     let last_values = |conn: telemon_capture::Connection| {
-        let scrapes = telemon::export::replay(vec![conn]).unwrap();
+        let scrapes = telemon_fleet::export::replay(vec![conn]).unwrap();
         let text = &scrapes.last().expect("a publication").text;
         text.lines()
             .filter(|l| !l.starts_with('#') && !l.starts_with("telemon_"))

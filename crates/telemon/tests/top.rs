@@ -9,9 +9,9 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use sim_common::Shutdown;
 use smon_codec::Sample;
 use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
-use telemon::fleet::config::FleetConfig;
-use telemon::fleet::Fleet;
 use telemon::top::{render_text, App};
+use telemon_fleet::config::FleetConfig;
+use telemon_fleet::Fleet;
 use tokio::net::TcpListener;
 
 mod support;

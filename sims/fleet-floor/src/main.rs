@@ -114,7 +114,7 @@ fn main() -> Result<()> {
         .with_context(|| format!("reading {}", args.config.display()))?;
     let config: Config =
         toml::from_str(&text).with_context(|| format!("parsing {}", args.config.display()))?;
-    // Wakes at most once per slack, as telemon's runtime does (telemon::fleet::pace).
+    // Wakes at most once per slack, as telemon's runtime does (telemon_fleet::pace).
     let slack = duration(&config.serve.wakeup_slack, WAKEUP_SLACK)?;
     let mut runtime = tokio::runtime::Builder::new_current_thread();
     runtime.enable_all();

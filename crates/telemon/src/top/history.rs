@@ -5,7 +5,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::fleet::{FleetSnapshot, MetricKind, SeriesRef, TargetSnapshot};
+use telemon_fleet::{FleetSnapshot, MetricKind, SeriesRef, TargetSnapshot};
 
 /// The longest time window (and so the history kept), in seconds.
 pub const MAX_WINDOW_SECS: u32 = 3600;
@@ -135,12 +135,12 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fleet::{LabelSet, Protocol, Value};
+    use telemon_fleet::{LabelSet, Protocol, Value};
 
     fn target(v: f64, rate: Option<f64>) -> TargetSnapshot {
         let mut t = TargetSnapshot::new("t", Protocol::Smon, vec![]);
-        t.series = crate::fleet::SeriesSet::from(vec![
-            crate::fleet::Series {
+        t.series = telemon_fleet::SeriesSet::from(vec![
+            telemon_fleet::Series {
                 family: Arc::from("g"),
                 help: "",
                 labels: LabelSet::new([("i", "0")]),
@@ -148,7 +148,7 @@ mod tests {
                 value: Value::Number(v),
                 rate: None,
             },
-            crate::fleet::Series {
+            telemon_fleet::Series {
                 family: Arc::from("c_total"),
                 help: "",
                 labels: LabelSet::default(),

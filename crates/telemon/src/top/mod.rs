@@ -30,8 +30,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Cell, Paragraph, Row, Table, TableState};
 use ratatui::{Frame, Terminal};
 
-use crate::fleet::{Fleet, FleetSnapshot, TargetSnapshot, TargetState};
 pub use history::History;
+use telemon_fleet::{Fleet, FleetSnapshot, TargetSnapshot, TargetState};
 
 /// The time windows `+`/`-` step through, in seconds.
 pub const WINDOWS: [u32; 8] = [10, 30, 60, 120, 300, 600, 1800, 3600];

@@ -14,7 +14,7 @@ use ratatui::Frame;
 
 use super::fmt_secs;
 use super::history::{key, History, Point};
-use crate::fleet::{MetricKind, Protocol, SeriesRef, TargetSnapshot, ValueRef};
+use telemon_fleet::{MetricKind, Protocol, SeriesRef, TargetSnapshot, ValueRef};
 
 /// What a view draws from.
 pub(super) struct Ctx<'a> {

@@ -1,0 +1,37 @@
+//! What every part of the config uses: the error that names file, line and key, durations, lines.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+
+/// A configuration that cannot be used: names the file, the line and the key.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{file}:{line}: {key}: {message}")]
+pub struct ConfigError {
+    /// The config file (or `<flags>` for shorthand flags).
+    pub file: String,
+    /// 1-based line of the offending key (0 when unknown).
+    pub line: usize,
+    /// The offending key.
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// A humantime duration ("1s", "250ms").
+pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let s = String::deserialize(d)?;
+    humantime::parse_duration(&s).map_err(|e| {
+        serde::de::Error::custom(format!("bad duration {s:?} ({e}); write e.g. \"1s\" or \"250ms\""))
+    })
+}
+
+/// One second: the default of several periods.
+pub(super) fn one_second() -> Duration {
+    Duration::from_secs(1)
+}
+
+/// The 1-based line of byte `offset` in `text`.
+pub(super) fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}

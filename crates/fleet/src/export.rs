@@ -1,0 +1,392 @@
+//! Replaying recordings through the fleet collectors, on a fake clock: what `telemon serve` would have
+//! exported, at the times it would have changed (`telemon export`).
+//!
+//! Each recorded connection is served to its protocol's collector as a [`ReplayStream`] at the recorded
+//! pace, in a current-thread runtime whose clock is paused: tokio advances it to the next timer whenever
+//! everything waits, so an hour of recording replays in the time its decoding takes, and every change the
+//! collector publishes is seen at its recorded time.
+
+use std::time::Duration;
+
+use telemon_capture::{Connection, Protocol, ReplayStream, Speed};
+
+use crate::collect;
+use crate::model::{ErrorKind, Protocol as FleetProtocol};
+use crate::registry::Registry;
+use crate::render::{render, Format};
+use crate::target::{Failure, Publisher};
+
+/// One exposition of the replayed fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scrape {
+    /// When (ns since the Unix epoch, from the recording).
+    pub time_ns: u64,
+    /// The OpenMetrics text `/metrics` would have served then.
+    pub text: String,
+}
+
+/// The most series one replayed target may have (as `[serve] series_limit`'s default).
+const SERIES_LIMIT: usize = 10_000;
+
+/// Replays `connections` (all of one target or several; in order of start) through the collectors and
+/// returns an exposition after each published change. Connections of protocols whose collector cannot
+/// replay yet are skipped with a warning on stderr.
+pub fn replay(connections: Vec<Connection>) -> std::io::Result<Vec<Scrape>> {
+    std::thread::spawn(move || {
+        let runtime =
+            tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build()?;
+        Ok(runtime.block_on(replay_all(connections)))
+    })
+    .join()
+    .map_err(|_| std::io::Error::other("the replay thread panicked"))?
+}
+
+async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
+    let registry = Registry::new();
+    let mut publishers: std::collections::HashMap<String, Publisher> = Default::default();
+    let mut scrapes = Vec::new();
+    for connection in connections {
+        let Some(protocol) = fleet_protocol(connection.target.protocol) else {
+            eprintln!(
+                "telemon: export: {}: no collector replays {} recordings; skipped",
+                connection.target.name, connection.target.protocol
+            );
+            continue;
+        };
+        let name = connection.target.name.clone();
+        let p = publishers.entry(name.clone()).or_insert_with(|| {
+            let mut p = Publisher::new(&registry, name.as_str(), protocol, vec![], SERIES_LIMIT);
+            // Every recorded sample is a point, however fast the target sent them.
+            p.publish_every_change();
+            p
+        });
+        let mut changed = registry.changed();
+        changed.borrow_and_update();
+        let stream = ReplayStream::new(&connection, Speed::Times(1.0));
+        // A change is stamped with the recorded time of the bytes that caused it.
+        let clock = stream.clock();
+        let time_ns = || connection.start_ns + clock.last_read().as_nanos() as u64;
+        {
+            let collector = drive(p, &connection, stream);
+            let mut collector = std::pin::pin!(collector);
+            loop {
+                tokio::select! {
+                    biased;
+                    Ok(()) = changed.changed() => {
+                        changed.borrow_and_update();
+                        let text = render(&registry.snapshot(), Format::OpenMetrics);
+                        scrapes.push(Scrape { time_ns: time_ns(), text });
+                    }
+                    failure = &mut collector => {
+                        tracing::debug!(target = %name, ?failure, "replay ended");
+                        break;
+                    }
+                }
+            }
+        }
+        // What the collector held back for its next publication when the stream ended (a live target would
+        // publish it with its next change or as it goes down).
+        p.flush_if_dirty();
+        if changed.has_changed().unwrap_or(false) {
+            let text = render(&registry.snapshot(), Format::OpenMetrics);
+            scrapes.push(Scrape { time_ns: time_ns(), text });
+        }
+    }
+    scrapes
+}
+
+/// Plays `connections` into `registry` on the real clock at `speed` (`telemon top --replay`): every
+/// target's connections one after the other, each target starting at its recorded offset from the first.
+/// A target whose recording is played out stays listed as down ("the recording ended").
+pub async fn play(registry: Registry, connections: Vec<Connection>, speed: Speed) {
+    let first = connections.iter().map(|c| c.start_ns).min().unwrap_or(0);
+    let mut by_target: Vec<(String, Vec<Connection>)> = Vec::new();
+    for c in connections {
+        match by_target.iter_mut().find(|(name, _)| *name == c.target.name) {
+            Some((_, list)) => list.push(c),
+            None => by_target.push((c.target.name.clone(), vec![c])),
+        }
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for (name, list) in by_target {
+        let registry = registry.clone();
+        tasks.spawn(async move {
+            let Some(protocol) = fleet_protocol(list[0].target.protocol) else { return };
+            let mut p = Publisher::new(&registry, name.as_str(), protocol, vec![], SERIES_LIMIT);
+            let start = tokio::time::Instant::now();
+            for c in list {
+                tokio::time::sleep_until(start + speed.scale(Duration::from_nanos(c.start_ns - first))).await;
+                let failure = drive(&mut p, &c, ReplayStream::new(&c, speed)).await;
+                tracing::debug!(target = %name, ?failure, "recorded connection played out");
+            }
+            p.down(&Failure::new(ErrorKind::Connect, "the recording ended"));
+            std::future::pending::<()>().await;
+        });
+    }
+    while tasks.join_next().await.is_some() {}
+}
+
+/// The fleet's name for a recorded protocol (`None` for another tool's link type).
+fn fleet_protocol(protocol: Protocol) -> Option<FleetProtocol> {
+    match protocol {
+        Protocol::Meter161 => Some(FleetProtocol::Meter161),
+        Protocol::Hmon => Some(FleetProtocol::Hmon),
+        Protocol::Mono => Some(FleetProtocol::Mono),
+        Protocol::Smon => Some(FleetProtocol::Smon),
+        Protocol::Sysinfo => Some(FleetProtocol::Sysinfo),
+        Protocol::Other(_) => None,
+    }
+}
+
+/// The command of each channel of a recorded sysinfo connection.
+fn recorded_commands(
+    connection: &Connection,
+) -> std::collections::HashMap<sysinfo_wire::ChannelId, sysinfo_wire::SysinfoCommand> {
+    collect::sysinfo::recorded_commands(&connection.bytes(telemon_capture::Direction::Outbound))
+}
+
+/// Runs the collector of the connection's protocol over its replay until it ends.
+async fn drive(p: &mut Publisher, connection: &Connection, stream: ReplayStream) -> Failure {
+    let protocol = connection.target.protocol;
+    let fail = |e: &dyn std::fmt::Display| Failure::new(ErrorKind::Protocol, e);
+    match protocol {
+        Protocol::Meter161 => {
+            let config = meter161::ClientConfig::default().reconnect(false);
+            match meter161::Client::over(stream, &config).await {
+                Ok(client) => collect::meter161::collect(p, client).await,
+                Err(e) => fail(&e),
+            }
+        }
+        Protocol::Smon => {
+            let reader = smon_codec::UpdateReader::new(stream, smon_codec::DecoderConfig::default());
+            collect::smon::collect(p, reader).await
+        }
+        // Each reply is the report its channel's recorded command asked for: any reports, any periods.
+        Protocol::Sysinfo => collect::sysinfo::over(p, stream, &recorded_commands(connection)).await,
+        // The plan of a `[[hmon]]` block without options: the requests go nowhere, the recorded answers
+        // come in their recorded order.
+        Protocol::Hmon => collect::hmon::over(p, stream, &collect::hmon::Plan::default()).await,
+        // The recorded Hello, samples and responses; the requests the live inspector made are not repeated.
+        Protocol::Mono => collect::mono::over(p, stream).await,
+        other => fail(&format!("no collector replays {other}")),
+    }
+}
+
+/// One series' samples, in time order: (time in ns, value text).
+type Points = Vec<(u64, String)>;
+
+/// Turns expositions into one OpenMetrics text with timestamps (in seconds): each family once, its series
+/// one after the other, each in time order, ending with `# EOF` — what `promtool tsdb create-blocks-from openmetrics` reads.
+pub fn openmetrics(scrapes: &[Scrape]) -> String {
+    let families = gather(scrapes);
+    let mut out = String::new();
+    for family in &families {
+        out.push_str(&family.meta);
+        for (series, points) in &family.series {
+            for (t, v) in points {
+                out.push_str(&format!("{series} {v} {}\n", seconds(*t)));
+            }
+        }
+    }
+    out.push_str("# EOF\n");
+    out
+}
+
+/// The same samples as CSV: a `time` column (seconds) and one column per series, one row per scrape,
+/// each cell the series' value at that time (empty before its first sample).
+pub fn csv(scrapes: &[Scrape]) -> String {
+    let families = gather(scrapes);
+    let columns: Vec<(&String, &Points)> =
+        families.iter().flat_map(|f| f.series.iter().map(|(n, p)| (n, p))).collect();
+    let mut out = String::from("time");
+    for (name, _) in &columns {
+        out.push(',');
+        out.push_str(&csv_cell(name));
+    }
+    out.push('\n');
+    let mut cursor = vec![0usize; columns.len()];
+    let mut current: Vec<Option<&str>> = vec![None; columns.len()];
+    // One row per millisecond (the time column's precision), at the last scrape within it.
+    let mut times: Vec<u64> = Vec::new();
+    for t in scrapes.iter().map(|s| s.time_ns) {
+        match times.last_mut() {
+            Some(last) if *last / 1_000_000 == t / 1_000_000 => *last = t,
+            _ => times.push(t),
+        }
+    }
+    for t in times {
+        out.push_str(&seconds(t));
+        for (i, (_, points)) in columns.iter().enumerate() {
+            while cursor[i] < points.len() && points[cursor[i]].0 <= t {
+                current[i] = Some(&points[cursor[i]].1);
+                cursor[i] += 1;
+            }
+            out.push(',');
+            out.push_str(current[i].unwrap_or(""));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+fn csv_cell(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_owned()
+    }
+}
+
+/// Nanoseconds as seconds with millisecond precision (`1700000000.123`).
+fn seconds(ns: u64) -> String {
+    format!("{}.{:03}", ns / 1_000_000_000, (ns / 1_000_000) % 1000)
+}
+
+struct FamilyPoints {
+    /// The `# TYPE`, `# HELP` and `# UNIT` lines.
+    meta: String,
+    /// Series (name and labels as exposed) in order of first appearance, with their points.
+    series: Vec<(String, Points)>,
+}
+
+/// Parses each exposition and gathers the points of each series (every scrape's value, as a scraper
+/// would have stored them).
+fn gather(scrapes: &[Scrape]) -> Vec<FamilyPoints> {
+    let mut families: Vec<FamilyPoints> = Vec::new();
+    let mut family_index: std::collections::HashMap<String, usize> = Default::default();
+    let mut series_index: std::collections::HashMap<String, (usize, usize)> = Default::default();
+    for scrape in scrapes {
+        let mut family: Option<usize> = None;
+        for line in scrape.text.lines() {
+            if line == "# EOF" || line.is_empty() {
+                continue;
+            }
+            if let Some(meta) = line.strip_prefix("# ") {
+                let mut words = meta.splitn(3, ' ');
+                let (kind, name) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+                let i = *family_index.entry(name.to_owned()).or_insert_with(|| {
+                    families.push(FamilyPoints { meta: String::new(), series: Vec::new() });
+                    families.len() - 1
+                });
+                if kind == "TYPE" && families[i].meta.contains(&format!("# TYPE {name} ")) {
+                    // Metadata of a family already gathered.
+                } else if !families[i].meta.contains(&format!("# {kind} {name} ")) {
+                    families[i].meta.push_str(line);
+                    families[i].meta.push('\n');
+                }
+                family = Some(i);
+                continue;
+            }
+            let (Some(f), Some((series, value))) = (family, line.rsplit_once(' ')) else { continue };
+            let (f, s) = *series_index.entry(series.to_owned()).or_insert_with(|| {
+                families[f].series.push((series.to_owned(), Vec::new()));
+                (f, families[f].series.len() - 1)
+            });
+            let points = &mut families[f].series[s].1;
+            match points.last_mut() {
+                // Timestamps are written in milliseconds: two values of a series within one millisecond
+                // would be two samples at one timestamp (which a TSDB rejects); the later state stands.
+                Some(last) if last.0 / 1_000_000 == scrape.time_ns / 1_000_000 => {
+                    *last = (scrape.time_ns, value.to_owned())
+                }
+                _ => points.push((scrape.time_ns, value.to_owned())),
+            }
+        }
+    }
+    families
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scrape(t: u64, text: &str) -> Scrape {
+        Scrape { time_ns: t * 1_000_000_000, text: text.to_owned() }
+    }
+
+    #[test]
+    fn a_series_has_one_value_per_millisecond_the_latest() {
+        let at = |ns: u64, text: &str| Scrape { time_ns: ns, text: text.to_owned() };
+        let scrapes = [
+            at(10_000_000_000, "# TYPE x gauge\nx 1\n# EOF\n"),
+            // A sample's first byte read at 11.000012 s, its last at 11.000029 s: two publications.
+            at(11_000_012_000, "# TYPE x gauge\nx 1\n# EOF\n"),
+            at(11_000_029_000, "# TYPE x gauge\nx 2\n# EOF\n"),
+            at(11_001_000_000, "# TYPE x gauge\nx 3\n# EOF\n"),
+        ];
+        assert_eq!(openmetrics(&scrapes), "# TYPE x gauge\nx 1 10.000\nx 2 11.000\nx 3 11.001\n# EOF\n");
+        assert_eq!(csv(&scrapes), "time,x\n10.000,1\n11.000,2\n11.001,3\n");
+    }
+
+    /// A Mono agent's recorded connection: its Hello (one INT counter), a sample at 1 s, the same
+    /// value again at 2 s (an empty sample), then a new value at 3 s cut across two reads.
+    fn mono_connection() -> Connection {
+        use mono_counters::*;
+        let hello = AgentMessage::Hello(Hello {
+            version: PROTOCOL_VERSION,
+            headers: vec![Header {
+                category: Category::Jit,
+                name: "Compiled methods".into(),
+                kind: CounterType::Int,
+                unit: Unit::None,
+                variance: Variance::Variable,
+                index: 0,
+            }],
+        });
+        let sample = |timestamp: i64, value: Option<i32>| {
+            AgentMessage::Sampling(Sample {
+                timestamp,
+                values: value
+                    .map(|v| SampleValue { index: 0, data: CounterValue::Int(v).into() })
+                    .into_iter()
+                    .collect(),
+            })
+        };
+        let bytes = |m: &AgentMessage| {
+            let mut out = bytes::BytesMut::new();
+            encode_agent_message(m, &mut out).unwrap();
+            out.to_vec()
+        };
+        let last = bytes(&sample(30_000_000, Some(101)));
+        let chunk =
+            |s: u64, b: &[u8]| (Duration::from_secs(s), telemon_capture::Direction::Inbound, b.to_vec());
+        Connection {
+            target: telemon_capture::Target::new("agent", Protocol::Mono, "127.0.0.1:8888"),
+            start_ns: 1_700_000_000_000_000_000,
+            chunks: vec![
+                chunk(0, &bytes(&hello)),
+                chunk(1, &bytes(&sample(10_000_000, Some(100)))),
+                chunk(2, &bytes(&sample(20_000_000, None))),
+                chunk(3, &last[..1]),
+                (Duration::from_millis(3500), telemon_capture::Direction::Inbound, last[1..].to_vec()),
+            ],
+            peer_closed: false,
+        }
+    }
+
+    #[test]
+    fn mono_agents_replay_through_their_collector() {
+        let text = openmetrics(&replay(vec![mono_connection()]).unwrap());
+        let series = "mono_runtime{target=\"agent\",category=\"Mono JIT\",counter=\"Compiled methods\"}";
+        let points: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix(series)).collect();
+        assert_eq!(points, [" 100 1700000001.000", " 101 1700000003.500"], "{text}");
+        assert!(text
+            .contains("mono_agent_info{target=\"agent\",version=\"0.1\",counters=\"1\"} 1 1700000000.000"));
+    }
+
+    #[test]
+    fn families_are_written_once_with_their_series_in_time_order() {
+        let a = "# TYPE x counter\n# HELP x An x.\nx_total{a=\"1\"} 1\nx_total{a=\"2\"} 5\n# TYPE y gauge\ny 0.5\n# EOF\n";
+        let b = "# TYPE x counter\n# HELP x An x.\nx_total{a=\"1\"} 2\nx_total{a=\"2\"} 5\n# TYPE y gauge\ny 0.5\n# EOF\n";
+        let out = openmetrics(&[scrape(10, a), scrape(20, b)]);
+        assert_eq!(
+            out,
+            "# TYPE x counter\n# HELP x An x.\nx_total{a=\"1\"} 1 10.000\nx_total{a=\"1\"} 2 20.000\n\
+             x_total{a=\"2\"} 5 10.000\nx_total{a=\"2\"} 5 20.000\n# TYPE y gauge\ny 0.5 10.000\ny 0.5 20.000\n# EOF\n"
+        );
+        assert_eq!(
+            csv(&[scrape(10, a), scrape(20, b)]),
+            "time,\"x_total{a=\"\"1\"\"}\",\"x_total{a=\"\"2\"\"}\",y\n10.000,1,5,0.5\n20.000,2,5,0.5\n"
+        );
+    }
+}

@@ -1,0 +1,254 @@
+//! The fleet core of telemon: many monitored targets of the five protocols, each collected in its own task
+//! into a bounded store of its current series, which views read without doing any target I/O.
+//!
+//! It is the middle layer: the protocol crates (`meter161`, `hmon`, `mono-counters`, `smon-codec`,
+//! `sysinfo-wire`) and `telemon-capture` are below it; the push senders (`telemon-push`) and the views of the
+//! `telemon` binary (`/metrics`, the dashboard) are above. It has no HTTP server, terminal or push sender of
+//! its own, so another program (an exporter of its own, another view) can take the fleet alone.
+//!
+//! In the words of the OpenTelemetry Collector and Vector, the collectors are the receivers and the registry
+//! is the storage that exporters read:
+//!
+//! * [`config`]: the TOML config and the shorthand flags;
+//! * [`collect`]: one collector per protocol, each a loop of sessions with backoff;
+//! * [`target`]: the [`Publisher`] a collector writes through (store, state, errors, events);
+//! * [`store`]: a target's series, bounded, with counter rates and 32-bit unwrapping;
+//! * [`registry`]: the shared table of per-target snapshots, with a generation bumped on every change;
+//! * [`model`]: the snapshot types every view codes against;
+//! * [`series`]: a target's published series (a shared schema and a flat array of values);
+//! * [`render`]: the Prometheus text 0.0.4 and OpenMetrics exposition of a snapshot;
+//! * [`record`] and [`export`]: recording the collectors' connections, and replaying recordings through them;
+//! * [`pace`]: wake-up coalescing for the collectors' runtime;
+//! * [`heap`]: giving the heap's free pages back once the fleet settles.
+//!
+//! [`Fleet::start`] starts every target of a config. A whole program that watches two targets (an smon
+//! stream and an rvOS sysinfo service) and prints their series once both are up:
+//!
+//! ```
+//! use telemon_fleet::{config::FleetConfig, Fleet, TargetState};
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let (smon, sysinfo, _peers) = peers().await;
+//!
+//! // `smon` and `sysinfo` are the addresses of the two peers.
+//! let text = format!("[[smon]]\nname = \"box\"\nconnect = \"{smon}\"\n[[sysinfo]]\nname = \"vm\"\nconnect = \"{sysinfo}\"\n");
+//! let config = FleetConfig::parse("example.toml", &text)?;
+//! let fleet = Fleet::start(&config).await?;
+//! let mut changed = fleet.changed();
+//! let snapshot = loop {
+//!     changed.changed().await?; // a target published
+//!     let snapshot = fleet.snapshot();
+//!     if snapshot.targets.iter().all(|t| t.state == TargetState::Up && t.series.len() > 0) {
+//!         break snapshot;
+//!     }
+//! };
+//! for target in &snapshot.targets {
+//!     println!("{} ({}): {} series", target.name, target.protocol, target.series.len());
+//!     for series in target.series.iter().take(5) {
+//!         println!("  {}{{{}}} {:?}", series.family(), series.label_text(), series.number());
+//!     }
+//! }
+//! fleet.shutdown().await;
+//! # Ok(())
+//! # }
+//! # /// An smon-sim and an rvos-sim on loopback ports (`Shutdown::cancel` stops them).
+//! # async fn peers() -> (String, String, sim_common::Shutdown) {
+//! #     let shutdown = sim_common::Shutdown::new();
+//! #     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! #     let smon = l.local_addr().unwrap().to_string();
+//! #     let config = smon_sim::Config { interval: smon_sim::MIN_INTERVAL, ..Default::default() };
+//! #     tokio::spawn(smon_sim::serve(l, smon_sim::ProcSource::new("/proc", "/sys"), config, shutdown.clone()));
+//! #     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+//! #     let sysinfo = l.local_addr().unwrap().to_string();
+//! #     tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
+//! #     (smon, sysinfo, shutdown)
+//! # }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod collect;
+pub mod config;
+pub mod export;
+pub mod heap;
+pub mod model;
+pub mod own;
+pub mod pace;
+pub mod record;
+pub mod registry;
+pub mod render;
+pub mod retry;
+pub mod rows;
+pub mod series;
+pub mod store;
+pub mod target;
+
+pub use model::{
+    ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, LabelPairs, LabelSet, MetricKind, Num, Protocol,
+    Series, SeriesRef, SeriesSet, TargetSnapshot, TargetState, Value, ValueRef,
+};
+pub use registry::Registry;
+pub use target::{Failure, Publisher};
+
+use config::{labels, FleetConfig};
+
+use std::future::Future;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+/// The running fleet: the registry of target caches and the tasks that fill it.
+///
+/// Views call [`Fleet::snapshot`] (cheap) and wait on [`Fleet::changed`].
+#[derive(Debug)]
+pub struct Fleet {
+    registry: Registry,
+    tasks: Mutex<JoinSet<()>>,
+}
+
+impl Default for Fleet {
+    fn default() -> Self {
+        Fleet::new()
+    }
+}
+
+/// How long a dial-in target (an agent or interpreter that left) stays listed as down.
+pub const DIAL_IN_LINGER: Duration = Duration::from_secs(600);
+/// How often a `dir_glob` is evaluated again.
+pub const GLOB_RESCAN: Duration = Duration::from_secs(2);
+
+impl Fleet {
+    /// Starts every target of `config`, each in its own task; fails only when a listener
+    /// (`[[hmon_listen]]`, `[[mono_listen]]`) cannot bind, naming the block.
+    pub async fn start(config: &FleetConfig) -> std::io::Result<Fleet> {
+        let fleet = Fleet::new();
+        let reg = fleet.registry.clone();
+        let limit = config.serve.series_limit;
+        let publisher = |name: &str, protocol, l| Publisher::new(&reg, name, protocol, labels(l), limit);
+        // Sharding picks the targets before any collector starts (listeners are not sharded).
+        let shard = config.serve.shard;
+        let mine = |name: &str| shard.is_none_or(|s| s.owns(name));
+        for t in &config.meter161 {
+            let name = t.name.get_ref();
+            if t.dir.is_some() && !mine(name) {
+                continue;
+            }
+            if let Some(dir) = &t.dir {
+                let p = publisher(name, Protocol::Meter161, &t.labels);
+                fleet.spawn(collect::meter161::run(p, dir.clone(), t.interval));
+            } else if let Some(pattern) = &t.dir_glob {
+                let block = collect::meter161::GlobBlock {
+                    name: name.clone(),
+                    pattern: pattern.clone(),
+                    labels: labels(&t.labels),
+                    series_limit: limit,
+                    interval: t.interval,
+                    shard,
+                };
+                fleet.spawn(collect::meter161::run_glob(reg.clone(), block, GLOB_RESCAN));
+            }
+        }
+        for t in config.hmon.iter().filter(|t| mine(t.name.get_ref())) {
+            let p = publisher(t.name.get_ref(), Protocol::Hmon, &t.labels);
+            let addr = t.connect.clone().unwrap_or_default();
+            fleet.spawn(collect::hmon::run_connect(p, addr, collect::hmon::Plan::new(t)));
+        }
+        for t in &config.hmon_listen {
+            let accept = collect::hmon::listen(reg.clone(), t, limit, DIAL_IN_LINGER).await.map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("[[hmon_listen]] {}: cannot listen: {e}", t.name.get_ref()),
+                )
+            })?;
+            fleet.spawn(accept);
+        }
+        for t in &config.mono_listen {
+            let accept = collect::mono::listen(reg.clone(), t, limit, DIAL_IN_LINGER).await.map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!("[[mono_listen]] {}: cannot listen: {e}", t.name.get_ref()),
+                )
+            })?;
+            fleet.spawn(accept);
+        }
+        for t in config.smon.iter().filter(|t| mine(t.name.get_ref())) {
+            let p = publisher(t.name.get_ref(), Protocol::Smon, &t.labels);
+            let source = match (&t.connect, &t.file) {
+                (Some(a), _) => collect::smon::Source::Connect(a.clone()),
+                (None, f) => collect::smon::Source::File(f.clone().unwrap_or_default()),
+            };
+            fleet.spawn(collect::smon::run(p, source));
+        }
+        for t in config.sysinfo.iter().filter(|t| mine(t.name.get_ref())) {
+            let p = publisher(t.name.get_ref(), Protocol::Sysinfo, &t.labels);
+            let endpoint = collect::sysinfo::endpoint(t.connect.as_deref(), t.socket.as_ref());
+            fleet.spawn(collect::sysinfo::run_plan(p, endpoint, collect::sysinfo::Plan::new(t)));
+        }
+        Ok(fleet)
+    }
+
+    /// A fleet with no targets yet.
+    pub fn new() -> Fleet {
+        Fleet { registry: Registry::new(), tasks: Mutex::new(JoinSet::new()) }
+    }
+
+    /// The registry target tasks publish into.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Runs `task` in its own tokio task until it ends or the fleet shuts down.
+    ///
+    /// The task is spawned as it is, not inside a wrapper future that also waits for a stop signal:
+    /// such a wrapper stores the task twice (once captured, once awaited), which doubled each target's
+    /// memory. Shutting down aborts the tasks instead.
+    pub fn spawn<F>(&self, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        // Forget the tasks that ended (a dir_glob's vanished simulators), so the set does not grow.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(task);
+    }
+
+    /// Every target, sorted by name (Arc clones of each target's cache).
+    pub fn snapshot(&self) -> FleetSnapshot {
+        self.registry.snapshot()
+    }
+
+    /// A generation number bumped whenever any target's cache changes.
+    pub fn changed(&self) -> watch::Receiver<u64> {
+        self.registry.changed()
+    }
+
+    /// Stops every target task (each is dropped where it waits: its publisher removes the target)
+    /// and waits until they are gone.
+    pub async fn shutdown(&self) {
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn tasks_publish_and_shutdown_ends_even_a_task_that_never_returns() {
+        let fleet = Fleet::new();
+        let mut changed = fleet.changed();
+        let reg = fleet.registry().clone();
+        fleet.spawn(async move {
+            reg.put(TargetSnapshot::new("a", Protocol::Smon, Vec::new()));
+            std::future::pending::<()>().await;
+        });
+        changed.changed().await.unwrap();
+        assert_eq!(fleet.snapshot().targets.len(), 1);
+        fleet.shutdown().await;
+        assert!(fleet.tasks.lock().unwrap().is_empty());
+    }
+}

@@ -1,0 +1,251 @@
+//! The two tasks of every sender: a sampler that turns the store into queued items on each tick
+//! (never waiting on the network), and an HTTP loop that sends the queue in order, with retries.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::queue::{Queue, Queued};
+use crate::stats::{now_ms, reason, Stats};
+use telemon_fleet::retry::Backoff;
+use telemon_fleet::{FleetSnapshot, Registry};
+
+/// The first delay after a failed request.
+pub const RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest delay between two attempts (also the cap on `Retry-After`).
+pub const RETRY_MAX: Duration = Duration::from_secs(5);
+/// The longest `Retry-After` honoured; a longer one is cut to this.
+pub const RETRY_AFTER_MAX: Duration = Duration::from_secs(60);
+
+/// What differs between remote write and OTLP.
+pub(crate) trait Wire: Send + 'static {
+    /// One queued sample or data point.
+    type Item: Queued + Send + Sync + 'static;
+    /// The request's `Content-Type`.
+    const CONTENT_TYPE: &'static str;
+    /// Other fixed request headers.
+    const HEADERS: &'static [(&'static str, &'static str)];
+
+    /// What the HTTP loop needs to encode a request (OTLP's Resource).
+    type Context: Send + Sync + 'static;
+
+    /// The encoding context, taken once at start.
+    fn context(&self) -> Self::Context;
+    /// Appends the items of `snapshot` taken at `now_ms`.
+    fn sample(&mut self, snapshot: &FleetSnapshot, now_ms: i64, out: &mut Vec<Self::Item>);
+    /// The request body of `batch`.
+    fn encode(context: &Self::Context, batch: &[Self::Item]) -> Vec<u8>;
+    /// Whether a request answered with `status` (not 2xx) is tried again.
+    fn retryable(status: u16) -> bool;
+    /// From a 2xx reply's body: how many items the receiver rejected all the same.
+    fn rejected(_body: &[u8]) -> u64 {
+        0
+    }
+}
+
+/// How one attempt ended.
+#[derive(Debug)]
+pub(crate) enum Attempt {
+    /// 2xx, with the reply body.
+    Sent(Vec<u8>),
+    /// Try again (after the server's `Retry-After`, when it gave one).
+    Retry { after: Option<Duration>, why: String },
+    /// Give up on this batch; the reason labels the drop.
+    Drop { reason: String, why: String },
+}
+
+/// Parses `Retry-After`: delay-seconds or an HTTP date.
+pub(crate) fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Some(Duration::from_secs(secs).min(RETRY_AFTER_MAX));
+    }
+    let at = httpdate::parse_http_date(v).ok()?;
+    Some(at.duration_since(now).unwrap_or(Duration::ZERO).min(RETRY_AFTER_MAX))
+}
+
+/// The most of a reply body read (the rest is ignored): a receiver cannot make telemon buffer
+/// more than this per request.
+pub const MAX_REPLY: usize = 64 << 10;
+
+/// Reads at most `max` bytes of `resp`'s body.
+async fn read_capped(mut resp: reqwest::Response, max: usize) -> reqwest::Result<Vec<u8>> {
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await? {
+        let room = max - body.len();
+        body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        if body.len() == max {
+            break;
+        }
+    }
+    Ok(body)
+}
+
+/// One POST of `body`.
+pub(crate) async fn post<W: Wire>(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Attempt {
+    let mut req = client.post(url).header(reqwest::header::CONTENT_TYPE, W::CONTENT_TYPE);
+    for (k, v) in W::HEADERS {
+        req = req.header(*k, *v);
+    }
+    let resp = match req.body(body).send().await {
+        Ok(r) => r,
+        Err(e) if e.is_builder() => {
+            return Attempt::Drop { reason: reason::REQUEST.into(), why: e.to_string() };
+        }
+        Err(e) => return Attempt::Retry { after: None, why: format!("{e}") },
+    };
+    let status = resp.status().as_u16();
+    let after = resp
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| retry_after(v, SystemTime::now()));
+    let body = match read_capped(resp, MAX_REPLY).await {
+        Ok(b) => b,
+        Err(e) if (200..300).contains(&status) => {
+            // The receiver said yes; the body is only for partial_success.
+            tracing::debug!(error = %e, "reading a 2xx reply");
+            Vec::new()
+        }
+        Err(e) => return Attempt::Retry { after, why: format!("HTTP {status}, then {e}") },
+    };
+    if (200..300).contains(&status) {
+        return Attempt::Sent(body);
+    }
+    let text = String::from_utf8_lossy(&body[..body.len().min(256)]).trim().to_owned();
+    let why = format!("HTTP {status}: {text}");
+    if W::retryable(status) {
+        Attempt::Retry { after, why }
+    } else {
+        Attempt::Drop { reason: reason::http(status).into(), why }
+    }
+}
+
+/// A running sender's settings.
+pub(crate) struct Plan {
+    pub url: String,
+    pub batch: Duration,
+    pub max_per_send: usize,
+}
+
+/// Samples `registry` every `plan.batch` into `queue` until `stop` turns true.
+pub(crate) async fn sampler<W: Wire>(
+    mut wire: W,
+    registry: Registry,
+    queue: Arc<Queue<W::Item>>,
+    stats: Arc<Stats>,
+    every: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut items = Vec::new();
+    let mut last_ms = 0i64;
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        // Timestamps never go backwards, even when the wall clock does.
+        let now = now_ms().max(last_ms + 1);
+        last_ms = now;
+        wire.sample(&registry.snapshot(), now, &mut items);
+        let dropped = queue.push(items.drain(..));
+        stats.add_dropped(reason::QUEUE_FULL, dropped);
+        stats.set_queue(queue.bytes(), queue.oldest_ms());
+    }
+}
+
+/// Sends `queue` in order, `plan.max_per_send` items per request, until `stop` turns true and
+/// the queue is empty (the caller bounds that with its shutdown deadline).
+pub(crate) async fn sender<W: Wire>(
+    context: W::Context,
+    client: reqwest::Client,
+    plan: Plan,
+    queue: Arc<Queue<W::Item>>,
+    stats: Arc<Stats>,
+    stop: watch::Receiver<bool>,
+    inflight: Arc<std::sync::atomic::AtomicU64>,
+) {
+    let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
+    let mut failing = false;
+    loop {
+        let batch = queue.take(plan.max_per_send);
+        if batch.is_empty() {
+            if *stop.borrow() {
+                return;
+            }
+            let mut stop = stop.clone();
+            tokio::select! {
+                () = queue.pushed() => {}
+                _ = stop.wait_for(|s| *s) => {}
+            }
+            continue;
+        }
+        let n = batch.len();
+        inflight.store(n as u64, std::sync::atomic::Ordering::Relaxed);
+        stats.set_inflight(batch.first().map(Queued::timestamp_ms));
+        stats.set_queue(queue.bytes(), queue.oldest_ms());
+        let body = W::encode(&context, &batch);
+        drop(batch);
+        loop {
+            let started = Instant::now();
+            let attempt = post::<W>(&client, &plan.url, body.clone()).await;
+            stats.observe(started.elapsed());
+            match attempt {
+                Attempt::Sent(reply) => {
+                    stats.add_sent(n);
+                    let rejected = W::rejected(&reply);
+                    if rejected > 0 {
+                        stats.add_partial();
+                        stats.add_dropped(reason::PARTIAL_SUCCESS, rejected);
+                    }
+                    if failing {
+                        eprintln!("telemon: push to {}: sending again", plan.url);
+                        failing = false;
+                    }
+                    backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
+                    break;
+                }
+                Attempt::Drop { reason, why } => {
+                    tracing::warn!(url = %plan.url, %why, samples = n, "dropped by the receiver");
+                    stats.add_dropped(&reason, n as u64);
+                    break;
+                }
+                Attempt::Retry { after, why } => {
+                    if !failing {
+                        eprintln!("telemon: push to {}: {why}; retrying", plan.url);
+                        failing = true;
+                    }
+                    stats.add_retried(n);
+                    let delay = after.unwrap_or_else(|| backoff.next_delay());
+                    tokio::time::sleep(delay).await;
+                }
+            }
+        }
+        inflight.store(0, std::sync::atomic::Ordering::Relaxed);
+        stats.set_inflight(None);
+        stats.set_queue(queue.bytes(), queue.oldest_ms());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_seconds_or_a_date_and_is_capped() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(retry_after("3", now), Some(Duration::from_secs(3)));
+        assert_eq!(retry_after(" 0 ", now), Some(Duration::ZERO));
+        assert_eq!(retry_after("86400", now), Some(RETRY_AFTER_MAX));
+        let later = httpdate::fmt_http_date(now + Duration::from_secs(7));
+        assert_eq!(retry_after(&later, now), Some(Duration::from_secs(7)));
+        let past = httpdate::fmt_http_date(now - Duration::from_secs(7));
+        assert_eq!(retry_after(&past, now), Some(Duration::ZERO));
+        assert_eq!(retry_after("soon", now), None);
+        assert_eq!(retry_after("-1", now), None);
+    }
+}

@@ -1,0 +1,153 @@
+//! Recording, as the commands offer it: `--record FILE` of the one-target subcommands (one recorder, one
+//! target, a tap on each connection), `telemon serve --record DIR` and `telemon record --out DIR` (every
+//! collector's connections, in rotated files), and `telemon record` itself.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use telemon_capture::{Destination, Protocol, Recorder, RecorderConfig, Tap, Target, TargetRecorder};
+use telemon_fleet::record::{self, Recording};
+
+use telemon_fleet::config::TargetArgs;
+
+use super::shutdown_signal;
+use crate::output::{self, CliError, CliResult};
+
+/// The `--record` option every one-target subcommand shares (`#[command(flatten)]`).
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct RecordArgs {
+    /// Record the session's raw bytes, both ways, to FILE (pcapng; appended to if it exists). See
+    /// docs/recordings.md; `telemon replay FILE` plays it back.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub record: Option<PathBuf>,
+}
+
+impl RecordArgs {
+    /// Starts recording `target` if `--record` was given.
+    pub fn start(
+        &self,
+        name: &str,
+        protocol: Protocol,
+        address: &str,
+    ) -> Result<Option<OneTarget>, CliError> {
+        let Some(path) = &self.record else { return Ok(None) };
+        let config = RecorderConfig::new(Destination::File(path.clone()), record::application());
+        let recorder = Recorder::start(config)
+            .map_err(|e| CliError::Usage(format!("cannot record to {}: {e}", path.display())))?;
+        let target = recorder.target(Target::new(name, protocol, address));
+        Ok(Some(OneTarget { recorder, target, path: path.clone() }))
+    }
+}
+
+/// A recording of one target; finishing (or dropping) it writes what is queued and reports losses.
+#[derive(Debug)]
+pub struct OneTarget {
+    recorder: Recorder,
+    target: Arc<TargetRecorder>,
+    path: PathBuf,
+}
+
+impl OneTarget {
+    /// Wraps a connection in a tap that records it.
+    pub fn tap<S>(&self, stream: S) -> Tap<S> {
+        Tap::new(stream, Arc::clone(&self.target))
+    }
+
+    /// The target's recorder (to build taps in a closure).
+    pub fn target(&self) -> Arc<TargetRecorder> {
+        Arc::clone(&self.target)
+    }
+}
+
+impl Drop for OneTarget {
+    fn drop(&mut self) {
+        let stats = self.recorder.finish();
+        if stats.lost_records > 0 {
+            eprintln!(
+                "telemon: recording {}: {} records ({} bytes) could not be written in time and were dropped",
+                self.path.display(),
+                stats.lost_records,
+                stats.lost_bytes
+            );
+        }
+    }
+}
+
+/// How a fleet recording rotates and how much it keeps.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RotateArgs {
+    /// Start a new file when the current one reaches this many bytes.
+    #[arg(long, value_name = "BYTES", default_value = "64000000")]
+    pub record_max_bytes: u64,
+    /// Start a new file when the current one is this old (e.g. 1h, 30m).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = output::parse_duration)]
+    pub record_max_age: Duration,
+    /// Delete the oldest recordings (logged) while the directory's recordings take more than this.
+    #[arg(long, value_name = "BYTES", default_value = "1000000000")]
+    pub record_max_total: u64,
+}
+
+impl RotateArgs {
+    /// Starts recording every collector's connections into `dir` and installs the recording for the fleet.
+    pub fn start(&self, dir: PathBuf) -> Result<Arc<Recording>, CliError> {
+        let config = RecorderConfig {
+            max_file_bytes: Some(self.record_max_bytes),
+            max_file_age: Some(self.record_max_age),
+            max_total_bytes: Some(self.record_max_total),
+            ..RecorderConfig::new(Destination::Dir(dir.clone()), record::application())
+        };
+        let recorder = Recorder::start(config)
+            .map_err(|e| CliError::Usage(format!("cannot record to {}: {e}", dir.display())))?;
+        let recording = Arc::new(Recording::new(recorder));
+        record::install(Arc::clone(&recording))
+            .map_err(|_| CliError::Usage("a recording is already running in this process".into()))?;
+        eprintln!("telemon: recording every target's connections into {}", dir.display());
+        Ok(recording)
+    }
+}
+
+/// Writes what is queued and reports what was lost.
+pub fn finish(recording: &Recording) {
+    let stats = recording.finish();
+    eprintln!(
+        "telemon: recording: {} records, {} bytes in {} files ({} old files deleted)",
+        stats.records, stats.bytes_written, stats.files, stats.files_deleted
+    );
+    if stats.lost_records > 0 {
+        eprintln!(
+            "telemon: recording: {} records ({} bytes) could not be written in time and were dropped",
+            stats.lost_records, stats.lost_bytes
+        );
+    }
+}
+
+/// `telemon record`: collect every target of a config (as `serve` does) without serving, and record it.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    targets: TargetArgs,
+    /// The directory of the recordings (created if needed).
+    #[arg(long, value_name = "DIR")]
+    out: PathBuf,
+    #[command(flatten)]
+    rotate: RotateArgs,
+}
+
+/// Runs `telemon record` until Ctrl-C or SIGTERM.
+pub async fn run(args: Args) -> CliResult {
+    let config = args.targets.to_config()?;
+    if config.blocks() == 0 {
+        return Err(CliError::Usage(
+            "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
+        ));
+    }
+    let recording = args.rotate.start(args.out.clone())?;
+    telemon_fleet::pace::set_wakeup_slack(config.serve.wakeup_slack);
+    let fleet = telemon_fleet::Fleet::start(&config).await.map_err(CliError::peer)?;
+    eprintln!("telemon: recording {}", config.summary());
+    shutdown_signal().await;
+    fleet.shutdown().await;
+    finish(&recording);
+    Ok(())
+}
