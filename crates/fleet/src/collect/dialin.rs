@@ -10,10 +10,15 @@
 //! `telemon_listener_refused_total{listener, reason}` and logged at most once a minute.
 
 use std::collections::{HashMap, VecDeque};
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinSet;
+
+use super::ACCEPT_ERROR_PAUSE;
 use crate::config::ListenerLimits;
 use crate::model::{Protocol, TargetSnapshot, TargetState};
 use crate::own::{self, Refusal};
@@ -317,6 +322,43 @@ impl DialIn {
     pub fn targets(&self) -> usize {
         let t = self.lock();
         t.live.len() + t.down.len()
+    }
+}
+
+impl DialIn {
+    /// The accept loop of a dial-in listener: accepts on `listener`, forgets the targets that lingered long
+    /// enough every [`EXPIRE_EVERY`], [screens](DialIn::screen) each peer, and runs `session` for each one
+    /// that passes in a task of its own, until the loop is dropped (which ends every session). `what` names
+    /// the peers in logs ("an interpreter", "an agent").
+    pub async fn accept_loop<F, S>(self, listener: TcpListener, what: &'static str, mut session: F)
+    where
+        F: FnMut(TcpStream, SocketAddr, Pending) -> S,
+        S: Future<Output = ()> + Send + 'static,
+    {
+        let mut sessions = JoinSet::new();
+        let mut expire = tokio::time::interval(EXPIRE_EVERY);
+        loop {
+            let accepted = tokio::select! {
+                a = listener.accept() => a,
+                Some(_) = sessions.join_next() => continue,
+                _ = expire.tick() => {
+                    self.expire();
+                    continue;
+                }
+            };
+            let (stream, peer) = match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or_default();
+                    tracing::warn!(%addr, error = %e, "cannot accept {what}");
+                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            };
+            let Ok(pending) = self.screen(peer) else { continue };
+            let _ = stream.set_nodelay(true);
+            sessions.spawn(session(stream, peer, pending));
+        }
     }
 }
 

@@ -16,10 +16,9 @@ use hmon::{
     GetLastKnownState, IdOrName, Incoming, Message as _, Request, Response, Subscribe,
 };
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
-use super::dialin::{Admitted, DialIn, EXPIRE_EVERY};
-use super::{flush_due, within, AbortOnDrop, Retry, ACCEPT_ERROR_PAUSE, CONNECT_TIMEOUT};
+use super::dialin::{Admitted, DialIn};
+use super::{flush_due, within, AbortOnDrop, Retry, CONNECT_TIMEOUT};
 use crate::config::HmonTarget;
 use crate::model::{ErrorKind, MetricKind, Protocol};
 use crate::record;
@@ -437,64 +436,41 @@ pub async fn listen(
     let labels = crate::config::labels(&block.labels);
     let name = block.name.get_ref().clone();
     let dial = DialIn::new(&name, limits, registry, linger);
-    Ok(async move {
-        let mut sessions = JoinSet::new();
-        let mut expire = tokio::time::interval(EXPIRE_EVERY);
-        loop {
-            let accepted = tokio::select! {
-                a = listener.accept() => a,
-                Some(_) = sessions.join_next() => continue,
-                _ = expire.tick() => {
-                    dial.expire();
-                    continue;
-                }
-            };
-            let (stream, peer) = match accepted {
-                Ok(a) => a,
+    Ok(dial.clone().accept_loop(listener, "an interpreter", move |stream, peer, pending| {
+        let (dial, plan, labels, name, config) =
+            (dial.clone(), plan.clone(), labels.clone(), name.clone(), config.clone());
+        async move {
+            // Recorded (when a recording is installed) under the peer's address: the target's name
+            // is known only after its Host fact.
+            let received = Arc::new(AtomicU64::new(0));
+            let target = format!("{name}/{peer}");
+            let stream =
+                record::tap(stream, &target, record::Protocol::Hmon, &peer.to_string(), received.clone());
+            let (client, mut events) = match Client::over(stream, config).await {
+                Ok(c) => c,
                 Err(e) => {
-                    // Out of descriptors, most likely: let sessions end before accepting again.
-                    tracing::warn!(%addr, error = %e, "cannot accept an interpreter");
-                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                    continue;
+                    tracing::debug!(%peer, error = %e, "no handshake");
+                    return pending.failed();
                 }
             };
-            let Ok(pending) = dial.screen(peer) else { continue };
-            let _ = stream.set_nodelay(true);
-            let (dial, plan, labels, name, config) =
-                (dial.clone(), plan.clone(), labels.clone(), name.clone(), config.clone());
-            sessions.spawn(async move {
-                // Recorded (when a recording is installed) under the peer's address: the target's name
-                // is known only after its Host fact.
-                let received = Arc::new(AtomicU64::new(0));
-                let target = format!("{name}/{peer}");
-                let stream =
-                    record::tap(stream, &target, record::Protocol::Hmon, &peer.to_string(), received.clone());
-                let (client, mut events) = match Client::over(stream, config).await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "no handshake");
-                        return pending.failed();
-                    }
-                };
-                let host = within(CONNECT_TIMEOUT, "Host", client.get_facts([FactKind::Host])).await;
-                let host = host.ok().and_then(Result::ok);
-                let mut names: Vec<String> =
-                    host.as_ref().and_then(host_name).iter().map(|h| format!("{name}/{h}")).collect();
-                names.push(format!("{name}/{peer}"));
-                let Ok(Admitted { publisher: mut p, claim }) =
-                    dial.admit(pending, &names, Protocol::Hmon, labels, series_limit)
-                else {
-                    return;
-                };
-                p.count_received_in(received);
-                p.up();
-                let failure = collect(&mut p, &client, &mut events, &plan, host).await;
-                p.down(&failure);
-                drop(client);
-                dial.ended(p.name(), claim);
-            });
+            let host = within(CONNECT_TIMEOUT, "Host", client.get_facts([FactKind::Host])).await;
+            let host = host.ok().and_then(Result::ok);
+            let mut names: Vec<String> =
+                host.as_ref().and_then(host_name).iter().map(|h| format!("{name}/{h}")).collect();
+            names.push(format!("{name}/{peer}"));
+            let Ok(Admitted { publisher: mut p, claim }) =
+                dial.admit(pending, &names, Protocol::Hmon, labels, series_limit)
+            else {
+                return;
+            };
+            p.count_received_in(received);
+            p.up();
+            let failure = collect(&mut p, &client, &mut events, &plan, host).await;
+            p.down(&failure);
+            drop(client);
+            dial.ended(p.name(), claim);
         }
-    })
+    }))
 }
 
 fn host_name(facts: &hmon::Facts) -> Option<String> {

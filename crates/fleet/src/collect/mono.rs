@@ -11,10 +11,9 @@ use mono_counters::{
 };
 
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 
-use super::dialin::{Admitted, DialIn, EXPIRE_EVERY};
-use super::{flush_due, within, ACCEPT_ERROR_PAUSE, CONNECT_TIMEOUT};
+use super::dialin::{Admitted, DialIn};
+use super::{flush_due, within, CONNECT_TIMEOUT};
 use crate::config::MonoTarget;
 use crate::model::{ErrorKind, MetricKind, Protocol};
 use crate::record;
@@ -49,60 +48,36 @@ pub async fn listen(
     let labels = crate::config::labels(&block.labels);
     let add: Arc<[CounterName]> = block.add.iter().filter_map(|c| CounterName::parse(c)).collect();
     let name = block.name.get_ref().clone();
-    let addr = block.listen.clone();
     let dial = DialIn::new(&name, limits, registry, linger);
-    Ok(async move {
-        let mut sessions = JoinSet::new();
-        let mut expire = tokio::time::interval(EXPIRE_EVERY);
-        loop {
-            let accepted = tokio::select! {
-                a = listener.accept() => a,
-                Some(_) = sessions.join_next() => continue,
-                _ = expire.tick() => {
-                    dial.expire();
-                    continue;
-                }
-            };
-            let (stream, peer) = match accepted {
-                Ok(a) => a,
+    Ok(dial.clone().accept_loop(listener, "an agent", move |stream, peer, pending| {
+        let (dial, add, config, labels) = (dial.clone(), add.clone(), config.clone(), labels.clone());
+        let target = format!("{name}/{peer}");
+        // The stream wrapped in a recording tap (see [`record::tap`]) as the target `NAME/PEER`.
+        let received = Arc::new(AtomicU64::new(0));
+        let stream =
+            record::tap(stream, &target, record::Protocol::Mono, &peer.to_string(), received.clone());
+        async move {
+            // The handshake is boxed: its state is the larger, and inline it would size the
+            // task for as long as the session.
+            let mut session = match Box::pin(Session::start(stream, config)).await {
+                Ok(s) => s,
                 Err(e) => {
-                    // Out of descriptors, most likely: let sessions end before accepting again.
-                    tracing::warn!(%addr, error = %e, "cannot accept an agent");
-                    tokio::time::sleep(ACCEPT_ERROR_PAUSE).await;
-                    continue;
+                    tracing::debug!(%peer, error = %e, "no Hello");
+                    return pending.failed();
                 }
             };
-            let Ok(pending) = dial.screen(peer) else { continue };
-            let _ = stream.set_nodelay(true);
-            let (dial, add, config, labels) = (dial.clone(), add.clone(), config.clone(), labels.clone());
-            let target = format!("{name}/{peer}");
-            // The stream wrapped in a recording tap (see [`record::tap`]) as the target `NAME/PEER`.
-            let received = Arc::new(AtomicU64::new(0));
-            let stream =
-                record::tap(stream, &target, record::Protocol::Mono, &peer.to_string(), received.clone());
-            sessions.spawn(async move {
-                // The handshake is boxed: its state is the larger, and inline it would size the
-                // task for as long as the session.
-                let mut session = match Box::pin(Session::start(stream, config)).await {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "no Hello");
-                        return pending.failed();
-                    }
-                };
-                let Ok(Admitted { publisher: mut p, claim }) =
-                    dial.admit(pending, &[target], Protocol::Mono, labels, series_limit)
-                else {
-                    return;
-                };
-                p.count_received_in(received);
-                p.up();
-                let failure = collect(&mut p, &mut session, &add).await;
-                p.down(&failure);
-                dial.ended(p.name(), claim);
-            });
+            let Ok(Admitted { publisher: mut p, claim }) =
+                dial.admit(pending, &[target], Protocol::Mono, labels, series_limit)
+            else {
+                return;
+            };
+            p.count_received_in(received);
+            p.up();
+            let failure = collect(&mut p, &mut session, &add).await;
+            p.down(&failure);
+            dial.ended(p.name(), claim);
         }
-    })
+    }))
 }
 
 /// Runs the collector over an already connected agent `stream` (a replayed recording: `telemon export`,
