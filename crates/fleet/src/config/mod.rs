@@ -21,7 +21,7 @@ mod push_tests;
 pub use parse::ConfigError;
 use parse::{duration, line_of, one_second};
 use push::shard_option;
-pub use push::{validate_push, BasicAuth, PushSection, Shard, TlsSection};
+pub use push::{validate_push, BasicAuth, PushSection, Shard, TlsSection, WhenFull};
 
 /// A block's configured labels, as a target carries them.
 pub(crate) fn labels(l: &BTreeMap<String, String>) -> Vec<(String, String)> {

@@ -18,6 +18,10 @@ pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
 pub const DEFAULT_MAX_SAMPLES_PER_SEND: usize = 2_000;
 /// The default timeout of one request.
 pub const DEFAULT_PUSH_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default bound of a sender's disk queue (`queue_max_bytes`, 1 GiB).
+pub const DEFAULT_QUEUE_MAX_BYTES: u64 = 1 << 30;
+/// How often a disk queue is synced to the disk by default (`queue_sync`).
+pub const DEFAULT_QUEUE_SYNC: Duration = Duration::from_secs(1);
 /// Label names an external label cannot take: telemon sets them itself.
 pub const RESERVED_LABELS: [&str; 5] = ["target", "protocol", "kind", "le", "quantile"];
 
@@ -55,6 +59,32 @@ pub struct PushSection {
     /// The timeout of one request.
     #[serde(default = "default_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
+    /// A directory of its own for a disk queue that survives crashes and restarts (without it, the queue is
+    /// in memory, bounded by `queue_bytes`).
+    pub queue_dir: Option<Spanned<PathBuf>>,
+    /// The bound of the disk queue, in bytes: an integer, or a string such as `"1GiB"`.
+    #[serde(default = "default_queue_max_bytes", deserialize_with = "byte_size")]
+    pub queue_max_bytes: u64,
+    /// Samples older than this are dropped from the disk queue (counted); none by default.
+    #[serde(default, deserialize_with = "opt_duration")]
+    pub queue_max_age: Option<Duration>,
+    /// What a full disk queue drops: its oldest samples (default) or the newest.
+    #[serde(default)]
+    pub when_full: WhenFull,
+    /// How often the disk queue is synced to the disk (and at shutdown).
+    #[serde(default = "default_queue_sync", deserialize_with = "duration")]
+    pub queue_sync: Duration,
+}
+
+/// `when_full`: what a full disk queue drops.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WhenFull {
+    /// The oldest queued samples make room for new ones.
+    #[default]
+    DropOldest,
+    /// New samples are dropped while the queue is full.
+    DropNewest,
 }
 
 /// `basic_auth = { username = "...", password = "..." }` (or `password_file`).
@@ -100,6 +130,17 @@ impl PushSection {
             .unwrap_or_default()
     }
 
+    /// The directory of the disk queue of the instance that owns `shard` of the targets: `queue_dir` itself,
+    /// or with a shard, `queue_dir/shard-I-of-N`, so that the instances of one config never share a queue.
+    /// `None` for a memory queue.
+    pub fn queue_path(&self, shard: Option<Shard>) -> Option<PathBuf> {
+        let dir = self.queue_dir.as_ref()?.get_ref();
+        Some(match shard {
+            Some(s) => dir.join(format!("shard-{}-of-{}", s.index, s.count)),
+            None => dir.clone(),
+        })
+    }
+
     /// The configured extra headers.
     pub fn headers(&self) -> Vec<(String, String)> {
         self.headers
@@ -117,6 +158,15 @@ fn default_queue_bytes() -> u64 {
 }
 fn default_timeout() -> Duration {
     DEFAULT_PUSH_TIMEOUT
+}
+fn default_queue_max_bytes() -> u64 {
+    DEFAULT_QUEUE_MAX_BYTES
+}
+fn default_queue_sync() -> Duration {
+    DEFAULT_QUEUE_SYNC
+}
+fn opt_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
 }
 
 /// Parses `"64MiB"`, `"512KiB"`, `"1GiB"`, `"1000000"` or `"10MB"` (SI) into bytes.
@@ -316,6 +366,20 @@ pub fn validate_push(
                     }
                 }
             }
+            if b.queue_dir.is_some() {
+                if b.queue_max_bytes < 1 << 20 {
+                    return Err(block_err(
+                        "queue_max_bytes",
+                        format!("{} bytes is too small for a disk queue (at least 1MiB)", b.queue_max_bytes),
+                    ));
+                }
+                if b.queue_sync.is_zero() {
+                    return Err(block_err("queue_sync", "must be above zero".into()));
+                }
+                if b.queue_max_age.is_some_and(|a| a.is_zero()) {
+                    return Err(block_err("queue_max_age", "must be above zero".into()));
+                }
+            }
             if let (Some(auth), Some(_)) = (&b.basic_auth, &b.bearer_token_file) {
                 let message = "give `basic_auth` or `bearer_token_file`, not both".into();
                 return Err(at(auth.span().start, "basic_auth", message));
@@ -329,5 +393,37 @@ pub fn validate_push(
             }
         }
     }
+    // One directory per sender: two senders writing one queue would send each other's samples.
+    let dirs: Vec<(&str, &PushSection)> = remote_write
+        .iter()
+        .map(|b| ("remote_write", b))
+        .chain(otlp.iter().map(|b| ("otlp", b)))
+        .filter(|(_, b)| b.queue_dir.is_some())
+        .collect();
+    for (i, (section, b)) in dirs.iter().enumerate() {
+        let dir = b.queue_dir.as_ref().expect("filtered");
+        if let Some((other_section, other)) = dirs[..i]
+            .iter()
+            .find(|(_, o)| same_dir(o.queue_dir.as_ref().expect("filtered").get_ref(), dir.get_ref()))
+        {
+            return Err(at(
+                dir.span().start,
+                "queue_dir",
+                format!(
+                    "{:?} is also the queue_dir of [[{other_section}]] {}; each sender needs a directory of its own (this is [[{section}]] {})",
+                    dir.get_ref(),
+                    other.sender_name(),
+                    b.sender_name()
+                ),
+            ));
+        }
+    }
     Ok(())
+}
+
+/// Whether two configured directories are one: the same path, or (when both exist) the same directory.
+fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
+    let normal = |p: &std::path::Path| p.components().collect::<PathBuf>();
+    normal(a) == normal(b)
+        || matches!((std::fs::canonicalize(a), std::fs::canonicalize(b)), (Ok(x), Ok(y)) if x == y)
 }

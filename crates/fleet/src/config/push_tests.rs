@@ -132,3 +132,76 @@ fn the_shard_hash_is_fnv1a64_and_never_changes() {
     assert_eq!(parse_byte_size("12"), Some(12));
     assert_eq!(parse_byte_size("1TiB"), None);
 }
+
+#[test]
+fn disk_queue_options_parse_with_their_defaults() {
+    let c = parse(
+        r#"
+[serve]
+shard = "2/4"
+[[remote_write]]
+url = "http://vm:8428/api/v1/write"
+queue_dir = "/var/lib/telemon/vm"
+queue_max_bytes = "256MiB"
+queue_max_age = "2h"
+when_full = "drop_newest"
+queue_sync = "250ms"
+[[otlp]]
+endpoint = "http://collector:4318"
+queue_dir = "/var/lib/telemon/otlp"
+[[remote_write]]
+url = "http://mimir:9009/api/v1/push"
+"#,
+    )
+    .unwrap();
+    let rw = &c.remote_write[0];
+    assert_eq!(rw.queue_max_bytes, 256 << 20);
+    assert_eq!(rw.queue_max_age, Some(Duration::from_secs(7200)));
+    assert_eq!(rw.when_full, WhenFull::DropNewest);
+    assert_eq!(rw.queue_sync, Duration::from_millis(250));
+    assert_eq!(rw.queue_path(c.serve.shard), Some(PathBuf::from("/var/lib/telemon/vm/shard-2-of-4")));
+    assert_eq!(rw.queue_path(None), Some(PathBuf::from("/var/lib/telemon/vm")));
+    let otlp = &c.otlp[0];
+    assert_eq!(
+        (otlp.queue_max_bytes, otlp.queue_max_age, otlp.when_full, otlp.queue_sync),
+        (DEFAULT_QUEUE_MAX_BYTES, None, WhenFull::DropOldest, DEFAULT_QUEUE_SYNC)
+    );
+    assert_eq!(c.remote_write[1].queue_path(None), None, "a memory queue");
+}
+
+#[test]
+fn two_senders_sharing_a_queue_dir_is_an_error_naming_both() {
+    let err = parse(
+        r#"
+[[remote_write]]
+name = "vm"
+url = "http://vm:8428/api/v1/write"
+queue_dir = "/var/lib/telemon/q"
+[[otlp]]
+name = "collector"
+endpoint = "http://collector:4318"
+queue_dir = "/var/lib/telemon/./q/"
+"#,
+    )
+    .unwrap_err();
+    assert_eq!((err.line, err.key.as_str()), (9, "queue_dir"), "{err}");
+    assert!(
+        err.message.contains("[[remote_write]] vm") && err.message.contains("[[otlp]] collector"),
+        "{err}"
+    );
+}
+
+#[test]
+fn disk_queue_bounds_are_checked() {
+    for (bad, key) in [
+        ("queue_max_bytes = 1000", "queue_max_bytes"),
+        ("queue_sync = \"0s\"", "queue_sync"),
+        ("queue_max_age = \"0s\"", "queue_max_age"),
+        ("when_full = \"block\"", "when_full"),
+    ] {
+        let text =
+            format!("[[remote_write]]\nurl = \"http://vm:8428/api/v1/write\"\nqueue_dir = \"/q\"\n{bad}\n");
+        let err = parse(&text).unwrap_err();
+        assert!(err.key.contains(key) || err.message.contains(key), "{bad}: {err}");
+    }
+}
