@@ -1,68 +1,20 @@
 //! What every `telemon` end-to-end test needs: run the real binary, bounded by a safety-net timeout.
 //!
-//! Each test file includes this with `mod support;` and uses what it needs.
+//! Each test file includes this with `mod support;` and uses what it needs. What does not need the binary
+//! (skipping when a real component is missing, starting Prometheus and VictoriaMetrics, the sims in-process,
+//! `within`, `http_get`, free addresses) is in the `telemon-test-support` crate, re-exported here.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::process::{Output, Stdio};
-use std::time::Duration;
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStderr, ChildStdout, Command};
 
+#[allow(unused_imports)]
+pub use telemon_test_support::*;
+
 /// The binary under test.
 pub const TELEMON: &str = env!("CARGO_BIN_EXE_telemon");
-
-/// Whether this is a CI run (`CI=true` or `1`), where a missing real component is an error, not a reason to skip.
-pub fn in_ci() -> bool {
-    matches!(std::env::var("CI").as_deref(), Ok("true" | "1"))
-}
-
-/// `name` found on `PATH`.
-pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths).map(|dir| dir.join(name)).find(|p| p.is_file())
-}
-
-/// `found`, or, when it is `None`: a panic under `CI=true`, else a loud SKIPPED on stderr and `None`. `what`
-/// names the missing component, `hint` how to install it.
-pub fn need(
-    test: &str,
-    what: &str,
-    found: Option<std::path::PathBuf>,
-    hint: &str,
-) -> Option<std::path::PathBuf> {
-    if found.is_some() {
-        return found;
-    }
-    if in_ci() {
-        panic!("{what} is missing and CI=true: {hint} so that {test} can run");
-    }
-    // Straight to the stderr handle: the test harness captures eprintln! and hides it when a test passes.
-    let banner = "*".repeat(80);
-    let _ = std::io::Write::write_fmt(
-        &mut std::io::stderr(),
-        format_args!(
-            "\n{banner}\nSKIPPED: {test}: {what} is missing ({hint}).\n         It did NOT run.\n{banner}\n"
-        ),
-    );
-    None
-}
-
-/// `prometheus` and `promtool` from `PATH` (Debian's `prometheus` package), or [`need`]'s `None`.
-pub fn prometheus_and_promtool(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)> {
-    let hint = "apt-get install prometheus (bash .ci/prometheus.sh)";
-    let prometheus = need(test, "prometheus", on_path("prometheus"), hint)?;
-    let promtool = need(test, "promtool", on_path("promtool"), hint)?;
-    Some((prometheus, promtool))
-}
-
-/// A safety net so that a broken test fails instead of hanging; never a timing assertion.
-pub async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
-    tokio::time::timeout(Duration::from_secs(60), fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} never happened"))
-}
 
 /// `telemon ARGS`, with stdout and stderr piped, killed if the test drops it.
 pub fn command(args: &[&str]) -> Command {
@@ -104,60 +56,6 @@ pub fn stderr(out: &Output) -> String {
 /// Each line of `text` parsed as JSON.
 pub fn json_lines(text: &str) -> Vec<serde_json::Value> {
     text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l:?}: {e}"))).collect()
-}
-
-fn invalid(message: impl Into<String>) -> std::io::Error {
-    std::io::Error::new(std::io::ErrorKind::InvalidData, message.into())
-}
-
-/// The body of a `Transfer-Encoding: chunked` response, decoded.
-fn dechunk(mut raw: &[u8]) -> std::io::Result<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = raw.windows(2).position(|w| w == b"\r\n").ok_or_else(|| invalid("no chunk size line"))?;
-        let size = std::str::from_utf8(&raw[..eol]).map_err(|_| invalid("a chunk size that is not text"))?;
-        let size = size.split(';').next().unwrap_or("").trim();
-        let len = usize::from_str_radix(size, 16).map_err(|_| invalid(format!("chunk size {size:?}")))?;
-        raw = &raw[eol + 2..];
-        if len == 0 {
-            return Ok(out);
-        }
-        let chunk = raw.get(..len).ok_or_else(|| invalid("a chunk cut short"))?;
-        out.extend_from_slice(chunk);
-        raw = raw.get(len + 2..).ok_or_else(|| invalid("a chunk without its CRLF"))?;
-    }
-}
-
-/// `GET path` over HTTP/1.1 with `Connection: close` and the extra `headers`: (status, body), the body
-/// de-chunked when it came chunked.
-pub async fn http_get(
-    addr: std::net::SocketAddr,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> std::io::Result<(u16, String)> {
-    use tokio::io::AsyncReadExt;
-    let mut stream = tokio::net::TcpStream::connect(addr).await?;
-    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    stream.write_all(request.as_bytes()).await?;
-    let mut raw = Vec::new();
-    stream.read_to_end(&mut raw).await?;
-    let end =
-        raw.windows(4).position(|w| w == b"\r\n\r\n").ok_or_else(|| invalid("no end of the headers"))?;
-    let head = String::from_utf8_lossy(&raw[..end]).to_ascii_lowercase();
-    let status =
-        head.split(' ').nth(1).and_then(|c| c.parse().ok()).ok_or_else(|| invalid("no status code"))?;
-    let body = &raw[end + 4..];
-    let body = if head.lines().any(|l| l.starts_with("transfer-encoding:") && l.contains("chunked")) {
-        dechunk(body)?
-    } else {
-        body.to_vec()
-    };
-    let body = String::from_utf8(body).map_err(|_| invalid("a body that is not UTF-8"))?;
-    Ok((status, body))
 }
 
 /// A running `telemon`, read line by line while it runs.
@@ -272,24 +170,4 @@ pub fn mono_burst() -> Vec<Vec<u8>> {
             out.to_vec()
         })
         .collect()
-}
-
-/// Binds a listener on a free loopback port: (listener, "127.0.0.1:PORT").
-pub async fn listener() -> (tokio::net::TcpListener, String) {
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap().to_string();
-    (l, addr)
-}
-
-/// An smon-sim source with two per-CPU idle counters that grow by 1 and 2 every sample.
-pub struct Cpus(pub u64);
-
-impl smon_sim::Source for Cpus {
-    fn sample(&mut self) -> Vec<smon_codec::Sample> {
-        self.0 += 1;
-        vec![
-            smon_codec::Sample::new("linux.cpu.idle", [0], 1000 + self.0),
-            smon_codec::Sample::new("linux.cpu.idle", [1], 2000 + 2 * self.0),
-        ]
-    }
 }
