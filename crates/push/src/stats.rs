@@ -26,6 +26,12 @@ pub mod reason {
     pub const PARTIAL_SUCCESS: &str = "dropped_partial_success";
     /// The request could not be built (e.g. a header the HTTP library refuses).
     pub const REQUEST: &str = "dropped_request";
+    /// Disk queue: older than `queue_max_age`.
+    pub const TOO_OLD: &str = "dropped_too_old";
+    /// Disk queue: not written, the disk was full or failing.
+    pub const DISK_ERROR: &str = "dropped_disk_error";
+    /// Disk queue: in a damaged record found on the disk.
+    pub const CORRUPT: &str = "dropped_corrupt";
 
     /// The reason for a status that is not retried.
     pub fn http(status: u16) -> &'static str {
@@ -57,6 +63,17 @@ pub struct Stats {
     duration_count: AtomicU64,
     duration_sum_us: AtomicU64,
     requests_partial: AtomicU64,
+    /// The disk queue's gauges, for a sender with `queue_dir`.
+    disk: Option<DiskGauges>,
+}
+
+/// What a disk queue shows of itself.
+#[derive(Debug, Default)]
+struct DiskGauges {
+    bytes: AtomicU64,
+    corrupt_records: AtomicU64,
+    /// Unix ms of the oldest queued sample (0: none).
+    oldest_ms: AtomicI64,
 }
 
 impl Stats {
@@ -76,7 +93,38 @@ impl Stats {
             duration_count: AtomicU64::new(0),
             duration_sum_us: AtomicU64::new(0),
             requests_partial: AtomicU64::new(0),
+            disk: None,
         }
+    }
+
+    /// Zeroed stats of a sender with a disk queue bounded by `queue_limit` bytes.
+    pub fn with_disk(sender: String, queue_limit: u64) -> Self {
+        Stats { disk: Some(DiskGauges::default()), ..Stats::new(sender, queue_limit) }
+    }
+
+    /// The disk queue's bytes not yet accepted, and the Unix ms of its oldest sample.
+    pub(crate) fn set_disk(&self, bytes: u64, oldest_ms: Option<i64>) {
+        if let Some(d) = &self.disk {
+            d.bytes.store(bytes, Relaxed);
+            d.oldest_ms.store(oldest_ms.unwrap_or(0), Relaxed);
+        }
+    }
+
+    /// Damaged records found on the disk and skipped.
+    pub(crate) fn add_corrupt_records(&self, n: u64) {
+        if let Some(d) = &self.disk {
+            d.corrupt_records.fetch_add(n, Relaxed);
+        }
+    }
+
+    /// The disk queue's bytes not yet accepted (0 without a disk queue).
+    pub fn disk_bytes(&self) -> u64 {
+        self.disk.as_ref().map_or(0, |d| d.bytes.load(Relaxed))
+    }
+
+    /// Damaged records the disk queue skipped (0 without a disk queue).
+    pub fn corrupt_records(&self) -> u64 {
+        self.disk.as_ref().map_or(0, |d| d.corrupt_records.load(Relaxed))
     }
 
     /// Samples the receiver accepted.
@@ -171,6 +219,11 @@ impl Stats {
         for r in [reason::HTTP_4XX, reason::QUEUE_FULL, reason::SHUTDOWN] {
             results.insert(r, 0);
         }
+        if self.disk.is_some() {
+            for r in [reason::TOO_OLD, reason::DISK_ERROR, reason::CORRUPT] {
+                results.insert(r, 0);
+            }
+        }
         let dropped = self.dropped.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for (r, n) in &dropped {
             results.insert(r, *n);
@@ -205,8 +258,25 @@ impl Stats {
         let sum = self.duration_sum_us.load(Relaxed) as f64 / 1e6;
         line("telemon_sender_request_duration_seconds_sum", "", Num::Float(sum));
         line("telemon_sender_request_duration_seconds_count", "", count);
+        if let Some(d) = &self.disk {
+            line("telemon_sender_queue_disk_bytes", "", Num::Uint(d.bytes.load(Relaxed)));
+            line(
+                "telemon_sender_queue_corrupt_records_total",
+                "",
+                Num::Uint(d.corrupt_records.load(Relaxed)),
+            );
+            let oldest = d.oldest_ms.load(Relaxed) as f64 / 1000.0;
+            line("telemon_sender_queue_oldest_timestamp_seconds", "", Num::Float(oldest));
+        }
     }
 }
+
+/// The families only a disk queue has.
+const DISK_FAMILIES: [&str; 3] = [
+    "telemon_sender_queue_disk_bytes",
+    "telemon_sender_queue_corrupt_records_total",
+    "telemon_sender_queue_oldest_timestamp_seconds",
+];
 
 fn strip(name: &'static str) -> &'static str {
     for s in ["_bucket", "_sum", "_count"] {
@@ -230,7 +300,7 @@ pub fn render(stats: &[std::sync::Arc<Stats>], open_metrics: bool) -> String {
     if stats.is_empty() {
         return String::new();
     }
-    let families: [(&'static str, &'static str, &'static str); 6] = [
+    let families: [(&'static str, &'static str, &'static str); 9] = [
         (
             "telemon_sender_samples_total",
             "counter",
@@ -249,9 +319,29 @@ pub fn render(stats: &[std::sync::Arc<Stats>], open_metrics: bool) -> String {
             "Unix time of the last accepted request (0: never).",
         ),
         ("telemon_sender_request_duration_seconds", "histogram", "Duration of the sender's HTTP requests."),
+        (
+            "telemon_sender_queue_disk_bytes",
+            "gauge",
+            "Bytes of the disk queue not yet accepted by the receiver.",
+        ),
+        (
+            "telemon_sender_queue_corrupt_records_total",
+            "counter",
+            "Damaged records found in the disk queue and skipped.",
+        ),
+        (
+            "telemon_sender_queue_oldest_timestamp_seconds",
+            "gauge",
+            "Unix time of the oldest sample in the disk queue (0 when empty).",
+        ),
     ];
-    let mut f: BTreeMap<&'static str, (&'static str, &'static str, String)> =
-        families.iter().map(|(n, t, h)| (*n, (*t, *h, String::new()))).collect();
+    // The disk queue's families only where a sender has one.
+    let disk = stats.iter().any(|s| s.disk.is_some());
+    let mut f: BTreeMap<&'static str, (&'static str, &'static str, String)> = families
+        .iter()
+        .filter(|(n, ..)| disk || !DISK_FAMILIES.contains(n))
+        .map(|(n, t, h)| (*n, (*t, *h, String::new())))
+        .collect();
     for s in stats {
         s.write(&mut f);
     }
@@ -297,5 +387,27 @@ mod tests {
         assert_eq!(reason::http(503), reason::HTTP_OTHER);
         assert!(render(&[s], true).contains("# TYPE telemon_sender_samples counter\n"));
         assert!(render(&[], false).is_empty());
+    }
+
+    #[test]
+    fn a_disk_queue_adds_its_families_and_reasons() {
+        let s = std::sync::Arc::new(Stats::with_disk("vm".into(), 1 << 30));
+        s.set_disk(4096, Some(1_700_000_000_500));
+        s.add_corrupt_records(2);
+        s.add_dropped(reason::CORRUPT, 7);
+        let text = render(std::slice::from_ref(&s), false);
+        for want in [
+            "telemon_sender_queue_disk_bytes{sender=\"vm\"} 4096\n",
+            "telemon_sender_queue_corrupt_records_total{sender=\"vm\"} 2\n",
+            "telemon_sender_queue_oldest_timestamp_seconds{sender=\"vm\"} 1700000000.5\n",
+            "telemon_sender_samples_total{sender=\"vm\",result=\"dropped_corrupt\"} 7\n",
+            "telemon_sender_samples_total{sender=\"vm\",result=\"dropped_disk_error\"} 0\n",
+            "telemon_sender_samples_total{sender=\"vm\",result=\"dropped_too_old\"} 0\n",
+            "# TYPE telemon_sender_queue_corrupt_records_total counter\n",
+        ] {
+            assert!(text.contains(want), "{want} in\n{text}");
+        }
+        let memory = render(&[std::sync::Arc::new(Stats::new("m".into(), 1024))], false);
+        assert!(!memory.contains("disk") && !memory.contains("dropped_corrupt"), "{memory}");
     }
 }
