@@ -6,7 +6,7 @@
 //! `SKIPPED: ...` and passes.
 
 use std::process::Stdio;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use telemon_capture::{Direction, Protocol, Record, RecordKind, Target, Writer};
 
@@ -83,35 +83,17 @@ async fn an_exported_recording_backfills_prometheus() {
         .unwrap();
     assert!(status.success(), "promtool tsdb create-blocks-from openmetrics failed");
 
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(&config, "global:\n  scrape_interval: 1m\n").unwrap();
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
-    let mut child = tokio::process::Command::new(&prometheus)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", data.display()))
-        .arg(format!("--web.listen-address={addr}"))
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut prom = support::Prometheus::new(&prometheus).data(&data).start().await;
     let end_s = start_s + (SAMPLES - 1) * STEP_S;
     let query =
         format!("/api/v1/query_range?query=sys161_interrupts_total&start={start_s}&end={end_s}&step=60");
-    let body = support::within("Prometheus to answer the query", async {
-        loop {
-            assert!(child.try_wait().unwrap().is_none(), "Prometheus exited; see its log");
-            if let Ok((200, body)) = support::http_get(addr, &query, &[]).await {
-                if body.contains("\"values\"") {
-                    return body;
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    })
-    .await;
+    let addr = prom.addr();
+    let body = prom
+        .until("Prometheus to answer the query", async || match support::http_get(addr, &query, &[]).await {
+            Ok((200, body)) if body.contains("\"values\"") => Some(body),
+            _ => None,
+        })
+        .await;
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
     let values = v["data"]["result"][0]["values"].as_array().unwrap().clone();
     assert_eq!(values.len(), 61, "one point a minute for the hour: {body}");
@@ -122,5 +104,5 @@ async fn an_exported_recording_backfills_prometheus() {
         // At minute k the last row is row 4k, whose irqs were 40k.
         assert_eq!(value, 40.0 * k as f64, "at {t}");
     }
-    child.kill().await.unwrap();
+    prom.kill().await;
 }
