@@ -11,11 +11,6 @@ use tracing_subscriber::fmt::writer::BoxMakeWriter;
 mod cmd;
 mod output;
 
-use cmd::{
-    export as export_cmd, hmon, meter161, mono, replay as replay_cmd, serve as serve_cmd, smon, sysinfo,
-    top as top_cmd,
-};
-
 /// Watch running systems over their monitoring wire protocols.
 #[derive(Debug, Parser)]
 #[command(name = "telemon", version, about, propagate_version = true)]
@@ -27,25 +22,25 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// System/161 metering (.sockets/meter): a stat161-like table of per-interval deltas, or JSON.
-    Meter161(meter161::Args),
+    Meter161(cmd::meter161::Args),
     /// Dyalog APL Health Monitor: facts, polling, events and last known state (SERVE or POLL mode).
-    Hmon(hmon::Args),
+    Hmon(cmd::hmon::Args),
     /// Mono counters: listen for a Mono agent, or read its counters file.
-    Mono(mono::Args),
+    Mono(cmd::mono::Args),
     /// Tino's smon monitor stream: read a file or stdin, connect to a stream, or encode JSON lines.
-    Smon(smon::Args),
+    Smon(cmd::smon::Args),
     /// rvOS sysinfo service (host transport): ps, memstat, trace, kstat, ...; or parse saved report text.
-    Sysinfo(sysinfo::Args),
+    Sysinfo(cmd::sysinfo::Args),
     /// Export a whole fleet of targets of all five protocols to Prometheus (/metrics, /probe, /targets).
-    Serve(serve_cmd::Args),
+    Serve(cmd::serve::Args),
     /// A live terminal dashboard over the same targets as `serve` (ratatui); `--once` prints one frame.
-    Top(top_cmd::Args),
+    Top(cmd::top::Args),
     /// Collect every target of a config as `serve` does, without serving, and record their connections.
     Record(cmd::record::Args),
     /// Turn a recording into the timestamped series `serve` would have exported (OpenMetrics or CSV).
-    Export(export_cmd::Args),
+    Export(cmd::export::Args),
     /// Play a recording (`--record`) back through the decoders into a one-target view.
-    Replay(replay_cmd::Args),
+    Replay(cmd::replay::Args),
 }
 
 fn main() -> ExitCode {
@@ -68,7 +63,7 @@ async fn run() -> ExitCode {
     let cli = Cli::parse();
     // The dashboard owns the terminal: its log goes to --log FILE, or nowhere.
     let writer = match &cli.command {
-        Command::Top(args) if !args.once => match top_cmd::log_writer(args) {
+        Command::Top(args) if !args.once => match cmd::top::log_writer(args) {
             Ok(w) => w,
             Err(e) => {
                 eprintln!("telemon: {e}");
@@ -93,16 +88,16 @@ async fn run() -> ExitCode {
         tokio::spawn(telemon_fleet::heap::keeper());
     }
     let result: output::CliResult = match cli.command {
-        Command::Meter161(args) => meter161::run(args).await,
-        Command::Hmon(args) => hmon::run(args).await,
-        Command::Mono(args) => mono::run(args).await,
-        Command::Smon(args) => smon::run(args).await,
-        Command::Sysinfo(args) => sysinfo::run(args).await,
-        Command::Serve(args) => serve_cmd::run(args).await,
-        Command::Top(args) => top_cmd::run(args).await,
-        Command::Replay(args) => replay_cmd::run(args).await,
+        Command::Meter161(args) => cmd::meter161::run(args).await,
+        Command::Hmon(args) => cmd::hmon::run(args).await,
+        Command::Mono(args) => cmd::mono::run(args).await,
+        Command::Smon(args) => cmd::smon::run(args).await,
+        Command::Sysinfo(args) => cmd::sysinfo::run(args).await,
+        Command::Serve(args) => cmd::serve::run(args).await,
+        Command::Top(args) => cmd::top::run(args).await,
+        Command::Replay(args) => cmd::replay::run(args).await,
         Command::Record(args) => cmd::record::run(args).await,
-        Command::Export(args) => export_cmd::run(args).await,
+        Command::Export(args) => cmd::export::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
