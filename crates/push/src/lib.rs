@@ -11,6 +11,7 @@
 
 #![warn(missing_docs)]
 
+pub mod disk;
 pub mod fuzz;
 
 pub mod otlp;
