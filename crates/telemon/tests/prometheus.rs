@@ -22,20 +22,13 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use mono_agent_sim::{AgentConfig, Backoff};
-use sim_common::Shutdown;
-use smon_codec::Sample;
-use smon_sim::{Source, MIN_INTERVAL};
 use telemon_fleet::config::FleetConfig;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpListener;
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 mod support;
-use support::http_get;
+use support::{http_get, Component, SimOptions, Sims, DEADLINE};
 
-/// The safety net of every wait: a broken test fails after this instead of hanging. Never a timing assertion.
-const DEADLINE: Duration = Duration::from_secs(60);
 /// The pause between two polls of Prometheus (it scrapes every second).
 const POLL: Duration = Duration::from_millis(250);
 
@@ -69,16 +62,7 @@ impl Series {
 }
 
 /// A Prometheus child process (killed if the test drops it) with its config, data and log in a temp dir.
-struct Prometheus {
-    child: Child,
-    addr: SocketAddr,
-    dir: tempfile::TempDir,
-}
-
-/// A free port on 127.0.0.1 (bound, then released for the process that will listen on it).
-fn free_addr() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
+struct Prometheus(Component);
 
 /// The scrape config: every second, `/metrics` as job `telemon`, and `probe_target` through `/probe` as job
 /// `telemon-probe` with the relabeling of `deploy/prometheus/prometheus.yml`.
@@ -114,52 +98,12 @@ scrape_configs:
 impl Prometheus {
     /// Starts Prometheus on a free port and waits until `/-/ready` answers 200.
     async fn start(bin: &Path, telemon: SocketAddr, probe_target: &str) -> Prometheus {
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("prometheus.yml");
-        std::fs::write(&config, prometheus_yml(telemon, probe_target)).unwrap();
-        let data = dir.path().join("data");
-        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
-        let addr = free_addr();
-        let child = Command::new(bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", data.display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("starting {}: {e}", bin.display()));
-        let mut prometheus = Prometheus { child, addr, dir };
-        let ready = tokio::time::timeout(DEADLINE, async {
-            loop {
-                if let Some(status) = prometheus.child.try_wait().unwrap() {
-                    return Err(format!("Prometheus exited ({status})"));
-                }
-                if let Ok((200, _)) = http_get(addr, "/-/ready", &[]).await {
-                    return Ok(());
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
-        })
-        .await;
-        match ready {
-            Ok(Ok(())) => prometheus,
-            Ok(Err(e)) => panic!("{e}\n{}", prometheus.log_tail()),
-            Err(_) => panic!("Prometheus never became ready on {addr}\n{}", prometheus.log_tail()),
-        }
-    }
-
-    /// The end of Prometheus's log.
-    fn log_tail(&self) -> String {
-        let log = std::fs::read_to_string(self.dir.path().join("prometheus.log")).unwrap_or_default();
-        let lines: Vec<&str> = log.lines().collect();
-        format!("--- the end of Prometheus's log ---\n{}", lines[lines.len().saturating_sub(30)..].join("\n"))
+        Prometheus(support::Prometheus::new(bin).config(prometheus_yml(telemon, probe_target)).start().await)
     }
 
     /// Each scrape target's health and last error, from `/api/v1/targets`.
     async fn targets(&self) -> String {
-        let body = match http_get(self.addr, "/api/v1/targets", &[]).await {
+        let body = match http_get(self.0.addr(), "/api/v1/targets", &[]).await {
             Ok((_, body)) => body,
             Err(e) => return format!("GET /api/v1/targets: {e}"),
         };
@@ -180,7 +124,8 @@ impl Prometheus {
     /// An instant query's vector.
     async fn query(&self, query: &str) -> Result<Vec<Series>, String> {
         let path = format!("/api/v1/query?query={}", urlencode(query));
-        let (status, body) = http_get(self.addr, &path, &[]).await.map_err(|e| format!("GET {path}: {e}"))?;
+        let (status, body) =
+            http_get(self.0.addr(), &path, &[]).await.map_err(|e| format!("GET {path}: {e}"))?;
         let v: serde_json::Value =
             serde_json::from_str(&body).map_err(|e| format!("{status} {body:?}: {e}"))?;
         if status != 200 || v["status"] != "success" || v["data"]["resultType"] != "vector" {
@@ -225,14 +170,14 @@ impl Prometheus {
             Err(_) => panic!(
                 "{what}: never happened within {DEADLINE:?}\nquery: {query}\nlast answer: {last}\n{}\n{}",
                 self.targets().await,
-                self.log_tail()
+                self.0.log_tail()
             ),
         }
     }
 
     /// Kills Prometheus and reaps it.
-    async fn stop(mut self) {
-        self.child.kill().await.expect("Prometheus is killed");
+    async fn stop(self) {
+        self.0.kill().await;
     }
 }
 
@@ -252,95 +197,10 @@ fn only(series: &[Series]) -> Option<f64> {
 // ---------------------------------------------------------------------------------------------------------------
 // The sims
 
-/// Two CPUs' idle counters, rising: the smon sim's figures.
-struct Cpus(u64);
-
-impl Source for Cpus {
-    fn sample(&mut self) -> Vec<Sample> {
-        self.0 += 1;
-        vec![
-            Sample::new("linux.cpu.idle", [0u64], 1000 + self.0),
-            Sample::new("linux.cpu.idle", [1u64], 2000 + 2 * self.0),
-        ]
-    }
-}
-
-/// A smon sim serving `listener` until its shutdown is cancelled.
-fn start_smon(listener: TcpListener) -> Shutdown {
-    let shutdown = Shutdown::new();
-    let config = smon_sim::Config { interval: MIN_INTERVAL, ..smon_sim::Config::default() };
-    tokio::spawn(smon_sim::serve(listener, Cpus(0), config, shutdown.clone()));
-    shutdown
-}
-
-/// A TCP sim's listener on a port of its own.
-async fn listener() -> (TcpListener, String) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap().to_string();
-    (listener, addr)
-}
-
-/// The five sims (rvOS twice: one watched through telemon's config, one probed through Prometheus's list),
-/// running in-process.
-struct Sims {
-    sys161_dir: tempfile::TempDir,
-    sys161: Option<sys161_sim::Running>,
-    dyalog: dyalog_sim::Sim,
-    dyalog_addr: String,
-    smon_addr: SocketAddr,
-    smon: Shutdown,
-    rvos_addr: String,
-    probe_addr: String,
-    mono_listen: SocketAddr,
-    /// dyalog, both rvOS sims and the mono agent.
-    shutdown: Shutdown,
-}
-
-impl Drop for Sims {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-        self.smon.cancel();
-    }
-}
-
-impl Sims {
-    async fn start() -> Sims {
-        let shutdown = Shutdown::new();
-        let sys161_dir = tempfile::tempdir().unwrap();
-        let sys161 = sys161_sim::Running::spawn(sys161_dir.path(), sys161_sim::Config::default()).unwrap();
-        // No clock: the world changes only when the test steps it, so its figures can be compared exactly.
-        let dyalog = dyalog_sim::Sim::new(dyalog_sim::Config { tick: None, ..dyalog_sim::Config::default() });
-        let (l, dyalog_addr) = listener().await;
-        tokio::spawn(dyalog.clone().serve(l, shutdown.clone()));
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let smon_addr = l.local_addr().unwrap();
-        let smon = start_smon(l);
-        let small = || rvos_sim::Config {
-            system: rvos_sim::SystemConfig { trace_prefill: 100, ..rvos_sim::SystemConfig::default() },
-            ..rvos_sim::Config::default()
-        };
-        let (l, rvos_addr) = listener().await;
-        tokio::spawn(rvos_sim::run(l, small(), shutdown.clone()));
-        let (l, probe_addr) = listener().await;
-        tokio::spawn(rvos_sim::run(l, small(), shutdown.clone()));
-        Sims {
-            sys161_dir,
-            sys161: Some(sys161),
-            dyalog,
-            dyalog_addr,
-            smon_addr,
-            smon,
-            rvos_addr,
-            probe_addr,
-            mono_listen: free_addr(),
-            shutdown,
-        }
-    }
-
-    /// telemon's config: one target of each protocol (the mono agent dials in to `mono_listen`).
-    fn toml(&self) -> String {
-        format!(
-            r#"[[meter161]]
+/// telemon's config over `sims`: one target of each protocol (the mono agent dials in to `mono_listen`).
+fn telemon_toml(sims: &Sims) -> String {
+    format!(
+        r#"[[meter161]]
 name = "sys161"
 dir = '{}'
 
@@ -362,51 +222,12 @@ name = "rvos"
 connect = "{}"
 every = "500ms"
 "#,
-            self.sys161_dir.path().display(),
-            self.dyalog_addr,
-            self.mono_listen,
-            self.smon_addr,
-            self.rvos_addr,
-        )
-    }
-
-    /// The fake Mono agent, dialling telemon's `[[mono_listen]]` (start it once telemon listens).
-    fn start_mono_agent(&self) {
-        let options = format!(
-            "address={},counters=Mono JIT/Compiled methods;Mono System/Working Set,interval=100",
-            self.mono_listen
-        );
-        let mut config = AgentConfig::from_options(&options).unwrap();
-        config.backoff = Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(200) };
-        let overrides = mono_agent_sim::ValueOverrides::default();
-        tokio::spawn(mono_agent_sim::run_with_overrides(config, overrides, self.shutdown.clone()));
-    }
-
-    /// Stops the smon sim; its port is free again once the sim has dropped its listener.
-    fn stop_smon(&self) {
-        self.smon.cancel();
-    }
-
-    /// A new smon sim on the first one's address.
-    async fn restart_smon(&mut self) {
-        let rebound = tokio::time::timeout(DEADLINE, async {
-            loop {
-                match TcpListener::bind(self.smon_addr).await {
-                    Ok(l) => return l,
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                }
-            }
-        })
-        .await;
-        let l = rebound.unwrap_or_else(|_| panic!("{} never became free again", self.smon_addr));
-        self.smon = start_smon(l);
-    }
-
-    async fn stop(mut self) {
-        if let Some(sys161) = self.sys161.take() {
-            sys161.stop().await.expect("the sys161 sim ends cleanly");
-        }
-    }
+        sims.sys161_dir.path().display(),
+        sims.dyalog_addr,
+        sims.mono_listen,
+        sims.smon_addr,
+        sims.rvos_addr,
+    )
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -425,10 +246,7 @@ async fn promtool_check_metrics(promtool: &Path, what: &str, exposition: &str) {
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(exposition.as_bytes()).await.unwrap();
     drop(stdin);
-    let out = tokio::time::timeout(DEADLINE, child.wait_with_output())
-        .await
-        .expect("promtool check metrics never ended")
-        .unwrap();
+    let out = support::within("promtool check metrics to end", child.wait_with_output()).await.unwrap();
     let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(
         out.status.success() && printed.is_empty(),
@@ -447,12 +265,15 @@ async fn prometheus_scrapes_every_protocol_and_the_probe() {
     else {
         return;
     };
-    let mut sims = Sims::start().await;
-    let config = FleetConfig::parse("prometheus-e2e.toml", &sims.toml()).unwrap_or_else(|e| panic!("{e}"));
+    // rvOS twice: one watched through telemon's config, one probed through Prometheus's list.
+    let mut sims = Sims::start(SimOptions::steady()).await;
+    let probe = sims.start_rvos().await.to_string();
+    let config =
+        FleetConfig::parse("prometheus-e2e.toml", &telemon_toml(&sims)).unwrap_or_else(|e| panic!("{e}"));
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.expect("telemon serve starts");
     let telemon = server.local_addr();
     sims.start_mono_agent();
-    let prom = Prometheus::start(&prometheus_bin, telemon, &sims.probe_addr).await;
+    let prom = Prometheus::start(&prometheus_bin, telemon, &probe).await;
 
     // Prometheus scrapes both jobs.
     let up = prom
@@ -552,7 +373,6 @@ async fn prometheus_scrapes_every_protocol_and_the_probe() {
     .await;
 
     // The probe job: the rvOS sim that only Prometheus lists, named by its own address.
-    let probe = &sims.probe_addr.clone();
     let up = prom.until("the probed target up", r#"telemon_target_up{job="telemon-probe"}"#, all_one).await;
     assert_eq!(up.len(), 1, "{up:?}");
     assert_eq!(up[0].label("instance"), Some(probe.as_str()), "{up:?}");
@@ -584,7 +404,7 @@ async fn prometheus_scrapes_every_protocol_and_the_probe() {
         );
     }
     promtool_check_metrics(&promtool, "/metrics", &metrics).await;
-    let path = format!("/probe?target={}&protocol=sysinfo", urlencode(probe));
+    let path = format!("/probe?target={}&protocol=sysinfo", urlencode(&probe));
     let (status, probed) = http_get(telemon, &path, &[]).await.expect("GET /probe");
     assert_eq!(status, 200, "{probed}");
     promtool_check_metrics(&promtool, &path, &probed).await;
