@@ -29,13 +29,12 @@ use sim_common::Shutdown;
 use smon_sim::{Config as SmonConfig, MIN_INTERVAL};
 use telemon_fleet::config::FleetConfig;
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
 
 mod support;
-use support::{listener, need, on_path, Cpus};
-
-/// The safety net of every wait.
-const DEADLINE: Duration = Duration::from_secs(60);
+use support::{
+    free_port, listener, need, need_on_path, Component, Cpus, SimOptions, Sims, VictoriaMetrics, DEADLINE,
+};
 
 /// The virtualenv `.ci/run` makes (`TELEMON_PUSH_VENV` overrides).
 fn venv() -> PathBuf {
@@ -45,33 +44,15 @@ fn venv() -> PathBuf {
 }
 
 fn prometheus_bin(test: &str) -> Option<PathBuf> {
-    need(test, "prometheus", on_path("prometheus"), "apt-get install prometheus (bash .ci/push-receivers.sh)")
+    need_on_path(test, "prometheus", "apt-get install prometheus (bash .ci/push-receivers.sh)")
 }
 
 fn vm_bin(test: &str) -> Option<PathBuf> {
-    need(
-        test,
-        "victoria-metrics",
-        on_path("victoria-metrics"),
-        "apt-get install victoria-metrics (bash .ci/push-receivers.sh)",
-    )
+    need_on_path(test, "victoria-metrics", "apt-get install victoria-metrics (bash .ci/push-receivers.sh)")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
-}
-
-async fn until<T>(what: &str, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    tokio::time::timeout(DEADLINE, async {
-        loop {
-            if let Some(v) = f().await {
-                return v;
-            }
-            tokio::time::sleep(Duration::from_millis(250)).await;
-        }
-    })
-    .await
-    .unwrap_or_else(|_| panic!("{what} never happened"))
+async fn until<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
+    support::until(what, Duration::from_millis(250), f).await
 }
 
 fn http() -> reqwest::Client {
@@ -87,78 +68,37 @@ enum Kind {
 /// A receiver process.
 struct Receiver {
     kind: Kind,
-    addr: SocketAddr,
-    child: Child,
-    dir: PathBuf,
-    bin: PathBuf,
+    component: Component,
 }
 
 type Labels = BTreeMap<String, String>;
 
 impl Receiver {
-    async fn prometheus(bin: &Path, dir: &Path) -> Receiver {
-        let config = dir.join("prometheus.yml");
-        std::fs::write(&config, "global:\n  scrape_interval: 1m\nscrape_configs: []\n").unwrap();
-        let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let child = Command::new(bin)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
-            .arg(format!("--web.listen-address={addr}"))
-            .arg("--web.enable-remote-write-receiver")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("prometheus starts");
-        let r = Receiver { kind: Kind::Prometheus, addr, child, dir: dir.to_owned(), bin: bin.to_owned() };
-        r.ready("/-/ready").await;
-        r
+    async fn prometheus(bin: &Path) -> Receiver {
+        let component = support::Prometheus::new(bin).remote_write_receiver().start().await;
+        Receiver { kind: Kind::Prometheus, component }
     }
 
-    async fn vm(bin: &Path, dir: &Path, addr: Option<SocketAddr>) -> Receiver {
-        let addr = addr.unwrap_or_else(|| format!("127.0.0.1:{}", free_port()).parse().unwrap());
-        let child = Command::new(bin)
-            .arg(format!("-httpListenAddr={addr}"))
-            .arg(format!("-storageDataPath={}", dir.display()))
-            .arg("-search.latencyOffset=0s")
-            .arg("-retentionPeriod=1d")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .expect("victoria-metrics starts");
-        let r = Receiver { kind: Kind::Vm, addr, child, dir: dir.to_owned(), bin: bin.to_owned() };
-        r.ready("/health").await;
-        r
+    async fn vm(vm: VictoriaMetrics) -> Receiver {
+        Receiver { kind: Kind::Vm, component: vm.start().await }
     }
 
-    async fn ready(&self, path: &str) {
-        let url = format!("http://{}{path}", self.addr);
-        until(&format!("{:?} ready at {url}", self.kind), async || {
-            let ok = http().get(&url).send().await.ok()?.status().is_success();
-            ok.then_some(())
-        })
-        .await;
+    fn addr(&self) -> SocketAddr {
+        self.component.addr()
     }
 
     fn write_url(&self) -> String {
-        format!("http://{}/api/v1/write", self.addr)
+        self.component.url("/api/v1/write")
     }
 
     /// Stops it with SIGTERM (both flush their data) and waits for the exit.
-    async fn stop(mut self) -> (PathBuf, SocketAddr, PathBuf) {
-        if let Some(pid) = self.child.id() {
-            let _ = Command::new("kill").arg("-TERM").arg(pid.to_string()).status().await;
-        }
-        let _ = tokio::time::timeout(DEADLINE, self.child.wait()).await;
-        (self.dir.clone(), self.addr, self.bin.clone())
+    async fn stop(self) {
+        self.component.terminate().await;
     }
 
     async fn flush(&self) {
         if self.kind == Kind::Vm {
-            let url = format!("http://{}/internal/force_flush", self.addr);
+            let url = self.component.url("/internal/force_flush");
             let _ = http().get(url).send().await;
         }
     }
@@ -167,7 +107,7 @@ impl Receiver {
     /// samples (timestamps in ms).
     async fn query(&self, q: &str) -> Vec<(Labels, Vec<(i64, f64)>)> {
         self.flush().await;
-        let url = format!("http://{}/api/v1/query", self.addr);
+        let url = self.component.url("/api/v1/query");
         let Ok(resp) = http().get(url).query(&[("query", q)]).send().await else { return Vec::new() };
         let Ok(text) = resp.text().await else { return Vec::new() };
         let Ok(body) = serde_json::from_str::<serde_json::Value>(&text) else { return Vec::new() };
@@ -204,7 +144,7 @@ impl Receiver {
     /// VictoriaMetrics' raw samples (`/api/v1/export`): per series, (timestamp ms, value).
     async fn export(&self, selector: &str) -> Vec<(Labels, Vec<(i64, f64)>)> {
         self.flush().await;
-        let url = format!("http://{}/api/v1/export", self.addr);
+        let url = self.component.url("/api/v1/export");
         let body =
             http().get(url).query(&[("match[]", selector)]).send().await.unwrap().text().await.unwrap();
         body.lines()
@@ -225,78 +165,50 @@ impl Receiver {
     }
 }
 
+/// The smon sims' time between samples.
+fn smon_interval() -> Duration {
+    Duration::from_millis(100).max(MIN_INTERVAL)
+}
+
 async fn smon_sim(shutdown: &Shutdown) -> String {
     let (l, addr) = listener().await;
-    let config =
-        SmonConfig { interval: Duration::from_millis(100).max(MIN_INTERVAL), ..SmonConfig::default() };
+    let config = SmonConfig { interval: smon_interval(), ..SmonConfig::default() };
     tokio::spawn(smon_sim::serve(l, Cpus(0), config, shutdown.clone()));
     addr
 }
 
-/// The five sims, in-process.
-struct Sims {
-    sys161_dir: tempfile::TempDir,
-    sys161: Option<sys161_sim::Running>,
-    dyalog: dyalog_sim::Sim,
-    toml: String,
-    shutdown: Shutdown,
-}
-
-impl Sims {
-    async fn start() -> Sims {
-        let shutdown = Shutdown::new();
-        let sys161_dir = tempfile::tempdir().unwrap();
-        let sys161 = sys161_sim::Running::spawn(sys161_dir.path(), sys161_sim::Config::default()).unwrap();
-        let dyalog = dyalog_sim::Sim::new(dyalog_sim::Config { tick: None, ..dyalog_sim::Config::default() });
-        let (l, dyalog_addr) = listener().await;
-        tokio::spawn(dyalog.clone().serve(l, shutdown.clone()));
-        let smon_addr = smon_sim(&shutdown).await;
-        let (l, rvos_addr) = listener().await;
-        let small = rvos_sim::Config {
-            system: rvos_sim::SystemConfig { trace_prefill: 100, ..rvos_sim::SystemConfig::default() },
-            ..rvos_sim::Config::default()
-        };
-        tokio::spawn(rvos_sim::run(l, small, shutdown.clone()));
-        let mono_listen = format!("127.0.0.1:{}", free_port());
-        let toml = format!(
-            r#"
+/// The five sims, in-process (the Mono agent dialling in at once), and telemon's config over them.
+async fn sims() -> (Sims, String) {
+    let sims = Sims::start(SimOptions { smon_interval: smon_interval(), ..SimOptions::steady() }).await;
+    let toml = format!(
+        r#"
 [[meter161]]
 name = "sys161"
 dir = '{}'
 interval = "250ms"
 [[hmon]]
 name = "dyalog"
-connect = "{dyalog_addr}"
+connect = "{}"
 poll = "250ms"
 [[mono_listen]]
 name = "mono"
-listen = "{mono_listen}"
+listen = "{}"
 [[smon]]
 name = "smon"
-connect = "{smon_addr}"
+connect = "{}"
 [[sysinfo]]
 name = "rvos"
-connect = "{rvos_addr}"
+connect = "{}"
 every = "500ms"
 "#,
-            sys161_dir.path().display()
-        );
-        let sims = Sims { sys161_dir, sys161: Some(sys161), dyalog, toml, shutdown };
-        let options = format!(
-            "address={mono_listen},counters=Mono JIT/Compiled methods;Mono System/Working Set,interval=100"
-        );
-        let mut agent = mono_agent_sim::AgentConfig::from_options(&options).unwrap();
-        agent.backoff =
-            mono_agent_sim::Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(200) };
-        tokio::spawn(mono_agent_sim::run(agent, sims.shutdown.clone()));
-        sims
-    }
-}
-
-impl Drop for Sims {
-    fn drop(&mut self) {
-        self.shutdown.cancel();
-    }
+        sims.sys161_dir.path().display(),
+        sims.dyalog_addr,
+        sims.mono_listen,
+        sims.smon_addr,
+        sims.rvos_addr,
+    );
+    sims.start_mono_agent();
+    (sims, toml)
 }
 
 /// sys161's counters at each timestamp equal the sim's model at that simulated time, exactly.
@@ -321,13 +233,12 @@ fn check_sys161_exact(clock: &[(i64, f64)], kinsns: &[(i64, f64)], irqs: &[(i64,
 async fn remote_write_values_reach_prometheus_and_victoriametrics_and_a_stopped_sim_goes_stale() {
     let test = "remote_write_values_reach_prometheus_and_victoriametrics";
     let (Some(prom_bin), Some(vm_bin)) = (prometheus_bin(test), vm_bin(test)) else { return };
-    let (pdir, vdir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (prom, vm) =
-        tokio::join!(Receiver::prometheus(&prom_bin, pdir.path()), Receiver::vm(&vm_bin, vdir.path(), None));
-    let mut sims = Sims::start().await;
+        tokio::join!(Receiver::prometheus(&prom_bin), Receiver::vm(VictoriaMetrics::new(&vm_bin)));
+    let (mut sims, sims_toml) = sims().await;
     let toml = format!(
         "{}\n[[remote_write]]\nname = \"prometheus\"\nurl = \"{}\"\nbatch = \"500ms\"\n[[remote_write]]\nname = \"vm\"\nurl = \"{}\"\nbatch = \"500ms\"\n",
-        sims.toml,
+        sims_toml,
         prom.write_url(),
         vm.write_url()
     );
@@ -431,31 +342,22 @@ async fn remote_write_reaches_a_prometheus_behind_tls_and_basic_auth() {
         ),
     )
     .unwrap();
-    let config = dir.path().join("prometheus.yml");
-    std::fs::write(&config, "global:\n  scrape_interval: 1m\nscrape_configs: []\n").unwrap();
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-    let _prometheus = Command::new(&prom_bin)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
-        .arg(format!("--web.listen-address={addr}"))
+    let mut prometheus = support::Prometheus::new(&prom_bin)
         .arg(format!("--web.config.file={}", web.display()))
-        .arg("--web.enable-remote-write-receiver")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("prometheus starts");
+        .remote_write_receiver()
+        .spawn();
+    let addr = prometheus.addr();
     let ca = reqwest::Certificate::from_pem(&std::fs::read(tls_file("ca.pem")).unwrap()).unwrap();
     let https =
         reqwest::Client::builder().add_root_certificate(ca).timeout(Duration::from_secs(10)).build().unwrap();
     let get = |path: &str| {
         https.get(format!("https://{addr}{path}")).basic_auth("telemon", Some("telemon-test-password"))
     };
-    until("Prometheus ready over HTTPS", async || {
-        get("/-/ready").send().await.ok()?.status().is_success().then_some(())
-    })
-    .await;
+    prometheus
+        .until("Prometheus ready over HTTPS", async || {
+            get("/-/ready").send().await.ok()?.status().is_success().then_some(())
+        })
+        .await;
     let wrong = https.get(format!("https://{addr}/-/ready")).basic_auth("telemon", Some("wrong"));
     let denied = wrong.send().await.unwrap().status();
     assert_eq!(denied.as_u16(), 401, "Prometheus checks the password");
@@ -529,7 +431,7 @@ async fn a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate() {
     let test = "a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate";
     let Some(vm_bin) = vm_bin(test) else { return };
     let vdir = tempfile::tempdir().unwrap();
-    let vm = Receiver::vm(&vm_bin, vdir.path(), None).await;
+    let vm = Receiver::vm(VictoriaMetrics::new(&vm_bin).data(vdir.path())).await;
     let shutdown = Shutdown::new();
     let smon = smon_sim(&shutdown).await;
     let toml = format!(
@@ -545,13 +447,14 @@ async fn a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate() {
     })
     .await;
 
-    let (dir, addr, bin) = vm.stop().await;
+    let addr = vm.addr();
+    vm.stop().await;
     let stopped = telemon_ms();
     // The outage itself: 20 s of a receiver that is not there (the scenario, not a synchronisation).
     tokio::time::sleep(Duration::from_secs(20)).await;
     let oldest = stats.oldest_unsent_ms().expect("samples wait for the receiver");
     assert!(oldest <= stopped + 2_000, "the oldest unsent sample dates from the stop: {}", oldest - stopped);
-    let vm = Receiver::vm(&bin, &dir, Some(addr)).await;
+    let vm = Receiver::vm(VictoriaMetrics::new(&vm_bin).data(vdir.path()).at(addr)).await;
     let restarted = telemon_ms();
     until("the backlog sent and two samples more", async || {
         let caught_up = stats.last_success_ms() > restarted + 2_000 && stats.retried() > 0;
@@ -594,8 +497,7 @@ fn telemon_ms() -> i64 {
 async fn two_shards_over_40_targets_push_each_target_exactly_once() {
     let test = "two_shards_over_40_targets_push_each_target_exactly_once";
     let Some(vm_bin) = vm_bin(test) else { return };
-    let vdir = tempfile::tempdir().unwrap();
-    let vm = Receiver::vm(&vm_bin, vdir.path(), None).await;
+    let vm = Receiver::vm(VictoriaMetrics::new(&vm_bin)).await;
     let shutdown = Shutdown::new();
     let smon = smon_sim(&shutdown).await;
     let home = tempfile::tempdir().unwrap();
