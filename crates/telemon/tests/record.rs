@@ -5,12 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sim_common::Shutdown;
-use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
+use smon_sim::Source;
 use telemon_capture::{Capture, Limits, Protocol};
 
 mod support;
-use support::{code, run, stderr, stdout, within, Telemon};
+use support::{code, free_addr, run, stderr, stdout, within, SimOptions, Sims, Telemon};
 
+/// One CPU's idle counter, growing by 1 every sample: the smon sim's figures.
 struct Cpus(u64);
 
 impl Source for Cpus {
@@ -27,62 +28,51 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     f
 }
 
-struct Sims {
-    _sys161_dir: tempfile::TempDir,
-    sys161: sys161_sim::Running,
-    shutdown: Shutdown,
-    config: String,
+/// The five sims, an interpreter in POLL mode besides (dialling telemon's `[[hmon_listen]]`), and telemon's
+/// config over them, written to `config` in `dir`.
+struct Setup {
+    sims: Sims,
+    dir: tempfile::TempDir,
+    config: PathBuf,
 }
 
-async fn sims() -> Sims {
-    let sys161_dir = tempfile::tempdir().unwrap();
-    let sys161 = sys161_sim::Running::spawn(sys161_dir.path(), sys161_sim::Config::default()).unwrap();
-    let shutdown = Shutdown::new();
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let smon_addr = l.local_addr().unwrap();
-    tokio::spawn(smon_sim::serve(
-        l,
-        Cpus(0),
-        SmonConfig { interval: MIN_INTERVAL, ..SmonConfig::default() },
-        shutdown.clone(),
-    ));
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let rvos_addr = l.local_addr().unwrap();
-    tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let hmon_addr = l.local_addr().unwrap();
-    tokio::spawn(dyalog_sim::Sim::new(dyalog_sim::Config::default()).serve(l, shutdown.clone()));
-    let mono_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+async fn setup() -> Setup {
+    let sims = Sims::start(SimOptions {
+        smon_source: || Box::new(Cpus(0)),
+        mono_counters: "Mono JIT/Compiled methods",
+        mono_backoff_max: Duration::from_millis(100),
+        ..SimOptions::default()
+    })
+    .await;
+    sims.start_mono_agent();
     // An interpreter in POLL mode dials telemon's [[hmon_listen]] (retrying until it listens).
-    let poll_addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let poll_addr = free_addr();
     tokio::spawn(
-        dyalog_sim::Sim::new(dyalog_sim::Config::default()).poll(poll_addr.to_string(), shutdown.clone()),
+        dyalog_sim::Sim::new(dyalog_sim::Config::default())
+            .poll(poll_addr.to_string(), sims.shutdown.clone()),
     );
-    let mut agent = mono_agent_sim::AgentConfig::from_options(&format!(
-        "address={mono_addr},counters=Mono JIT/Compiled methods,interval=100"
-    ))
-    .unwrap();
-    agent.backoff =
-        mono_agent_sim::Backoff { initial: Duration::from_millis(10), max: Duration::from_millis(100) };
-    tokio::spawn(mono_agent_sim::run(agent, shutdown.clone()));
-    let config = format!(
+    let text = format!(
         "[[meter161]]\nname = \"os161\"\ndir = \"{}\"\ninterval = \"10ms\"\n\
-         [[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
-         [[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos_addr}\"\nevery = \"200ms\"\n\
-         [[hmon]]\nname = \"dyalog\"\nconnect = \"{hmon_addr}\"\npoll = \"500ms\"\n\
-         [[mono_listen]]\nname = \"mono\"\nlisten = \"{mono_addr}\"\n\
+         [[smon]]\nname = \"box\"\nconnect = \"{}\"\n\
+         [[sysinfo]]\nname = \"vm\"\nconnect = \"{}\"\nevery = \"200ms\"\n\
+         [[hmon]]\nname = \"dyalog\"\nconnect = \"{}\"\npoll = \"500ms\"\n\
+         [[mono_listen]]\nname = \"mono\"\nlisten = \"{}\"\n\
          [[hmon_listen]]\nname = \"poll\"\nlisten = \"{poll_addr}\"\n",
-        sys161_dir.path().display()
+        sims.sys161_dir.path().display(),
+        sims.smon_addr,
+        sims.rvos_addr,
+        sims.dyalog_addr,
+        sims.mono_listen,
     );
-    Sims { _sys161_dir: sys161_dir, sys161, shutdown, config }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("fleet.toml");
+    std::fs::write(&config, text).unwrap();
+    Setup { sims, dir, config }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_rotates_survives_a_kill_and_replays_each_target() {
-    let sims = sims().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("fleet.toml");
-    std::fs::write(&config, &sims.config).unwrap();
+    let Setup { sims, dir, config } = setup().await;
     let out = dir.path().join("rec");
     let telemon = Telemon::spawn(&[
         "record",
@@ -111,8 +101,7 @@ async fn record_rotates_survives_a_kill_and_replays_each_target() {
     })
     .await;
     telemon.kill().await;
-    sims.shutdown.cancel();
-    sims.sys161.stop().await.unwrap();
+    sims.stop().await;
     // Each file stands alone, and no file but (perhaps) the last is cut.
     let all = files(&out);
     for f in &all[..all.len() - 1] {
@@ -148,10 +137,7 @@ async fn record_rotates_survives_a_kill_and_replays_each_target() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_total_on_disk_is_bounded_by_deleting_the_oldest_files() {
-    let sims = sims().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("fleet.toml");
-    std::fs::write(&config, &sims.config).unwrap();
+    let Setup { sims, dir, config } = setup().await;
     let out = dir.path().join("rec");
     let telemon = Telemon::spawn(&[
         "record",
@@ -175,8 +161,7 @@ async fn the_total_on_disk_is_bounded_by_deleting_the_oldest_files() {
     })
     .await;
     telemon.kill().await;
-    sims.shutdown.cancel();
-    sims.sys161.stop().await.unwrap();
+    sims.stop().await;
     let total: u64 = files(&out).iter().map(|f| f.metadata().unwrap().len()).sum();
     // The bound is checked when a file starts: the current file may have grown to about one more file.
     assert!(total <= 12_000 + 3_000 + 70_000, "total {total}");
@@ -184,12 +169,9 @@ async fn the_total_on_disk_is_bounded_by_deleting_the_oldest_files() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_record_exports_what_each_target_recorded() {
-    let sims = sims().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("fleet.toml");
-    std::fs::write(&config, &sims.config).unwrap();
+    let Setup { sims, dir, config } = setup().await;
     let out = dir.path().join("rec");
-    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let listen = free_addr();
     let telemon = Telemon::spawn(&[
         "serve",
         "--config",
@@ -234,8 +216,7 @@ async fn serve_record_exports_what_each_target_recorded() {
     .await;
     assert!(later.contains("# TYPE telemon_recording_bytes counter\n"), "{later}");
     telemon.kill().await;
-    sims.shutdown.cancel();
-    sims.sys161.stop().await.unwrap();
+    sims.stop().await;
     // Every byte it counted is in the files (telemon may have written more since that scrape).
     let on_disk: u64 = files(&out).iter().map(|f| f.metadata().unwrap().len()).sum();
     let counted: u64 =
@@ -257,10 +238,7 @@ fn first_connection(dir: &Path, target: &str) -> telemon_capture::Connection {
 async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
     use sim_common::replay::{Mode, Replay, Speed};
     // 1. Record every protocol from the live sims.
-    let sims = sims().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("fleet.toml");
-    std::fs::write(&config, &sims.config).unwrap();
+    let Setup { sims, dir, config } = setup().await;
     let first = dir.path().join("first");
     let telemon =
         Telemon::spawn(&["record", "--config", config.to_str().unwrap(), "--out", first.to_str().unwrap()]);
@@ -279,8 +257,7 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
     })
     .await;
     telemon.kill().await;
-    sims.shutdown.cancel();
-    sims.sys161.stop().await.unwrap();
+    sims.stop().await;
 
     // 2. Serve those recordings from the sims' replay (what `--replay FILE` runs), at ten times the pace.
     let shutdown = Shutdown::new();
@@ -406,12 +383,9 @@ fn recorded_messages(capture: &Capture, target: &str, protocol: Protocol) -> usi
 /// in the middle of a reply; its replay reaches that end, says so, and exits 0 for every protocol.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_serve_recording_stopped_with_ctrl_c_replays_to_its_end_for_every_protocol() {
-    let sims = sims().await;
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("fleet.toml");
-    std::fs::write(&config, &sims.config).unwrap();
+    let Setup { sims, dir, config } = setup().await;
     let out = dir.path().join("rec");
-    let listen = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let listen = free_addr();
     let telemon = Telemon::spawn(&[
         "serve",
         "--config",
@@ -450,8 +424,7 @@ async fn a_serve_recording_stopped_with_ctrl_c_replays_to_its_end_for_every_prot
     .await;
     let (status, _, err) = telemon.interrupt().await;
     assert_eq!(status, 0, "{err:?}");
-    sims.shutdown.cancel();
-    sims.sys161.stop().await.unwrap();
+    sims.stop().await;
 
     let (capture, _) = Capture::from_dir(&out, Limits::default()).unwrap();
     let targets: Vec<telemon_capture::Target> = capture.targets().into_iter().cloned().collect();
