@@ -1,6 +1,7 @@
 //! `telemon record --config FILE --out DIR`: every collector's connections recorded, files rotated by size,
 //! the total bounded, a SIGKILL leaving readable files, and `telemon replay DIR` playing a target back.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -68,6 +69,23 @@ async fn setup() -> Setup {
     let config = dir.path().join("fleet.toml");
     std::fs::write(&config, text).unwrap();
     Setup { sims, dir, config }
+}
+
+/// `telemon serve --config CONFIG --listen ADDR --record DIR/rec` on a free address: the running telemon,
+/// the address it serves on, and the directory it records to.
+fn serve_recording(config: &Path, dir: &Path) -> (Telemon, SocketAddr, PathBuf) {
+    let out = dir.join("rec");
+    let listen = free_addr();
+    let telemon = Telemon::spawn(&[
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--listen",
+        &listen.to_string(),
+        "--record",
+        out.to_str().unwrap(),
+    ]);
+    (telemon, listen, out)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,17 +188,7 @@ async fn the_total_on_disk_is_bounded_by_deleting_the_oldest_files() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_record_exports_what_each_target_recorded() {
     let Setup { sims, dir, config } = setup().await;
-    let out = dir.path().join("rec");
-    let listen = free_addr();
-    let telemon = Telemon::spawn(&[
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--listen",
-        &listen.to_string(),
-        "--record",
-        out.to_str().unwrap(),
-    ]);
+    let (telemon, listen, out) = serve_recording(&config, dir.path());
     let value = |metrics: &str, family: &str, target: &str| -> Option<u64> {
         let prefix = format!("{family}{{target=\"{target}\"}} ");
         metrics.lines().find_map(|l| l.strip_prefix(&prefix)).map(|v| v.parse().unwrap())
@@ -384,17 +392,7 @@ fn recorded_messages(capture: &Capture, target: &str, protocol: Protocol) -> usi
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_serve_recording_stopped_with_ctrl_c_replays_to_its_end_for_every_protocol() {
     let Setup { sims, dir, config } = setup().await;
-    let out = dir.path().join("rec");
-    let listen = free_addr();
-    let telemon = Telemon::spawn(&[
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--listen",
-        &listen.to_string(),
-        "--record",
-        out.to_str().unwrap(),
-    ]);
+    let (telemon, _, out) = serve_recording(&config, dir.path());
     within("a few messages of every target recorded", async {
         loop {
             if let Ok((capture, _)) = Capture::from_dir(&out, Limits::default()) {
