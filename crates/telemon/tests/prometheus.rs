@@ -195,42 +195,6 @@ fn only(series: &[Series]) -> Option<f64> {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// The sims
-
-/// telemon's config over `sims`: one target of each protocol (the mono agent dials in to `mono_listen`).
-fn telemon_toml(sims: &Sims) -> String {
-    format!(
-        r#"[[meter161]]
-name = "sys161"
-dir = '{}'
-
-[[hmon]]
-name = "dyalog"
-connect = "{}"
-poll = "250ms"
-
-[[mono_listen]]
-name = "mono"
-listen = "{}"
-
-[[smon]]
-name = "smon"
-connect = "{}"
-
-[[sysinfo]]
-name = "rvos"
-connect = "{}"
-every = "500ms"
-"#,
-        sims.sys161_dir.path().display(),
-        sims.dyalog_addr,
-        sims.mono_listen,
-        sims.smon_addr,
-        sims.rvos_addr,
-    )
-}
-
-// ---------------------------------------------------------------------------------------------------------------
 // promtool
 
 /// `promtool check metrics` on `exposition`: it must print nothing and exit 0.
@@ -269,7 +233,7 @@ async fn prometheus_scrapes_every_protocol_and_the_probe() {
     let mut sims = Sims::start(SimOptions::steady()).await;
     let probe = sims.start_rvos().await.to_string();
     let config =
-        FleetConfig::parse("prometheus-e2e.toml", &telemon_toml(&sims)).unwrap_or_else(|e| panic!("{e}"));
+        FleetConfig::parse("prometheus-e2e.toml", &sims.toml(None)).unwrap_or_else(|e| panic!("{e}"));
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.expect("telemon serve starts");
     let telemon = server.local_addr();
     sims.start_mono_agent();

@@ -177,38 +177,11 @@ async fn smon_sim(shutdown: &Shutdown) -> String {
     addr
 }
 
-/// The five sims, in-process (the Mono agent dialling in at once), and telemon's config over them.
-async fn sims() -> (Sims, String) {
+/// The five sims, in-process, the Mono agent dialling in at once.
+async fn sims() -> Sims {
     let sims = Sims::start(SimOptions { smon_interval: smon_interval(), ..SimOptions::steady() }).await;
-    let toml = format!(
-        r#"
-[[meter161]]
-name = "sys161"
-dir = '{}'
-interval = "250ms"
-[[hmon]]
-name = "dyalog"
-connect = "{}"
-poll = "250ms"
-[[mono_listen]]
-name = "mono"
-listen = "{}"
-[[smon]]
-name = "smon"
-connect = "{}"
-[[sysinfo]]
-name = "rvos"
-connect = "{}"
-every = "500ms"
-"#,
-        sims.sys161_dir.path().display(),
-        sims.dyalog_addr,
-        sims.mono_listen,
-        sims.smon_addr,
-        sims.rvos_addr,
-    );
     sims.start_mono_agent();
-    (sims, toml)
+    sims
 }
 
 /// sys161's counters at each timestamp equal the sim's model at that simulated time, exactly.
@@ -235,10 +208,10 @@ async fn remote_write_values_reach_prometheus_and_victoriametrics_and_a_stopped_
     let (Some(prom_bin), Some(vm_bin)) = (prometheus_bin(test), vm_bin(test)) else { return };
     let (prom, vm) =
         tokio::join!(Receiver::prometheus(&prom_bin), Receiver::vm(VictoriaMetrics::new(&vm_bin)));
-    let (mut sims, sims_toml) = sims().await;
+    let mut sims = sims().await;
     let toml = format!(
         "{}\n[[remote_write]]\nname = \"prometheus\"\nurl = \"{}\"\nbatch = \"500ms\"\n[[remote_write]]\nname = \"vm\"\nurl = \"{}\"\nbatch = \"500ms\"\n",
-        sims_toml,
+        sims.toml(Some("250ms")),
         prom.write_url(),
         vm.write_url()
     );

@@ -132,6 +132,42 @@ impl Sims {
         }
     }
 
+    /// telemon's config over these sims: one target of each protocol, named `sys161`, `dyalog`, `mono` (the
+    /// `[[mono_listen]]` the Mono agent dials), `smon` and `rvos`; dyalog polled every 250 ms, rvOS asked every
+    /// 500 ms, and sys161 sampled every `sys161_interval` (`"250ms"`, say; its default when `None`).
+    pub fn toml(&self, sys161_interval: Option<&str>) -> String {
+        let interval = sys161_interval.map(|i| format!("interval = \"{i}\"\n")).unwrap_or_default();
+        format!(
+            r#"[[meter161]]
+name = "sys161"
+dir = '{}'
+{interval}
+[[hmon]]
+name = "dyalog"
+connect = "{}"
+poll = "250ms"
+
+[[mono_listen]]
+name = "mono"
+listen = "{}"
+
+[[smon]]
+name = "smon"
+connect = "{}"
+
+[[sysinfo]]
+name = "rvos"
+connect = "{}"
+every = "500ms"
+"#,
+            self.sys161_dir.path().display(),
+            self.dyalog_addr,
+            self.mono_listen,
+            self.smon_addr,
+            self.rvos_addr,
+        )
+    }
+
     /// Another rvOS sim like the first, on a port of its own: its address.
     pub async fn start_rvos(&self) -> SocketAddr {
         let (l, addr) = bind().await;
