@@ -88,19 +88,18 @@ fn serve_recording(config: &Path, dir: &Path) -> (Telemon, SocketAddr, PathBuf) 
     (telemon, listen, out)
 }
 
+/// `telemon record --config CONFIG --out OUT`, then the `limits` flags.
+fn record(config: &Path, out: &Path, limits: &[&str]) -> Telemon {
+    let mut args = vec!["record", "--config", config.to_str().unwrap(), "--out", out.to_str().unwrap()];
+    args.extend_from_slice(limits);
+    Telemon::spawn(&args)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_rotates_survives_a_kill_and_replays_each_target() {
     let Setup { sims, dir, config } = setup().await;
     let out = dir.path().join("rec");
-    let telemon = Telemon::spawn(&[
-        "record",
-        "--config",
-        config.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--record-max-bytes",
-        "4000",
-    ]);
+    let telemon = record(&config, &out, &["--record-max-bytes", "4000"]);
     // Wait for three files and every target in them (a safety net, not a timing assertion).
     let capture = within("three rotated files with a target of each protocol", async {
         loop {
@@ -157,17 +156,7 @@ async fn record_rotates_survives_a_kill_and_replays_each_target() {
 async fn the_total_on_disk_is_bounded_by_deleting_the_oldest_files() {
     let Setup { sims, dir, config } = setup().await;
     let out = dir.path().join("rec");
-    let telemon = Telemon::spawn(&[
-        "record",
-        "--config",
-        config.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--record-max-bytes",
-        "3000",
-        "--record-max-total",
-        "12000",
-    ]);
+    let telemon = record(&config, &out, &["--record-max-bytes", "3000", "--record-max-total", "12000"]);
     within("the first file deleted", async {
         loop {
             let f = files(&out);
@@ -248,8 +237,7 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
     // 1. Record every protocol from the live sims.
     let Setup { sims, dir, config } = setup().await;
     let first = dir.path().join("first");
-    let telemon =
-        Telemon::spawn(&["record", "--config", config.to_str().unwrap(), "--out", first.to_str().unwrap()]);
+    let telemon = record(&config, &first, &[]);
     within("a second sysinfo round and a few hmon polls recorded", async {
         loop {
             if let Ok((capture, _)) = Capture::from_dir(&first, Limits::default()) {
@@ -302,13 +290,7 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
     let config2_file = dir.path().join("fleet2.toml");
     std::fs::write(&config2_file, config2).unwrap();
     let second = dir.path().join("second");
-    let telemon = Telemon::spawn(&[
-        "record",
-        "--config",
-        config2_file.to_str().unwrap(),
-        "--out",
-        second.to_str().unwrap(),
-    ]);
+    let telemon = record(&config2_file, &second, &[]);
     let targets = ["os161", "box", "vm", "dyalog"];
     let expected: Vec<Vec<u8>> = targets.iter().map(|t| first_connection(&first, t).inbound()).collect();
     within("the second recording to hold every byte the first did", async {
