@@ -8,10 +8,7 @@ use telemon_fleet::config::FleetConfig;
 use telemon_fleet::{Fleet, FleetSnapshot};
 
 mod support;
-
-fn free_addr() -> String {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
-}
+use support::free_addr;
 
 /// Waits (with a safety-net deadline) until `ok` holds for the fleet's snapshot.
 async fn until(fleet: &Fleet, what: &str, mut ok: impl FnMut(&FleetSnapshot) -> bool) -> FleetSnapshot {
@@ -38,7 +35,7 @@ fn working_set(snap: &FleetSnapshot) -> Option<f64> {
 #[tokio::test(flavor = "current_thread")]
 async fn the_mono_collector_keeps_exact_values_through_a_burst() {
     use tokio::io::AsyncWriteExt;
-    let addr = free_addr();
+    let addr = free_addr().to_string();
     let config =
         FleetConfig::parse("t.toml", &format!("[[mono_listen]]\nname = \"m\"\nlisten = \"{addr}\"\n"))
             .unwrap();
@@ -58,7 +55,7 @@ fn dyalog_host() -> String {
 /// A fleet with one `[[hmon_listen]]` ("d", polling every 200 ms), and `n` simulated interpreters
 /// dialling in to it at once.
 async fn interpreters_dialling_in(n: usize) -> (Fleet, sim_common::Shutdown) {
-    let addr = free_addr();
+    let addr = free_addr().to_string();
     let config = FleetConfig::parse(
         "t.toml",
         &format!("[[hmon_listen]]\nname = \"d\"\nlisten = \"{addr}\"\npoll = \"200ms\"\n"),
@@ -232,7 +229,7 @@ async fn a_flood_of_dial_in_connections_stays_bounded() {
     const MAX_TARGETS: usize = 100;
     let legacy = std::env::var_os("EDGES_FLOOD_LEGACY").is_some();
     let bin = std::env::var("EDGES_FLOOD_BIN").unwrap_or_else(|_| support::TELEMON.to_owned());
-    let (mono, hmon, http) = (free_addr(), free_addr(), free_addr());
+    let (mono, hmon, http) = (free_addr().to_string(), free_addr().to_string(), free_addr().to_string());
     let limits =
         if legacy { String::new() } else { format!("max_targets = {MAX_TARGETS}\nhello_timeout = \"1s\"\n") };
     let dir = tempfile::tempdir().unwrap();
@@ -376,7 +373,7 @@ async fn interpreter_on(addr: &str) -> sim_common::Shutdown {
 async fn idle_http_connections_cannot_take_the_targets_descriptors() {
     const IDLE: usize = 300;
     let bin = std::env::var("EDGES_FLOOD_BIN").unwrap_or_else(|_| support::TELEMON.to_owned());
-    let (http, dyalog) = (free_addr(), free_addr());
+    let (http, dyalog) = (free_addr().to_string(), free_addr().to_string());
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("t.toml");
     let idle_timeout =

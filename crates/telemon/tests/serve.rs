@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 mod support;
-use support::{listener, within};
+use support::{free_addr, listener, within};
 
 /// `GET path` (with `Accept` when given): (status, body).
 async fn get(addr: std::net::SocketAddr, path: &str, accept: Option<&str>) -> (u16, String) {
@@ -56,11 +56,6 @@ impl Source for Cpus {
     }
 }
 
-fn free_port() -> String {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().to_string()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_five_protocols_are_exported_with_targets_healthz_and_probe() {
     let shutdown = Shutdown::new();
@@ -73,7 +68,7 @@ async fn all_five_protocols_are_exported_with_targets_healthz_and_probe() {
     tokio::spawn(smon_sim::serve(l, Cpus(support::Cpus(0)), smon_config, shutdown.clone()));
     let (l, rvos_addr) = listener().await;
     tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
-    let mono_addr = free_port();
+    let mono_addr = free_addr().to_string();
 
     let toml = format!(
         r#"
@@ -199,7 +194,7 @@ every = "300ms"
     assert_eq!(status, 200);
     assert!(probe.contains("smon_value{"), "{probe}");
     // A probe of nothing answers down, not an error page.
-    let nobody = free_port();
+    let nobody = free_addr().to_string();
     let (status, probe) = get(addr, &format!("/probe?target={nobody}&protocol=smon"), None).await;
     assert_eq!(status, 200);
     assert!(
