@@ -12,6 +12,7 @@
 #![warn(missing_docs)]
 
 pub mod disk;
+mod durable;
 pub mod fuzz;
 
 pub mod otlp;
@@ -31,7 +32,7 @@ use tokio::task::JoinHandle;
 use sender::{Plan, Wire};
 pub use sender::{RETRY_AFTER_MAX, RETRY_FIRST, RETRY_MAX};
 pub use stats::Stats;
-use telemon_fleet::config::{FleetConfig, PushSection};
+use telemon_fleet::config::{FleetConfig, PushSection, Shard};
 use telemon_fleet::Registry;
 
 /// How long [`Push::shutdown`] waits for the queues to drain by default.
@@ -58,6 +59,8 @@ struct Running {
     inflight: Arc<AtomicU64>,
     sampler: JoinHandle<()>,
     sender: JoinHandle<()>,
+    /// With `queue_dir`: the disk queue and its syncer.
+    disk: Option<(durable::Disk, JoinHandle<()>)>,
 }
 
 /// The running senders of a config.
@@ -81,11 +84,11 @@ impl Push {
         let mut push = Push { senders: Vec::new(), stop };
         for block in &config.remote_write {
             let wire = remote_write::RemoteWrite::new(block.external_labels());
-            push.spawn("remote_write", block, wire, registry)?;
+            push.spawn("remote_write", block, config.serve.shard, wire, registry)?;
         }
         for block in &config.otlp {
             let wire = otlp::OtlpWire::new(instance, &block.external_labels());
-            push.spawn("otlp", block, wire, registry)?;
+            push.spawn("otlp", block, config.serve.shard, wire, registry)?;
         }
         Ok(push)
     }
@@ -94,20 +97,49 @@ impl Push {
         &mut self,
         section: &'static str,
         block: &PushSection,
+        shard: Option<Shard>,
         wire: W,
         registry: &Registry,
     ) -> Result<(), PushError> {
         let name = block.sender_name();
-        let client = client(block).map_err(|message| PushError { section, sender: name.clone(), message })?;
-        let stats = Arc::new(Stats::new(name, block.queue_bytes));
-        let queue =
-            Arc::new(queue::Queue::<W::Item>::new(usize::try_from(block.queue_bytes).unwrap_or(usize::MAX)));
+        let fail = |message| PushError { section, sender: name.clone(), message };
+        let client = client(block).map_err(fail)?;
         let inflight = Arc::new(AtomicU64::new(0));
         let plan = Plan {
             url: block.request_url(),
             batch: block.batch,
             max_per_send: *block.max_samples_per_send.get_ref(),
         };
+        if block.queue_dir.is_some() {
+            let stats = Arc::new(Stats::with_disk(name.clone(), block.queue_max_bytes));
+            let disk = durable::Disk::open(block, shard, stats.clone()).map_err(fail)?;
+            let context = Arc::new(wire.context());
+            let (registry, stop) = (registry.clone(), self.stop.subscribe());
+            let (sampler_disk, sampler_plan) = (disk.clone(), plan.clone());
+            let sampler = tokio::spawn(async move {
+                durable::sampler(wire, context, registry, sampler_disk, &sampler_plan, stop).await
+            });
+            let sender = tokio::spawn(durable::sender::<W>(
+                client,
+                plan,
+                disk.clone(),
+                self.stop.subscribe(),
+                inflight.clone(),
+            ));
+            let syncer = tokio::spawn(durable::syncer(disk.clone(), block.queue_sync, self.stop.subscribe()));
+            self.senders.push(Running {
+                stats,
+                queue_len: Box::new(|| 0),
+                inflight,
+                sampler,
+                sender,
+                disk: Some((disk, syncer)),
+            });
+            return Ok(());
+        }
+        let stats = Arc::new(Stats::new(name, block.queue_bytes));
+        let queue =
+            Arc::new(queue::Queue::<W::Item>::new(usize::try_from(block.queue_bytes).unwrap_or(usize::MAX)));
         let context = wire.context();
         let sampler = tokio::spawn(sender::sampler(
             wire,
@@ -127,7 +159,14 @@ impl Push {
             inflight.clone(),
         ));
         let q = queue.clone();
-        self.senders.push(Running { stats, queue_len: Box::new(move || q.len()), inflight, sampler, sender });
+        self.senders.push(Running {
+            stats,
+            queue_len: Box::new(move || q.len()),
+            inflight,
+            sampler,
+            sender,
+            disk: None,
+        });
         Ok(())
     }
 
@@ -136,18 +175,35 @@ impl Push {
         self.senders.iter().map(|s| s.stats.clone()).collect()
     }
 
-    /// Stops sampling, sends what is queued within `deadline`, then drops the rest (counted with
-    /// `reason="shutdown"`).
+    /// Stops sampling, then: a memory queue sends what is queued within `deadline` and drops the rest
+    /// (counted with `reason="dropped_shutdown"`); a disk queue finishes its request in flight within
+    /// `deadline`, syncs, and keeps its backlog for the next start.
     pub async fn shutdown(self, deadline: Duration) {
         self.stop.send_replace(true);
         let end = tokio::time::Instant::now() + deadline;
         for s in self.senders {
             let _ = s.sampler.await;
             let mut task = s.sender;
-            if tokio::time::timeout_at(end, &mut task).await.is_err() {
+            let finished = tokio::time::timeout_at(end, &mut task).await.is_ok();
+            if !finished {
                 task.abort();
-                let left = s.inflight.load(std::sync::atomic::Ordering::Relaxed);
-                s.stats.add_dropped(stats::reason::SHUTDOWN, left + (s.queue_len)() as u64);
+                let _ = task.await;
+            }
+            match s.disk {
+                Some((disk, syncer)) => {
+                    let _ = syncer.await;
+                    if let Err(e) = disk.sync().await {
+                        eprintln!(
+                            "telemon: push {}: {e}; the last acknowledgements may be sent again",
+                            s.stats.sender
+                        );
+                    }
+                }
+                None if !finished => {
+                    let left = s.inflight.load(std::sync::atomic::Ordering::Relaxed);
+                    s.stats.add_dropped(stats::reason::SHUTDOWN, left + (s.queue_len)() as u64);
+                }
+                None => {}
             }
         }
     }

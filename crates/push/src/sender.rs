@@ -124,6 +124,7 @@ pub(crate) async fn post<W: Wire>(client: &reqwest::Client, url: &str, body: Vec
 }
 
 /// A running sender's settings.
+#[derive(Clone)]
 pub(crate) struct Plan {
     pub url: String,
     pub batch: Duration,

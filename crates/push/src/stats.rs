@@ -71,6 +71,7 @@ pub struct Stats {
 #[derive(Debug, Default)]
 struct DiskGauges {
     bytes: AtomicU64,
+    written: AtomicU64,
     corrupt_records: AtomicU64,
     /// Unix ms of the oldest queued sample (0: none).
     oldest_ms: AtomicI64,
@@ -107,6 +108,13 @@ impl Stats {
         if let Some(d) = &self.disk {
             d.bytes.store(bytes, Relaxed);
             d.oldest_ms.store(oldest_ms.unwrap_or(0), Relaxed);
+        }
+    }
+
+    /// Bytes appended to the disk queue's files.
+    pub(crate) fn add_disk_written(&self, n: u64) {
+        if let Some(d) = &self.disk {
+            d.written.fetch_add(n, Relaxed);
         }
     }
 
@@ -260,6 +268,7 @@ impl Stats {
         line("telemon_sender_request_duration_seconds_count", "", count);
         if let Some(d) = &self.disk {
             line("telemon_sender_queue_disk_bytes", "", Num::Uint(d.bytes.load(Relaxed)));
+            line("telemon_sender_queue_disk_written_bytes_total", "", Num::Uint(d.written.load(Relaxed)));
             line(
                 "telemon_sender_queue_corrupt_records_total",
                 "",
@@ -272,8 +281,9 @@ impl Stats {
 }
 
 /// The families only a disk queue has.
-const DISK_FAMILIES: [&str; 3] = [
+const DISK_FAMILIES: [&str; 4] = [
     "telemon_sender_queue_disk_bytes",
+    "telemon_sender_queue_disk_written_bytes_total",
     "telemon_sender_queue_corrupt_records_total",
     "telemon_sender_queue_oldest_timestamp_seconds",
 ];
@@ -300,7 +310,7 @@ pub fn render(stats: &[std::sync::Arc<Stats>], open_metrics: bool) -> String {
     if stats.is_empty() {
         return String::new();
     }
-    let families: [(&'static str, &'static str, &'static str); 9] = [
+    let families: [(&'static str, &'static str, &'static str); 10] = [
         (
             "telemon_sender_samples_total",
             "counter",
@@ -323,6 +333,11 @@ pub fn render(stats: &[std::sync::Arc<Stats>], open_metrics: bool) -> String {
             "telemon_sender_queue_disk_bytes",
             "gauge",
             "Bytes of the disk queue not yet accepted by the receiver.",
+        ),
+        (
+            "telemon_sender_queue_disk_written_bytes_total",
+            "counter",
+            "Bytes appended to the disk queue's files (records and their headers).",
         ),
         (
             "telemon_sender_queue_corrupt_records_total",
@@ -394,11 +409,13 @@ mod tests {
         let s = std::sync::Arc::new(Stats::with_disk("vm".into(), 1 << 30));
         s.set_disk(4096, Some(1_700_000_000_500));
         s.add_corrupt_records(2);
+        s.add_disk_written(36 + 1000);
         s.add_dropped(reason::CORRUPT, 7);
         let text = render(std::slice::from_ref(&s), false);
         for want in [
             "telemon_sender_queue_disk_bytes{sender=\"vm\"} 4096\n",
             "telemon_sender_queue_corrupt_records_total{sender=\"vm\"} 2\n",
+            "telemon_sender_queue_disk_written_bytes_total{sender=\"vm\"} 1036\n",
             "telemon_sender_queue_oldest_timestamp_seconds{sender=\"vm\"} 1700000000.5\n",
             "telemon_sender_samples_total{sender=\"vm\",result=\"dropped_corrupt\"} 7\n",
             "telemon_sender_samples_total{sender=\"vm\",result=\"dropped_disk_error\"} 0\n",
