@@ -7,7 +7,7 @@ use std::io;
 
 use super::fs::FsFile;
 use super::queue::READ_TRIES;
-use super::record::{decode, Decoded, Header};
+use super::record::{decode, decode_header, Decoded, Header, HEADER_LEN};
 
 const PREFIX: &str = "segment-";
 const SUFFIX: &str = ".log";
@@ -119,6 +119,7 @@ pub fn scan<File: FsFile>(file: &File, from: u64, limit: u64) -> Scan {
     let mut w = Window { file, buf: Vec::new(), at: from, eof: false };
     let mut pos = from;
     let mut want = CHUNK;
+    let mut torn = None;
     while pos < limit {
         let left = limit - pos;
         if let Err(e) = w.fill(pos, usize::try_from(left).unwrap_or(usize::MAX).min(want)) {
@@ -145,7 +146,9 @@ pub fn scan<File: FsFile>(file: &File, from: u64, limit: u64) -> Scan {
             }
             Decoded::NeedMore { needed } => {
                 if needed as u64 > left || w.eof || needed <= available {
-                    // The file ends inside what may be a record: a torn tail.
+                    // The file ends inside what may be a record: a torn tail, whose header
+                    // (when whole) says what was lost.
+                    torn = bytes.first_chunk::<HEADER_LEN>().and_then(decode_header);
                     break;
                 }
                 want = needed;
@@ -157,7 +160,7 @@ pub fn scan<File: FsFile>(file: &File, from: u64, limit: u64) -> Scan {
         // After the last record: damage found by the decoder, then bytes too few to be a record.
         let covered = out.tail.last().map_or(out.good_end, |d| d.offset + d.len);
         if out.end > covered {
-            out.damage(covered, out.end - covered, None);
+            out.damage(covered, out.end - covered, torn.filter(|_| covered == pos));
         }
     }
     out
