@@ -17,6 +17,12 @@
 //! one life it asserts that records come out in order with no id skipped except the ones reported
 //! dropped (each drop's time range names the ids), that drops are counted right, and that
 //! nothing reported dropped is delivered.
+//!
+//! A `kill -9` (the process dies, the kernel keeps what it was given) must lose even less: every
+//! record queued is still there, and no record whose acknowledgement returned comes back.
+//!
+//! `DISK_MODEL_CASES=N` runs more cases; `DISK_MODEL_TRACE=1` prints each operation and reopen;
+//! `DISK_MODEL_STATS=1 -- --nocapture` prints what the cases exercised (crashes, faults, drops).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::ffi::OsString;

@@ -59,7 +59,8 @@ impl<F: Fs> DiskQueue<F> {
     /// worked around, and reported in the [`Recovery`].
     ///
     /// Reads every byte from the cursor on once (checking both checksums of every record), and
-    /// keeps a 32-byte index entry per record in memory.
+    /// keeps a 32-byte index entry per record in memory. The bounds (`max_bytes`, `max_age`)
+    /// apply from the first append, which reports what they drop.
     pub fn open(fs: F, config: Config) -> Result<(DiskQueue<F>, Recovery), DiskError> {
         let dir = config.dir.clone();
         fs.create_dir_all(&dir).map_err(|e| DiskError::new(Op::CreateDir, &dir, e))?;
