@@ -20,7 +20,6 @@
 //! poll under a safety net; nothing asserts how long anything took.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -33,7 +32,8 @@ use tokio::process::Command;
 
 mod support;
 use support::{
-    free_port, listener, need, need_on_path, Component, Cpus, SimOptions, Sims, VictoriaMetrics, DEADLINE,
+    free_port, http, listener, need, need_on_path, Cpus, Receiver, SimOptions, Sims, VictoriaMetrics,
+    DEADLINE,
 };
 
 /// The virtualenv `.ci/run` makes (`TELEMON_PUSH_VENV` overrides).
@@ -53,116 +53,6 @@ fn vm_bin(test: &str) -> Option<PathBuf> {
 
 async fn until<T>(what: &str, f: impl AsyncFnMut() -> Option<T>) -> T {
     support::until(what, Duration::from_millis(250), f).await
-}
-
-fn http() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap()
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind {
-    Prometheus,
-    Vm,
-}
-
-/// A receiver process.
-struct Receiver {
-    kind: Kind,
-    component: Component,
-}
-
-type Labels = BTreeMap<String, String>;
-
-impl Receiver {
-    async fn prometheus(bin: &Path) -> Receiver {
-        let component = support::Prometheus::new(bin).remote_write_receiver().start().await;
-        Receiver { kind: Kind::Prometheus, component }
-    }
-
-    async fn vm(vm: VictoriaMetrics) -> Receiver {
-        Receiver { kind: Kind::Vm, component: vm.start().await }
-    }
-
-    fn addr(&self) -> SocketAddr {
-        self.component.addr()
-    }
-
-    fn write_url(&self) -> String {
-        self.component.url("/api/v1/write")
-    }
-
-    /// Stops it with SIGTERM (both flush their data) and waits for the exit.
-    async fn stop(self) {
-        self.component.terminate().await;
-    }
-
-    async fn flush(&self) {
-        if self.kind == Kind::Vm {
-            let url = self.component.url("/internal/force_flush");
-            let _ = http().get(url).send().await;
-        }
-    }
-
-    /// The Prometheus query API (both serve it): an instant vector, or a range vector's raw
-    /// samples (timestamps in ms).
-    async fn query(&self, q: &str) -> Vec<(Labels, Vec<(i64, f64)>)> {
-        self.flush().await;
-        let url = self.component.url("/api/v1/query");
-        let Ok(resp) = http().get(url).query(&[("query", q)]).send().await else { return Vec::new() };
-        let Ok(text) = resp.text().await else { return Vec::new() };
-        let Ok(body) = serde_json::from_str::<serde_json::Value>(&text) else { return Vec::new() };
-        let mut out = Vec::new();
-        for r in body["data"]["result"].as_array().into_iter().flatten() {
-            let labels: Labels = r["metric"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
-                .collect();
-            let pair = |p: &serde_json::Value| {
-                let ts = (p[0].as_f64().unwrap() * 1000.0).round() as i64;
-                (ts, p[1].as_str().unwrap().parse::<f64>().unwrap())
-            };
-            let values = match (r.get("value"), r.get("values")) {
-                (Some(v), _) => vec![pair(v)],
-                (None, Some(vs)) => vs.as_array().unwrap().iter().map(pair).collect(),
-                _ => Vec::new(),
-            };
-            out.push((labels, values));
-        }
-        out
-    }
-
-    /// The one value of an instant query with one answer.
-    async fn value(&self, q: &str) -> Option<f64> {
-        match self.query(q).await.as_slice() {
-            [(_, v)] => v.first().map(|x| x.1),
-            _ => None,
-        }
-    }
-
-    /// VictoriaMetrics' raw samples (`/api/v1/export`): per series, (timestamp ms, value).
-    async fn export(&self, selector: &str) -> Vec<(Labels, Vec<(i64, f64)>)> {
-        self.flush().await;
-        let url = self.component.url("/api/v1/export");
-        let body =
-            http().get(url).query(&[("match[]", selector)]).send().await.unwrap().text().await.unwrap();
-        body.lines()
-            .filter(|l| !l.trim().is_empty())
-            .map(|l| {
-                let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                let labels: Labels = v["metric"]
-                    .as_object()
-                    .unwrap()
-                    .iter()
-                    .map(|(k, x)| (k.clone(), x.as_str().unwrap().to_owned()))
-                    .collect();
-                let ts = v["timestamps"].as_array().unwrap().iter().map(|t| t.as_i64().unwrap());
-                let vals = v["values"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap_or(f64::NAN));
-                (labels, ts.zip(vals).collect())
-            })
-            .collect()
-    }
 }
 
 /// The smon sims' time between samples.

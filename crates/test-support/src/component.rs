@@ -189,6 +189,12 @@ impl Prometheus {
         }
     }
 
+    /// On `addr` instead (a restart where the senders expect it).
+    pub fn at(mut self, addr: SocketAddr) -> Prometheus {
+        self.launch = self.launch.at(addr);
+        self
+    }
+
     /// With `yml` as its `prometheus.yml`.
     pub fn config(mut self, yml: impl Into<String>) -> Prometheus {
         self.config = yml.into();
