@@ -10,8 +10,13 @@
 //! Prometheus must have refused no sample as out of order. The table of kills, samples expected, received,
 //! missing and duplicated is printed.
 //!
-//! A missing receiver fails the test under `CI=true` (`.ci/run` installs both) and elsewhere prints
-//! `SKIPPED:` and passes. Waits poll under a safety net; nothing asserts how long anything took.
+//! Also: a full disk (the queue on a 2 MiB tmpfs mounted in telemon's own mount namespace, `unshare -m`) drops
+//! and counts while collection and scrapes go on, and sends again once space is freed; a long outage,
+//! compressed (1,000 ticks of 10 ms), loses nothing under the bound and exactly the oldest samples over it.
+//!
+//! A missing receiver (or, for the full disk, `unshare` and root) fails the test under `CI=true` (`.ci/run`
+//! installs the receivers) and elsewhere prints `SKIPPED:` and passes. Waits poll under a safety net; nothing
+//! asserts how long anything took.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -236,4 +241,213 @@ async fn twenty_kill_9s_during_outages_and_backlogs_lose_nothing_collected() {
     assert!(failures.is_empty(), "{failures:#?}\n{table}");
     vm.stop().await;
     prom.stop().await;
+}
+
+/// An smon stream of `n` values that all change every sample (many samples per tick, to fill a queue fast).
+struct Many(u64, u64);
+
+impl smon_sim::Source for Many {
+    fn sample(&mut self) -> Vec<smon_codec::Sample> {
+        self.0 += 1;
+        (0..self.1).map(|i| smon_codec::Sample::new("load.v", [i], self.0 * 1000 + i)).collect()
+    }
+}
+
+/// An smon sim serving `values` values every 10 ms on a loopback port.
+async fn smon(values: u64, shutdown: &sim_common::Shutdown) -> String {
+    let (l, addr) = support::listener().await;
+    let config = smon_sim::Config { interval: smon_sim::MIN_INTERVAL, ..smon_sim::Config::default() };
+    tokio::spawn(smon_sim::serve(l, Many(0, values), config, shutdown.clone()));
+    addr
+}
+
+/// The telemon_sender_samples_total of `result` on `metrics`.
+fn result(metrics: &str, result: &str) -> f64 {
+    sum_of(metrics, &format!("telemon_sender_samples_total{{sender=\"vm\",result=\"{result}\"}}"))
+}
+
+/// A full disk: the queue directory is a 2 MiB tmpfs in telemon's own mount namespace (`unshare -m`), nearly
+/// filled before telemon starts, while the receiver is down. Collection and scrapes go on, what cannot be
+/// written is dropped and counted; once a file is removed from the tmpfs and the receiver is back, the queue
+/// takes writes again and sends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_drops_and_counts_then_sending_resumes_when_space_is_freed() {
+    let test = "a_full_disk_drops_and_counts_then_sending_resumes_when_space_is_freed";
+    let hint = "apt-get install victoria-metrics util-linux, and run as root";
+    let root = nix_root();
+    let (Some(vm_bin), Some(unshare), Some(nsenter)) = (
+        need_on_path(test, "victoria-metrics", hint),
+        support::need(test, "unshare -m as root", support::on_path("unshare").filter(|_| root), hint),
+        support::need(test, "nsenter as root", support::on_path("nsenter").filter(|_| root), hint),
+    ) else {
+        return;
+    };
+    let shutdown = sim_common::Shutdown::new();
+    let smon_addr = smon(50, &shutdown).await;
+    let vm_addr = support::free_addr();
+    let work = tempfile::tempdir().unwrap();
+    let queue = work.path().join("queue");
+    std::fs::create_dir_all(&queue).unwrap();
+    let config = work.path().join("telemon.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
+             [[remote_write]]\nname = \"vm\"\nurl = \"http://{vm_addr}/api/v1/write\"\nbatch = \"20ms\"\n\
+             queue_dir = \"{}\"\ntimeout = \"2s\"\n",
+            queue.display()
+        ),
+    )
+    .unwrap();
+    let listen = support::free_addr();
+    // The tmpfs leaves 64 KiB free; telemon runs in the namespace that has it.
+    let script = format!(
+        "mount -t tmpfs -o size=2m tmpfs {q} && head -c $((2048 * 1024 - 65536)) /dev/zero > {q}/filler && \
+         exec {telemon} serve --config {c} --listen {listen}",
+        q = queue.display(),
+        telemon = support::TELEMON,
+        c = config.display()
+    );
+    let telemon = Telemon::spawn_program(&unshare, &["-m", "sh", "-c", &script]);
+    let metrics = async || support::http_get(listen, "/metrics", &[]).await.ok().map(|(_, m)| m);
+    let full =
+        support::until("the disk to fill and drops to be counted", Duration::from_millis(100), async || {
+            let m = metrics().await?;
+            (result(&m, "dropped_disk_error") > 0.0).then_some(m)
+        })
+        .await;
+    // Collection and scrapes go on: the target is up and its values keep changing.
+    assert!(full.contains("telemon_target_up{protocol=\"smon\",target=\"box\"} 1"), "{full}");
+    let value = |m: &str| sum_of(m, "smon_value{target=\"box\",name=\"load.v\",index=\"0\"}");
+    support::until(
+        "the values to keep changing while the disk is full",
+        Duration::from_millis(100),
+        async || {
+            let m = metrics().await?;
+            (value(&m) > value(&full)
+                && result(&m, "dropped_disk_error") > result(&full, "dropped_disk_error"))
+            .then_some(())
+        },
+    )
+    .await;
+
+    // Space comes back, and so does the receiver.
+    let status = tokio::process::Command::new(&nsenter)
+        .args(["-t", &telemon.pid().to_string(), "-m", "rm", &format!("{}/filler", queue.display())])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success(), "nsenter rm");
+    let vm = Receiver::vm(VictoriaMetrics::new(&vm_bin).at(vm_addr)).await;
+    let freed = support::until("sending to resume", Duration::from_millis(100), async || {
+        let m = metrics().await?;
+        (result(&m, "sent") > 0.0).then_some(m)
+    })
+    .await;
+    // The disk takes writes again: the drops stop, and what is written is sent.
+    support::until("a second with no new drop and more sent", Duration::from_millis(500), async || {
+        let before = metrics().await?;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = metrics().await?;
+        (result(&after, "dropped_disk_error") == result(&before, "dropped_disk_error")
+            && result(&after, "sent") > result(&before, "sent"))
+        .then_some(())
+    })
+    .await;
+    let received: usize = vm.export("smon_value{target=\"box\"}").await.iter().map(|s| s.1.len()).sum();
+    assert!(received > 0, "VictoriaMetrics got what was queued after the disk freed up");
+    let (status, _, err) = telemon.interrupt().await;
+    assert_eq!(status, 0, "{err:?}");
+    let logged = err.iter().filter(|l| l.contains("dropping what cannot be written")).count();
+    assert_eq!(logged, 1, "logged once a minute at most: {err:?}");
+    eprintln!(
+        "full disk: {} samples dropped (disk error), then {} sent",
+        result(&freed, "dropped_disk_error"),
+        result(&freed, "sent")
+    );
+    shutdown.cancel();
+    vm.stop().await;
+}
+
+fn nix_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A long outage, compressed: values that change every 10 ms, sampled every 10 ms, for 1,000 ticks (what a 1 s
+/// batch makes in about 17 minutes). With a bound that is not reached (50 values, 64 MiB) nothing is lost; with one
+/// that is (200 values, 1 MiB), exactly the oldest samples are dropped, and counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_outage_loses_nothing_under_the_bound_and_exactly_the_oldest_over_it() {
+    let test = "a_long_outage_loses_nothing_under_the_bound_and_exactly_the_oldest_over_it";
+    let Some(vm_bin) = need_on_path(test, "victoria-metrics", "apt-get install victoria-metrics") else {
+        return;
+    };
+    for (bound, values, reached) in [("64MiB", 50, false), ("1MiB", 200, true)] {
+        let shutdown = sim_common::Shutdown::new();
+        let smon_addr = smon(values, &shutdown).await;
+        let vm_addr = support::free_addr();
+        let work = tempfile::tempdir().unwrap();
+        let config = work.path().join("telemon.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
+                 [[remote_write]]\nname = \"vm\"\nurl = \"http://{vm_addr}/api/v1/write\"\nbatch = \"10ms\"\n\
+                 queue_dir = \"{}\"\nqueue_max_bytes = \"{bound}\"\ntimeout = \"2s\"\n",
+                work.path().join("q").display()
+            ),
+        )
+        .unwrap();
+        let (telemon, listen, started_ms) = start(&config).await;
+        let metrics = async || support::http_get(listen, "/metrics", &[]).await.ok().map(|(_, m)| m);
+        // The outage: the receiver is not there for 1,000 ticks of samples.
+        let outage = support::until("1,000 ticks queued", Duration::from_millis(200), async || {
+            let m = metrics().await?;
+            let ticks = sum_of(&m, "smon_value{target=\"box\",name=\"load.v\",index=\"0\"}") / 1000.0;
+            (ticks >= 1000.0).then_some(m)
+        })
+        .await;
+        let vm = Receiver::vm(VictoriaMetrics::new(&vm_bin).at(vm_addr)).await;
+        let drained = support::until("the backlog sent", Duration::from_millis(200), async || {
+            let m = metrics().await?;
+            (sum_of(&m, "telemon_sender_queue_disk_bytes{") < 20_000.0 && result(&m, "sent") > 0.0)
+                .then_some(m)
+        })
+        .await;
+        let (status, _, err) = telemon.interrupt().await;
+        assert_eq!(status, 0, "{err:?}");
+        shutdown.cancel();
+        let dropped = result(&drained, "dropped_queue_full");
+        // Per series: the samples VictoriaMetrics holds are one unbroken run to the end (nothing missing
+        // after the first one kept); over the bound, that run starts late: the oldest are what went.
+        let series = vm.export("smon_value{target=\"box\"}").await;
+        assert_eq!(series.len() as u64, values, "every value");
+        let mut first_kept = Vec::new();
+        for (labels, samples) in &series {
+            let ts: Vec<i64> = samples.iter().map(|s| s.0).collect();
+            let steps: Vec<i64> = ts.windows(2).map(|w| w[1] - w[0]).filter(|d| *d > 500).collect();
+            assert!(steps.is_empty(), "{bound}: {labels:?} has a hole {steps:?}");
+            first_kept.push(ts[0]);
+        }
+        let queued_at_outage = result(&outage, "sent") + result(&outage, "dropped_queue_full");
+        eprintln!(
+            "long outage, bound {bound}: {dropped} samples dropped (queue full), {} sent, {queued_at_outage}",
+            result(&drained, "sent")
+        );
+        if reached {
+            assert!(dropped > 0.0, "the 1 MiB bound is reached by 1,000 ticks of 200 values");
+            // What is gone is the oldest: every series' first kept sample is seconds after the outage began.
+            assert!(first_kept.iter().all(|t| *t > started_ms + 2_000), "{first_kept:?} from {started_ms}");
+        } else {
+            assert_eq!(dropped, 0.0, "nothing lost under the bound");
+            assert!(first_kept.iter().all(|t| *t < started_ms + 2_000), "{first_kept:?} from {started_ms}");
+            assert_eq!(
+                result(&drained, "dropped_disk_error") + result(&drained, "dropped_corrupt"),
+                0.0,
+                "{drained}"
+            );
+        }
+        vm.stop().await;
+    }
 }

@@ -68,7 +68,19 @@ pub struct Telemon {
 impl Telemon {
     /// Starts `telemon ARGS`.
     pub fn spawn(args: &[&str]) -> Telemon {
-        let mut child = command(args).spawn().expect("telemon starts");
+        Telemon::from(command(args))
+    }
+
+    /// Starts `program ARGS` that becomes telemon (`unshare -m sh -c '... exec telemon serve ...'`): the same
+    /// process, read and stopped the same way.
+    pub fn spawn_program(program: &std::path::Path, args: &[&str]) -> Telemon {
+        let mut cmd = Command::new(program);
+        cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+        Telemon::from(cmd)
+    }
+
+    fn from(mut cmd: Command) -> Telemon {
+        let mut child = cmd.spawn().expect("telemon starts");
         let stdout = BufReader::new(child.stdout.take().expect("piped")).lines();
         let stderr = BufReader::new(child.stderr.take().expect("piped")).lines();
         Telemon { child, stdout, stderr }
