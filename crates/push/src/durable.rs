@@ -20,8 +20,8 @@ use tokio::time::Instant;
 
 use crate::disk::{self, DiskQueue, Dropped, Meta, Next, RecordIn, StdFs};
 use crate::queue::Queued;
-use crate::sender::{post, Attempt, Plan, Wire, RETRY_FIRST, RETRY_MAX};
-use crate::stats::{now_ms, reason, Stats};
+use crate::sender::{Plan, Tries, Wire, RETRY_FIRST, RETRY_MAX};
+use crate::stats::{now_ms, Stats};
 use telemon_fleet::config::{PushSection, Shard, WhenFull};
 use telemon_fleet::retry::Backoff;
 use telemon_fleet::Registry;
@@ -303,42 +303,12 @@ pub(crate) async fn sender<W: Wire>(
         let n = record.meta.samples as usize;
         inflight.store(n as u64, Ordering::Relaxed);
         stats.set_inflight(Some(record.meta.oldest_ms));
-        loop {
-            let started = Instant::now();
-            let attempt = post::<W>(&client, &plan.url, record.payload.clone()).await;
-            stats.observe(started.elapsed());
-            match attempt {
-                Attempt::Sent(reply) => {
-                    stats.add_sent(n);
-                    let rejected = W::rejected(&reply);
-                    if rejected > 0 {
-                        stats.add_partial();
-                        stats.add_dropped(reason::PARTIAL_SUCCESS, rejected);
-                    }
-                    if failing {
-                        eprintln!("telemon: push to {}: sending again", plan.url);
-                        failing = false;
-                    }
-                    backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
-                    break;
-                }
-                Attempt::Drop { reason, why } => {
-                    tracing::warn!(url = %plan.url, %why, samples = n, "dropped by the receiver");
-                    stats.add_dropped(&reason, n as u64);
-                    break;
-                }
-                Attempt::Retry { after, why } => {
-                    if !failing {
-                        eprintln!("telemon: push to {}: {why}; retrying", plan.url);
-                        failing = true;
-                    }
-                    stats.add_retried(n);
-                    let delay = after.unwrap_or_else(|| backoff.next_delay());
-                    tokio::select! {
-                        () = tokio::time::sleep(delay) => {}
-                        _ = stop.wait_for(|s| *s) => return,
-                    }
-                }
+        let mut tries = Tries { url: &plan.url, stats: &stats, failing: &mut failing, backoff: &mut backoff };
+        while let Some(delay) = tries.attempt::<W>(&client, &record.payload, n).await {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                // Given up between attempts: the record stays in the queue for the next run.
+                _ = stop.wait_for(|s| *s) => return,
             }
         }
         let mut q = disk.lock();

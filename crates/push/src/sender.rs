@@ -123,6 +123,59 @@ pub(crate) async fn post<W: Wire>(client: &reqwest::Client, url: &str, body: Vec
     }
 }
 
+/// The retry state of one sender's HTTP loop: whether it is failing (logged once per failing spell) and its
+/// backoff.
+pub(crate) struct Tries<'a> {
+    pub url: &'a str,
+    pub stats: &'a Stats,
+    pub failing: &'a mut bool,
+    pub backoff: &'a mut Backoff,
+}
+
+impl Tries<'_> {
+    /// POSTs `body` (`n` samples) once and counts the outcome: `None` when the batch is done (sent, or
+    /// dropped by the receiver), else the delay before the next attempt.
+    pub async fn attempt<W: Wire>(
+        &mut self,
+        client: &reqwest::Client,
+        body: &[u8],
+        n: usize,
+    ) -> Option<Duration> {
+        let started = Instant::now();
+        let attempt = post::<W>(client, self.url, body.to_vec()).await;
+        self.stats.observe(started.elapsed());
+        match attempt {
+            Attempt::Sent(reply) => {
+                self.stats.add_sent(n);
+                let rejected = W::rejected(&reply);
+                if rejected > 0 {
+                    self.stats.add_partial();
+                    self.stats.add_dropped(reason::PARTIAL_SUCCESS, rejected);
+                }
+                if *self.failing {
+                    eprintln!("telemon: push to {}: sending again", self.url);
+                    *self.failing = false;
+                }
+                *self.backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
+                None
+            }
+            Attempt::Drop { reason, why } => {
+                tracing::warn!(url = %self.url, %why, samples = n, "dropped by the receiver");
+                self.stats.add_dropped(&reason, n as u64);
+                None
+            }
+            Attempt::Retry { after, why } => {
+                if !*self.failing {
+                    eprintln!("telemon: push to {}: {why}; retrying", self.url);
+                    *self.failing = true;
+                }
+                self.stats.add_retried(n);
+                Some(after.unwrap_or_else(|| self.backoff.next_delay()))
+            }
+        }
+    }
+}
+
 /// A running sender's settings.
 #[derive(Clone)]
 pub(crate) struct Plan {
@@ -191,40 +244,9 @@ pub(crate) async fn sender<W: Wire>(
         stats.set_queue(queue.bytes(), queue.oldest_ms());
         let body = W::encode(&context, &batch);
         drop(batch);
-        loop {
-            let started = Instant::now();
-            let attempt = post::<W>(&client, &plan.url, body.clone()).await;
-            stats.observe(started.elapsed());
-            match attempt {
-                Attempt::Sent(reply) => {
-                    stats.add_sent(n);
-                    let rejected = W::rejected(&reply);
-                    if rejected > 0 {
-                        stats.add_partial();
-                        stats.add_dropped(reason::PARTIAL_SUCCESS, rejected);
-                    }
-                    if failing {
-                        eprintln!("telemon: push to {}: sending again", plan.url);
-                        failing = false;
-                    }
-                    backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
-                    break;
-                }
-                Attempt::Drop { reason, why } => {
-                    tracing::warn!(url = %plan.url, %why, samples = n, "dropped by the receiver");
-                    stats.add_dropped(&reason, n as u64);
-                    break;
-                }
-                Attempt::Retry { after, why } => {
-                    if !failing {
-                        eprintln!("telemon: push to {}: {why}; retrying", plan.url);
-                        failing = true;
-                    }
-                    stats.add_retried(n);
-                    let delay = after.unwrap_or_else(|| backoff.next_delay());
-                    tokio::time::sleep(delay).await;
-                }
-            }
+        let mut tries = Tries { url: &plan.url, stats: &stats, failing: &mut failing, backoff: &mut backoff };
+        while let Some(delay) = tries.attempt::<W>(&client, &body, n).await {
+            tokio::time::sleep(delay).await;
         }
         inflight.store(0, std::sync::atomic::Ordering::Relaxed);
         stats.set_inflight(None);
