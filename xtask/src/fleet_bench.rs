@@ -22,7 +22,8 @@
 //!
 //! With `--push`, telemon also runs a `[[remote_write]]` sender pushing every series each second to a
 //! sink in this process (a minimal HTTP server answering 204); run it beside a run without it to read
-//! the sender's cost.
+//! the sender's cost. `--push-disk` adds a run whose sender keeps its queue on disk (`queue_dir`), with
+//! the bytes it writes to the disk per sample.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -57,11 +58,34 @@ const GZIP_SCRAPES: u64 = 10;
 const COLLECTOR_CORE: &str = "0";
 const SIM_CORE: &str = "1";
 
+/// Whether and how telemon pushes during a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Push {
+    /// No sender.
+    None,
+    /// A remote write sender with its queue in memory.
+    Memory,
+    /// A remote write sender with its queue on disk (`queue_dir`).
+    Disk,
+}
+
+impl Push {
+    fn label(self) -> &'static str {
+        match self {
+            Push::None => "",
+            Push::Memory => " + remote_write",
+            Push::Disk => " + remote_write (disk queue)",
+        }
+    }
+}
+
 /// One row of the table.
 struct Row {
     protocol: &'static str,
     n: u32,
-    push: bool,
+    push: Push,
+    /// With a disk queue: bytes written to it per sample sent.
+    disk_bytes_per_sample: Option<f64>,
     cpu_percent: f64,
     /// `None` when the floor could not run.
     floor_cpu_percent: Option<f64>,
@@ -88,7 +112,7 @@ pub fn fleet_bench(
     protocols: &[String],
     seconds: u64,
     record: bool,
-    push: bool,
+    push: &[Push],
 ) -> Result<()> {
     let mut chosen = Vec::new();
     for p in protocols {
@@ -131,10 +155,10 @@ pub fn fleet_bench(
     let mut failed = Vec::new();
     for &protocol in &chosen {
         for &n in sizes {
-            for with_push in if push { &[false, true][..] } else { &[false][..] } {
-                let what = if *with_push { " + remote_write" } else { "" };
+            for &with_push in std::iter::once(&Push::None).chain(push) {
+                let what = with_push.label();
                 eprintln!("[xtask] {protocol} x {n}{what}");
-                match bench.run(protocol, n, *with_push) {
+                match bench.run(protocol, n, with_push) {
                     Ok(row) => rows.push(row),
                     Err(e) => {
                         eprintln!("[xtask] {protocol} x {n}{what} failed: {e:#}");
@@ -191,7 +215,7 @@ fn table(rows: &[Row]) -> String {
             t,
             "| {}{} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {} |",
             r.protocol,
-            if r.push { " + remote_write" } else { "" },
+            r.push.label(),
             r.n,
             r.cpu_percent,
             r.sims_cpu_percent,
@@ -211,7 +235,23 @@ fn table(rows: &[Row]) -> String {
          against the same sims, alone, over a window of the same length. flaps: down transitions of targets \
          during the window (from each target's `telemon_target_connects_total` and `telemon_target_up`). gzip: scrapes with `Accept-Encoding: gzip` after the window (n/a: not served gzip).\n",
     );
+    for r in rows {
+        if let Some(b) = r.disk_bytes_per_sample {
+            let _ = writeln!(
+                t,
+                "\n{} x {}{}: {b:.1} bytes written to the disk queue per sample sent (records and their headers).",
+                r.protocol,
+                r.n,
+                r.push.label()
+            );
+        }
+    }
     t
+}
+
+/// The value of the line of `text` that starts with `series ` (0 when there is none).
+fn scrape_value(text: &str, series: &str) -> f64 {
+    text.lines().find_map(|l| l.strip_prefix(series)?.trim().parse().ok()).unwrap_or(0.0)
 }
 
 /// `r`'s state per series: RSS growth over the next smaller N of its protocol, else RSS ÷ series.
@@ -301,8 +341,13 @@ impl Bench {
         }
     }
 
-    fn run(&self, protocol: &'static str, n: u32, push: bool) -> Result<Row> {
-        let work = self.work.join(format!("{protocol}-{n}{}", if push { "-push" } else { "" }));
+    fn run(&self, protocol: &'static str, n: u32, push: Push) -> Result<Row> {
+        let suffix = match push {
+            Push::None => "",
+            Push::Memory => "-push",
+            Push::Disk => "-push-disk",
+        };
+        let work = self.work.join(format!("{protocol}-{n}{suffix}"));
         if work.exists() {
             std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
         }
@@ -378,16 +423,21 @@ impl Bench {
                 sims.push(children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?);
             }
         }
-        let _sink = if push {
+        let _sink = if push == Push::None {
+            None
+        } else {
             let sink = Sink::start()?;
             let _ = write!(
                 config,
-                "\n[[remote_write]]\nurl = \"http://{}/api/v1/write\"\nbatch = \"1s\"\n",
+                "\n[[remote_write]]\nname = \"sink\"\nurl = \"http://{}/api/v1/write\"\nbatch = \"1s\"\n",
                 sink.addr
             );
+            if push == Push::Disk {
+                let queue = work.join("queue");
+                let _ = std::fs::remove_dir_all(&queue);
+                let _ = writeln!(config, "queue_dir = \"{}\"", queue.display());
+            }
             Some(sink)
-        } else {
-            None
         };
         let config_path = work.join("telemon.toml");
         std::fs::write(&config_path, config)?;
@@ -465,10 +515,18 @@ impl Bench {
         drop(children);
 
         latencies.sort_by(f64::total_cmp);
+        let disk_bytes_per_sample = (push == Push::Disk).then(|| {
+            let text = String::from_utf8_lossy(&scrape);
+            let written =
+                scrape_value(&text, "telemon_sender_queue_disk_written_bytes_total{sender=\"sink\"}");
+            let sent = scrape_value(&text, "telemon_sender_samples_total{sender=\"sink\",result=\"sent\"}");
+            written / sent.max(1.0)
+        });
         Ok(Row {
             protocol,
             n,
             push,
+            disk_bytes_per_sample,
             cpu_percent: ticks as f64 / self.clk_tck / elapsed * 100.0,
             floor_cpu_percent,
             sims_cpu_percent: sims_ticks as f64 / self.clk_tck / elapsed * 100.0,
@@ -808,7 +866,8 @@ mod tests {
         let row = |n, state_rss_kib, series| Row {
             protocol: "meter161",
             n,
-            push: false,
+            push: Push::None,
+            disk_bytes_per_sample: None,
             cpu_percent: 0.0,
             floor_cpu_percent: None,
             sims_cpu_percent: 0.0,

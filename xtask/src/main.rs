@@ -16,7 +16,7 @@
 //! * `cargo xtask soak --fleet [--minutes N]` runs `telemon serve` (release) over 200 sims of the five
 //!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
 //!   every up/down caused against those seen (see `sims/fleet-soak`).
-//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push]` measures `telemon serve` (release) watching
+//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push] [--push-disk]` measures `telemon serve` (release) watching
 //!   N sim targets of each protocol (N = 10, 100, 1000 unless given; 60 s windows) and prints one table:
 //!   telemon's CPU beside the floor's (`sims/fleet-floor`, the same polling with the protocol crates alone)
 //!   and the sims', peak RSS, bytes per series, scrape latency and size (plain and gzip), targets up and
@@ -118,6 +118,9 @@ enum Task {
         /// Also run each size with a remote write sender (to a sink in xtask), for the sender's cost.
         #[arg(long)]
         push: bool,
+        /// Also run each size with a remote write sender whose queue is on disk (`queue_dir`).
+        #[arg(long)]
+        push_disk: bool,
     },
     /// Run the CI script, `.ci/run`.
     Ci,
@@ -147,8 +150,13 @@ fn main() -> Result<()> {
         }
         Task::Soak { fleet: true, minutes, .. } => soak_fleet(&root, minutes),
         Task::Soak { minutes, clients, sims, .. } => soak(&root, minutes, clients, &sims),
-        Task::FleetBench { sizes, protocols, seconds, record, push } => {
-            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, record, push)
+        Task::FleetBench { sizes, protocols, seconds, record, push, push_disk } => {
+            let push: Vec<fleet_bench::Push> =
+                [(push, fleet_bench::Push::Memory), (push_disk, fleet_bench::Push::Disk)]
+                    .into_iter()
+                    .filter_map(|(on, p)| on.then_some(p))
+                    .collect();
+            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, record, &push)
         }
         Task::Ci => run(Command::new("bash").arg(".ci/run")),
     }
