@@ -409,6 +409,7 @@ async fn a_long_outage_loses_nothing_under_the_bound_and_exactly_the_oldest_over
         })
         .await;
         let vm = Receiver::vm(VictoriaMetrics::new(&vm_bin).at(vm_addr)).await;
+        let back = std::time::Instant::now();
         let drained = support::until("the backlog sent", Duration::from_millis(200), async || {
             let m = metrics().await?;
             (sum_of(&m, "telemon_sender_queue_disk_bytes{") < 20_000.0 && result(&m, "sent") > 0.0)
@@ -431,9 +432,12 @@ async fn a_long_outage_loses_nothing_under_the_bound_and_exactly_the_oldest_over
             first_kept.push(ts[0]);
         }
         let queued_at_outage = result(&outage, "sent") + result(&outage, "dropped_queue_full");
+        let drain_s = back.elapsed().as_secs_f64();
         eprintln!(
-            "long outage, bound {bound}: {dropped} samples dropped (queue full), {} sent, {queued_at_outage}",
-            result(&drained, "sent")
+            "long outage, bound {bound}: {dropped} samples dropped (queue full), {} sent ({queued_at_outage} before \
+             the receiver came back), the backlog drained in {drain_s:.1} s: {:.0} samples/s",
+            result(&drained, "sent"),
+            result(&drained, "sent") / drain_s
         );
         if reached {
             assert!(dropped > 0.0, "the 1 MiB bound is reached by 1,000 ticks of 200 values");
