@@ -4,8 +4,8 @@
 //!
 //! `telemon serve` over two sys161 sims, pushing every second to both, is killed with SIGKILL 20 times at
 //! random moments (a seeded generator; `TELEMON_KILL_SEED` picks another run) and started again at once:
-//! five kills fall in an outage of both receivers, three while the backlog of that outage is being sent. A
-//! last run drains the queues and stops with SIGTERM. Then, per series and receiver, every second telemon
+//! five stops fall in an outage of both receivers (two of them SIGTERM, which must keep the backlog), three
+//! kills while the backlog of that outage is being sent. A last run drains the queues and stops with SIGTERM. Then, per series and receiver, every second telemon
 //! ran must have its sample (except the last `queue_sync` before each kill), none twice in Prometheus, and
 //! Prometheus must have refused no sample as out of order. The table of kills, samples expected, received,
 //! missing and duplicated is printed.
@@ -24,11 +24,15 @@ use std::time::Duration;
 mod support;
 use support::{need_on_path, Prometheus, Receiver, Telemon, VictoriaMetrics};
 
-const KILLS: usize = 20;
-/// The kills (1-based) that fall in an outage of both receivers, and those right after it, while the
+/// Stops in all: 20 SIGKILLs and the [`GRACEFUL`] SIGTERMs.
+const STOPS: usize = 22;
+const KILLS: usize = STOPS - GRACEFUL.len();
+/// The stops (1-based) that fall in an outage of both receivers, and those right after it, while the
 /// backlog is being sent.
 const OUTAGE: std::ops::RangeInclusive<usize> = 6..=10;
 const BACKLOG: std::ops::RangeInclusive<usize> = 11..=13;
+/// Stops (1-based) made with SIGTERM instead of SIGKILL, in the outage: the next start sends their backlog.
+const GRACEFUL: [usize; 2] = [8, 9];
 /// The senders' `queue_sync` and `batch`, in ms.
 const SYNC_MS: i64 = 1_000;
 const BATCH_MS: i64 = 1_000;
@@ -146,7 +150,7 @@ async fn twenty_kill_9s_during_outages_and_backlogs_lose_nothing_collected() {
     std::fs::write(&config, toml).unwrap();
 
     let mut windows = Vec::new();
-    for kill in 1..=KILLS {
+    for kill in 1..=STOPS {
         if kill == *OUTAGE.start() {
             vm.take().unwrap().stop().await;
             prom.take().unwrap().stop().await;
@@ -159,7 +163,14 @@ async fn twenty_kill_9s_during_outages_and_backlogs_lose_nothing_collected() {
         let (telemon, _, start_ms) = start(&config).await;
         // 1.5 s to 4 s: within a batch, during a request, between a sync and the next.
         tokio::time::sleep(Duration::from_millis(1_500 + rng.below(2_500))).await;
-        telemon.kill().await;
+        if GRACEFUL.contains(&kill) {
+            // A graceful stop in the outage keeps the backlog on disk for the next start.
+            let (status, _, err) = telemon.interrupt().await;
+            assert_eq!(status, 0, "{err:?}");
+            assert!(!err.iter().any(|l| l.contains("dropped")), "{err:?}");
+        } else {
+            telemon.kill().await;
+        }
         windows.push(Window { start_ms, end_ms: now_ms() });
     }
 
@@ -230,7 +241,7 @@ async fn twenty_kill_9s_during_outages_and_backlogs_lose_nothing_collected() {
                 failures.push(format!("{kind} {selector}: no sample between {missing:?}"));
             }
             // VictoriaMetrics keeps a resent sample twice: at most one request's worth per kill.
-            let twice_bound = if receiver.kind == support::Kind::Vm { KILLS + 1 } else { 0 };
+            let twice_bound = if receiver.kind == support::Kind::Vm { STOPS + 1 } else { 0 };
             if twice > twice_bound {
                 failures.push(format!("{kind} {selector}: {twice} timestamps twice"));
             }
