@@ -1,7 +1,7 @@
 //! The push senders' part of the fleet config: `[[remote_write]]`, `[[otlp]]` and `[serve] shard`.
 //!
 //! Kept apart from the target blocks of [`super`] (which re-exports these types), so the two grow without
-//! touching each other; what both need (errors, durations, lines) is in [`super::parse`].
+//! touching each other; what both need (errors, durations, lines) is in `config/parse.rs`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
