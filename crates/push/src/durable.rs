@@ -20,7 +20,7 @@ use tokio::time::Instant;
 
 use crate::disk::{self, DiskQueue, Dropped, Meta, Next, RecordIn, StdFs};
 use crate::queue::Queued;
-use crate::sender::{Plan, Tries, Wire, RETRY_FIRST, RETRY_MAX};
+use crate::sender::{Plan, Ticks, Tries, Wire, RETRY_FIRST, RETRY_MAX};
 use crate::stats::{now_ms, Stats};
 use telemon_fleet::config::{PushSection, Shard, WhenFull};
 use telemon_fleet::retry::Backoff;
@@ -178,19 +178,10 @@ pub(crate) async fn sampler<W: Wire>(
     mut stop: watch::Receiver<bool>,
 ) {
     let (every, max_per_send) = (plan.batch, plan.max_per_send);
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = Ticks::new(every);
     let (mut items, mut bodies) = (Vec::new(), Vec::<(Meta, Vec<u8>)>::new());
-    let mut last_ms = 0i64;
     let mut failing = Throttle(None);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        // Timestamps never go backwards, even when the wall clock does.
-        let now = now_ms().max(last_ms + 1);
-        last_ms = now;
+    while let Some(now) = ticks.next(&mut stop).await {
         wire.sample(&registry.snapshot(), now, &mut items);
         if items.is_empty() {
             continue;

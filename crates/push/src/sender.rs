@@ -176,6 +176,31 @@ impl Tries<'_> {
     }
 }
 
+/// A sampler's clock: a tick every `batch`, each with its timestamp in Unix ms, which never goes backwards
+/// even when the wall clock does.
+pub(crate) struct Ticks {
+    interval: tokio::time::Interval,
+    last_ms: i64,
+}
+
+impl Ticks {
+    pub fn new(every: Duration) -> Ticks {
+        let mut interval = tokio::time::interval(every);
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ticks { interval, last_ms: 0 }
+    }
+
+    /// The next tick's timestamp, or `None` once `stop` turns true.
+    pub async fn next(&mut self, stop: &mut watch::Receiver<bool>) -> Option<i64> {
+        tokio::select! {
+            _ = self.interval.tick() => {}
+            _ = stop.wait_for(|s| *s) => return None,
+        }
+        self.last_ms = now_ms().max(self.last_ms + 1);
+        Some(self.last_ms)
+    }
+}
+
 /// A running sender's settings.
 #[derive(Clone)]
 pub(crate) struct Plan {
@@ -193,18 +218,9 @@ pub(crate) async fn sampler<W: Wire>(
     every: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks = Ticks::new(every);
     let mut items = Vec::new();
-    let mut last_ms = 0i64;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        // Timestamps never go backwards, even when the wall clock does.
-        let now = now_ms().max(last_ms + 1);
-        last_ms = now;
+    while let Some(now) = ticks.next(&mut stop).await {
         wire.sample(&registry.snapshot(), now, &mut items);
         let dropped = queue.push(items.drain(..));
         stats.add_dropped(reason::QUEUE_FULL, dropped);

@@ -495,21 +495,6 @@ fn corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/push_disk_record")
 }
 
-#[test]
-fn push_disk_record_corpus_replays() {
-    let dir = corpus();
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    assert!(files.len() >= 3, "corpus {} has {} files", dir.display(), files.len());
-    for file in files {
-        telemon_push::disk::record_reader(&std::fs::read(&file).unwrap());
-    }
-}
-
 /// The committed seeds are what the encoder makes (or, with `TELEMON_WRITE_SEEDS=1`, are
 /// written again).
 #[test]

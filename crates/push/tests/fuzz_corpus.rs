@@ -1,5 +1,5 @@
-//! Replays the committed seed corpora of the fuzz targets `telemon_remote_write` and
-//! `telemon_otlp_reply` through the same functions on stable.
+//! Replays the committed seed corpora of the fuzz targets `telemon_remote_write`, `telemon_otlp_reply` and
+//! `push_disk_record` through the same functions on stable.
 //!
 //! The encoded bodies among the seeds come from telemon's own encoders, and a test checks that the
 //! committed seeds are still what they encode: after a deliberate change of the encoding,
@@ -32,6 +32,11 @@ fn replay(target: &str, run: fn(&[u8])) {
     for file in files {
         run(&std::fs::read(&file).unwrap());
     }
+}
+
+#[test]
+fn push_disk_record_corpus_replays() {
+    replay("push_disk_record", telemon_push::disk::record_reader);
 }
 
 #[test]
