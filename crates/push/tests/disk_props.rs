@@ -397,14 +397,18 @@ fn max_age_drops_from_the_front_and_on_arrival() {
     assert_eq!(peek(&mut q), [3, 4, 20]);
 }
 
+/// Records 0, 1 and 2 appended and synced in a fresh queue in `dir`, closed: the path of its one segment.
+fn three_synced_records(dir: &Path) -> PathBuf {
+    let (mut q, _) = DiskQueue::open(StdFs, Config::new(dir)).unwrap();
+    append(&mut q, 0..3, T0);
+    q.sync().unwrap();
+    dir.join("segment-0000000000000000.log")
+}
+
 #[test]
 fn a_torn_tail_written_by_hand_is_cut_back() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut q, _) = DiskQueue::open(StdFs, Config::new(dir.path())).unwrap();
-    append(&mut q, 0..3, T0);
-    q.sync().unwrap();
-    drop(q);
-    let path = dir.path().join("segment-0000000000000000.log");
+    let path = three_synced_records(dir.path());
     let good = std::fs::metadata(&path).unwrap().len();
     // Half of a fourth record, as a crash in the middle of a write leaves it.
     let mut tail = encoded(meta(3), &payload(3));
@@ -434,11 +438,7 @@ fn a_torn_tail_written_by_hand_is_cut_back() {
 #[test]
 fn a_damaged_record_in_the_middle_is_skipped_and_counted() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut q, _) = DiskQueue::open(StdFs, Config::new(dir.path())).unwrap();
-    append(&mut q, 0..3, T0);
-    q.sync().unwrap();
-    drop(q);
-    let path = dir.path().join("segment-0000000000000000.log");
+    let path = three_synced_records(dir.path());
     let mut bytes = std::fs::read(&path).unwrap();
     // A payload byte of the second record: its header still says what it held.
     bytes[(record_len() + HEADER_LEN as u64 + 3) as usize] ^= 0x40;

@@ -272,6 +272,27 @@ async fn smon(values: u64, shutdown: &sim_common::Shutdown) -> String {
     addr
 }
 
+/// Writes `dir/telemon.toml`: the smon target `box` at `smon_addr`, pushed every `batch` to VictoriaMetrics at
+/// `vm_addr` by the sender `vm` with its disk queue in `queue` (and the `extra` lines); returns its path.
+fn smon_to_vm(
+    dir: &std::path::Path,
+    smon_addr: &str,
+    vm_addr: std::net::SocketAddr,
+    batch: &str,
+    queue: &std::path::Path,
+    extra: &str,
+) -> std::path::PathBuf {
+    let config = dir.join("telemon.toml");
+    let text = format!(
+        "[[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
+         [[remote_write]]\nname = \"vm\"\nurl = \"http://{vm_addr}/api/v1/write\"\nbatch = \"{batch}\"\n\
+         queue_dir = \"{}\"\ntimeout = \"2s\"\n{extra}",
+        queue.display()
+    );
+    std::fs::write(&config, text).unwrap();
+    config
+}
+
 /// The telemon_sender_samples_total of `result` on `metrics`.
 fn result(metrics: &str, result: &str) -> f64 {
     sum_of(metrics, &format!("telemon_sender_samples_total{{sender=\"vm\",result=\"{result}\"}}"))
@@ -299,17 +320,7 @@ async fn a_full_disk_drops_and_counts_then_sending_resumes_when_space_is_freed()
     let work = tempfile::tempdir().unwrap();
     let queue = work.path().join("queue");
     std::fs::create_dir_all(&queue).unwrap();
-    let config = work.path().join("telemon.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
-             [[remote_write]]\nname = \"vm\"\nurl = \"http://{vm_addr}/api/v1/write\"\nbatch = \"20ms\"\n\
-             queue_dir = \"{}\"\ntimeout = \"2s\"\n",
-            queue.display()
-        ),
-    )
-    .unwrap();
+    let config = smon_to_vm(work.path(), &smon_addr, vm_addr, "20ms", &queue, "");
     let listen = support::free_addr();
     // The tmpfs leaves 64 KiB free; telemon runs in the namespace that has it.
     let script = format!(
@@ -399,17 +410,9 @@ async fn a_long_outage_loses_nothing_under_the_bound_and_exactly_the_oldest_over
         let smon_addr = smon(values, &shutdown).await;
         let vm_addr = support::free_addr();
         let work = tempfile::tempdir().unwrap();
-        let config = work.path().join("telemon.toml");
-        std::fs::write(
-            &config,
-            format!(
-                "[[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n\
-                 [[remote_write]]\nname = \"vm\"\nurl = \"http://{vm_addr}/api/v1/write\"\nbatch = \"10ms\"\n\
-                 queue_dir = \"{}\"\nqueue_max_bytes = \"{bound}\"\ntimeout = \"2s\"\n",
-                work.path().join("q").display()
-            ),
-        )
-        .unwrap();
+        let bound_line = format!("queue_max_bytes = \"{bound}\"\n");
+        let config =
+            smon_to_vm(work.path(), &smon_addr, vm_addr, "10ms", &work.path().join("q"), &bound_line);
         let (telemon, listen, started_ms) = start(&config).await;
         let metrics = async || support::http_get(listen, "/metrics", &[]).await.ok().map(|(_, m)| m);
         // The outage: the receiver is not there for 1,000 ticks of samples.
