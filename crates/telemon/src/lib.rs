@@ -1,5 +1,5 @@
 //! `telemon`'s library half: the two long-running views of a fleet that the binary serves, the HTTP server of
-//! `telemon serve` ([`http`]: `/metrics`, `/probe`, `/targets`) and the terminal dashboard of `telemon top`
+//! `telemon serve` ([`http`]: `/metrics`, `/probe`, `/targets`; [`web`]: the page at `/`) and the terminal dashboard of `telemon top`
 //! ([`top`]). It sits at the top of the layers, over the fleet core (`telemon-fleet`) and the push senders
 //! (`telemon-push`); the commands themselves live in the binary (`src/cmd/`).
 
@@ -7,3 +7,4 @@
 
 pub mod http;
 pub mod top;
+pub mod web;

@@ -1,0 +1,99 @@
+//! The HTTP connections: the listener loop with its connection cap and idle deadline.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use telemon_fleet::collect;
+
+/// Descriptors kept aside for the process itself (logs, the config, listeners) before the
+/// open-file limit is shared out.
+pub const OWN_FILES: u64 = 64;
+/// The share of the open-file limit (after [`OWN_FILES`]) that HTTP connections may take: a
+/// quarter, so that at least three quarters stay for the targets' connections.
+pub const HTTP_SHARE_DIVISOR: u64 = 4;
+
+/// The bounds of the HTTP side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpLimits {
+    /// The most connections open at once: `[serve] max_connections`, but at most
+    /// (open-file limit - [`OWN_FILES`]) / [`HTTP_SHARE_DIVISOR`] (and at least 1).
+    pub max_connections: usize,
+    /// The deadline for a request's headers, and for an idle keep-alive connection.
+    pub idle_timeout: Duration,
+}
+
+impl HttpLimits {
+    /// The limits from `[serve]` and the process's soft open-file limit.
+    pub fn new(serve: &telemon_fleet::config::ServeSection, open_files: u64) -> HttpLimits {
+        let share = open_files.saturating_sub(OWN_FILES) / HTTP_SHARE_DIVISOR;
+        let share = usize::try_from(share).unwrap_or(usize::MAX).max(1);
+        HttpLimits { max_connections: serve.max_connections.min(share), idle_timeout: serve.idle_timeout }
+    }
+}
+
+/// The soft open-file limit (`Max open files` of `/proc/self/limits`); 1024 when unknown.
+pub fn open_file_limit() -> u64 {
+    let limits = std::fs::read_to_string("/proc/self/limits").unwrap_or_default();
+    limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .and_then(|l| l.split_whitespace().nth(3))
+        .map_or(1024, |soft| soft.parse().unwrap_or(u64::MAX))
+}
+
+/// Serves `app` on `listener` until `stop`: at most `limits.max_connections` connections at once
+/// (a connection beyond is closed at once and counted in
+/// `telemon_http_refused_connections_total`), each closed when a request's headers take longer
+/// than `limits.idle_timeout` or it stays idle that long between requests.
+pub(super) async fn serve_http(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    limits: HttpLimits,
+    stop: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout)
+        .keep_alive(true);
+    let mut connections = tokio::task::JoinSet::new();
+    let mut last_warning: Option<Instant> = None;
+    tokio::pin!(stop);
+    loop {
+        let (stream, _peer) = tokio::select! {
+            () = &mut stop => break,
+            Some(_) = connections.join_next() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors, most likely: let connections end before accepting again.
+                    tracing::warn!(error = %e, "cannot accept an HTTP connection");
+                    tokio::time::sleep(collect::ACCEPT_ERROR_PAUSE).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            telemon_fleet::own::http_refused();
+            if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
+                tracing::warn!(
+                    max_connections = limits.max_connections,
+                    "refusing HTTP connections: too many open (counted in telemon_http_refused_connections_total; logged once a minute)"
+                );
+                last_warning = Some(Instant::now());
+            }
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service.clone());
+        connections.spawn(async move {
+            let _ = connection.await;
+            drop(permit);
+        });
+    }
+    Ok(())
+}

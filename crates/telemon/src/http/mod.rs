@@ -1,0 +1,219 @@
+//! The fleet as a Prometheus exporter (`telemon serve`).
+//!
+//! | path | answer |
+//! |---|---|
+//! | `/metrics` | every target's cached series: text format 0.0.4, or OpenMetrics when `Accept` asks |
+//! | `/targets` | JSON: every target's state, last error, last update, connects and errors |
+//! | `/healthz` | `ok` |
+//! | `/probe?target=ADDR&protocol=hmon\|sysinfo\|smon` | one target's series, collected on demand (the multi-target exporter pattern) |
+//!
+//! A scrape of `/metrics` only renders the cache: no target I/O happens at scrape time. A probe
+//! starts a collector for its target the first time (and keeps it, so later probes reuse the
+//! connection), waits within the scrape timeout for its first values, and answers with that target
+//! alone. Probe targets nobody asked for in [`PROBE_IDLE`] are dropped.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use telemon_fleet::collect::AbortOnDrop;
+use telemon_fleet::config::FleetConfig;
+use telemon_fleet::config::Shard;
+use telemon_fleet::render::Format;
+use telemon_fleet::{Fleet, TargetSnapshot};
+use telemon_push::{Push, Stats as PushStats};
+
+mod conn;
+mod exposition;
+mod probe;
+
+pub use conn::{open_file_limit, HttpLimits, HTTP_SHARE_DIVISOR, OWN_FILES};
+pub use exposition::accepts_gzip;
+pub use probe::{DEFAULT_PROBE_TIMEOUT, MAX_PROBES, PROBE_IDLE};
+
+use conn::serve_http;
+use exposition::exposition;
+use probe::Probes;
+
+/// A running exporter: the fleet and its HTTP server.
+///
+/// HTTP runs on a thread of its own (with its own single-threaded runtime), so that a scrape never
+/// queues behind the collectors of a busy fleet, and rendering uses the second core.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    fleet: Arc<Fleet>,
+    stop: tokio::sync::watch::Sender<bool>,
+    http: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    push: Option<Push>,
+}
+
+/// Starts every target of `config` and serves HTTP on `listen` (`config.serve.listen` when `None`).
+/// The targets run on the calling runtime.
+pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Result<Server> {
+    let listen = listen.unwrap_or(&config.serve.listen);
+    let listener = std::net::TcpListener::bind(listen)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let fleet = Arc::new(Fleet::start(config).await?);
+    let instance = format!("{}:{}", hostname(), addr.port());
+    let push = Push::start(config, fleet.registry(), &instance)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let runtime = tokio::runtime::Handle::current();
+    let state = AppState {
+        fleet: fleet.clone(),
+        probes: Arc::new(Probes::new(config.serve.series_limit, runtime.clone())),
+        started: Instant::now(),
+        push: push.stats().into(),
+        shard: config.serve.shard,
+    };
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/targets", get(targets))
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/probe", get(probe::probe))
+        .with_state(state.clone())
+        .merge(crate::web::routes());
+    let limits = HttpLimits::new(&config.serve, open_file_limit());
+    tracing::info!(
+        max_connections = limits.max_connections,
+        idle_timeout = ?limits.idle_timeout,
+        "HTTP connections are capped (the rest of the open-file limit is kept for targets)"
+    );
+    let (stop, mut stopped) = tokio::sync::watch::channel(false);
+    let (done_tx, http) = tokio::sync::oneshot::channel();
+    let thread = std::thread::Builder::new().name("telemon-http".into()).spawn(move || {
+        let served = tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|rt| {
+            rt.block_on(async move {
+                let sweeper = tokio::spawn(async move {
+                    loop {
+                        tokio::time::sleep(Duration::from_secs(60)).await;
+                        state.probes.sweep(PROBE_IDLE);
+                    }
+                });
+                let _sweeper = AbortOnDrop(sweeper);
+                let listener = tokio::net::TcpListener::from_std(listener)?;
+                serve_http(listener, app, limits, async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                })
+                .await
+            })
+        });
+        let _ = done_tx.send(served);
+    })?;
+    Ok(Server { addr, fleet, stop, http, thread: Some(thread), push: Some(push) })
+}
+
+impl Server {
+    /// The address HTTP is served on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The fleet behind the exporter.
+    pub fn fleet(&self) -> &Fleet {
+        &self.fleet
+    }
+
+    /// Serves until `signal` completes or the server fails, then shuts down.
+    pub async fn run_until(mut self, signal: impl std::future::Future<Output = ()>) -> std::io::Result<()> {
+        let result = tokio::select! {
+            () = signal => Ok(()),
+            r = &mut self.http => r.unwrap_or_else(|_| Err(std::io::Error::other("the HTTP thread ended"))),
+        };
+        self.shutdown().await;
+        result
+    }
+
+    /// The push senders' stats (`[[remote_write]]` then `[[otlp]]`, in config order).
+    pub fn push_stats(&self) -> Vec<Arc<PushStats>> {
+        self.push.as_ref().map(Push::stats).unwrap_or_default()
+    }
+
+    /// Stops serving, flushes the push senders (within [`telemon_push::SHUTDOWN_DEADLINE`]) and
+    /// stops every target.
+    pub async fn shutdown(mut self) {
+        self.stop.send_replace(true);
+        if let Some(push) = self.push.take() {
+            push.shutdown(telemon_push::SHUTDOWN_DEADLINE).await;
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.http).await;
+        if let Some(t) = self.thread.take() {
+            if t.is_finished() {
+                let _ = t.join();
+            }
+        }
+        self.fleet.shutdown().await;
+    }
+}
+
+#[derive(Clone)]
+pub(crate) struct AppState {
+    fleet: Arc<Fleet>,
+    probes: Arc<Probes>,
+    started: Instant,
+    push: Arc<[Arc<PushStats>]>,
+    shard: Option<Shard>,
+}
+
+/// This host's name (for OTLP's `service.instance.id`), `localhost` when unknown.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let open_metrics = Format::from_accept(accept) == Format::OpenMetrics;
+    let mut own = telemon_push::stats::render(&state.push, open_metrics);
+    if let Some(recording) = telemon_fleet::record::installed() {
+        own.push_str(&recording.render(open_metrics));
+    }
+    exposition(state.fleet.snapshot(), &headers, own)
+}
+
+/// One target as `/targets` shows it.
+pub fn target_json(t: &TargetSnapshot) -> serde_json::Value {
+    let unix =
+        |at: std::time::SystemTime| at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+    let errors: serde_json::Map<String, serde_json::Value> =
+        t.errors.iter().map(|(k, n)| (k.as_str().to_owned(), n.into())).collect();
+    serde_json::json!({
+        "name": &*t.name,
+        "protocol": t.protocol.as_str(),
+        "labels": t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<HashMap<_, _>>(),
+        "state": t.state.as_str(),
+        "last_error": t.last_error.as_deref(),
+        "last_update": t.last_update.map(unix),
+        "connects": t.connects,
+        "reconnects": t.connects.saturating_sub(1),
+        "errors": errors,
+        "series": t.series.len(),
+        "dropped_series": t.dropped_series,
+        "received_bytes": t.received_bytes,
+    })
+}
+
+async fn targets(State(state): State<AppState>) -> Response {
+    let snapshot = state.fleet.snapshot();
+    let body = serde_json::json!({
+        "uptime_seconds": state.started.elapsed().as_secs_f64(),
+        "shard": state.shard.map(|s| s.to_string()),
+        "targets": snapshot.targets.iter().map(|t| target_json(t)).collect::<Vec<_>>(),
+        "probes": state.probes.snapshot().iter().map(|t| target_json(t)).collect::<Vec<_>>(),
+    });
+    ([(header::CONTENT_TYPE, "application/json")], body.to_string() + "\n").into_response()
+}
