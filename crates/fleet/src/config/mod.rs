@@ -14,12 +14,15 @@ use crate::pace;
 use crate::store::DEFAULT_SERIES_LIMIT;
 
 mod parse;
+pub mod probe;
 pub mod push;
 #[cfg(test)]
 mod push_tests;
 
 pub use parse::ConfigError;
 use parse::{duration, line_of, one_second};
+use probe::probe_allow;
+pub use probe::ProbeAllow;
 use push::shard_option;
 pub use push::{validate_push, BasicAuth, PushSection, Shard, TlsSection, WhenFull};
 
@@ -154,6 +157,14 @@ pub struct ServeSection {
     /// most [`pace::MAX_WAKEUP_SLACK`].
     #[serde(default = "default_wakeup_slack", deserialize_with = "duration")]
     pub wakeup_slack: Duration,
+    /// The web configuration file (exporter-toolkit's format: TLS, basic auth, headers) that
+    /// `telemon serve` applies to its HTTP port; a relative path is taken from the config file's
+    /// directory. `--web.config.file` overrides it.
+    #[serde(default)]
+    pub web_config: Option<PathBuf>,
+    /// The networks (and optional ports) `/probe` may connect to; when empty, loopback only.
+    #[serde(default, deserialize_with = "probe_allow")]
+    pub probe_allow: Vec<ProbeAllow>,
 }
 
 fn default_wakeup_slack() -> Duration {
@@ -188,6 +199,8 @@ impl Default for ServeSection {
             idle_timeout: DEFAULT_IDLE_TIMEOUT,
             wakeup_slack: pace::DEFAULT_WAKEUP_SLACK,
             shard: None,
+            web_config: None,
+            probe_allow: Vec::new(),
         }
     }
 }
@@ -527,7 +540,17 @@ impl FleetConfig {
             key: "-".into(),
             message: format!("cannot read: {e}"),
         })?;
-        FleetConfig::parse(&file, &text)
+        let mut config = FleetConfig::parse(&file, &text)?;
+        config.resolve_paths(path.parent().unwrap_or(Path::new(".")));
+        Ok(config)
+    }
+
+    /// Makes the config's relative file paths (`[serve] web_config`) relative to `dir`, the
+    /// config file's directory, as Prometheus does for the files its config names.
+    pub fn resolve_paths(&mut self, dir: &Path) {
+        if let Some(web) = self.serve.web_config.as_mut().filter(|w| w.is_relative()) {
+            *web = dir.join(&*web);
+        }
     }
 
     /// Parses and validates config `text`; `file` names it in errors.

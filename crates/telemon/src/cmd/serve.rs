@@ -27,6 +27,10 @@ pub struct Args {
     record: Option<PathBuf>,
     #[command(flatten)]
     rotate: RotateArgs,
+    /// The web configuration file (TLS, basic auth, headers; the format node_exporter and other Prometheus
+    /// exporters read, see docs/security.md). Overrides `web_config` of the config's [serve].
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    web_config_file: Option<PathBuf>,
 }
 
 /// Runs `telemon serve` until Ctrl-C or SIGTERM.
@@ -39,6 +43,9 @@ pub async fn run(args: Args) -> CliResult {
     let mut config = args.targets.to_config()?;
     if args.shard.is_some() {
         config.serve.shard = args.shard;
+    }
+    if args.web_config_file.is_some() {
+        config.serve.web_config = args.web_config_file.clone();
     }
     if config.blocks() == 0 {
         return Err(CliError::Usage(

@@ -50,8 +50,10 @@ pub(super) async fn serve_http(
     listener: tokio::net::TcpListener,
     app: Router,
     limits: HttpLimits,
+    gate: Arc<WebGate>,
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
+    let _ = &gate;
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let service = hyper_util::service::TowerToHyperService::new(app);
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -96,4 +98,42 @@ pub(super) async fn serve_http(
         });
     }
     Ok(())
+}
+
+/// The web configuration file's settings (exporter-toolkit's format): TLS, basic auth users and
+/// response headers.
+#[derive(Debug)]
+pub struct WebConfig {
+    /// The file it was read from.
+    pub path: std::path::PathBuf,
+}
+
+/// A web configuration file that cannot be used, with where (file, line, key) and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct WebConfigError(String);
+
+impl WebConfig {
+    /// Reads and checks the web configuration file at `path`.
+    pub fn load(path: &std::path::Path) -> Result<WebConfig, WebConfigError> {
+        Err(WebConfigError(format!("{}: web configuration files are not supported yet", path.display())))
+    }
+}
+
+/// The web configuration in force, shared by every connection and replaced on reload.
+#[derive(Debug, Default)]
+pub struct WebGate {
+    config: std::sync::RwLock<Option<Arc<WebConfig>>>,
+}
+
+impl WebGate {
+    /// A gate applying `config` (plain HTTP with no users when `None`).
+    pub fn new(config: Option<WebConfig>) -> WebGate {
+        WebGate { config: std::sync::RwLock::new(config.map(Arc::new)) }
+    }
+
+    /// Applies `config` to the connections accepted from now on.
+    pub fn set(&self, config: Option<WebConfig>) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config.map(Arc::new);
+    }
 }

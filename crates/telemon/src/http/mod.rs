@@ -34,7 +34,9 @@ mod conn;
 mod exposition;
 mod probe;
 
-pub use conn::{open_file_limit, HttpLimits, HTTP_SHARE_DIVISOR, OWN_FILES};
+pub use conn::{
+    open_file_limit, HttpLimits, WebConfig, WebConfigError, WebGate, HTTP_SHARE_DIVISOR, OWN_FILES,
+};
 pub use exposition::accepts_gzip;
 pub use probe::{DEFAULT_PROBE_TIMEOUT, MAX_PROBES, PROBE_IDLE};
 
@@ -50,6 +52,7 @@ use probe::Probes;
 pub struct Server {
     addr: SocketAddr,
     fleet: Arc<Fleet>,
+    web: Arc<WebGate>,
     stop: tokio::sync::watch::Sender<bool>,
     http: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -63,11 +66,12 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
     let listener = std::net::TcpListener::bind(listen)
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
     listener.set_nonblocking(true)?;
+    let web = config.serve.web_config.as_deref().map(WebConfig::load).transpose().map_err(invalid_input)?;
+    let web = Arc::new(WebGate::new(web));
     let addr = listener.local_addr()?;
     let fleet = Arc::new(Fleet::start(config).await?);
     let instance = format!("{}:{}", hostname(), addr.port());
-    let push = Push::start(config, fleet.registry(), &instance)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    let push = Push::start(config, fleet.registry(), &instance).map_err(invalid_input)?;
     let runtime = tokio::runtime::Handle::current();
     let state = AppState {
         fleet: fleet.clone(),
@@ -82,7 +86,7 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/probe", get(probe::probe))
         .with_state(state.clone())
-        .merge(crate::web::routes());
+        .merge(crate::web::routes(fleet.clone()));
     let limits = HttpLimits::new(&config.serve, open_file_limit());
     tracing::info!(
         max_connections = limits.max_connections,
@@ -91,6 +95,7 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
     );
     let (stop, mut stopped) = tokio::sync::watch::channel(false);
     let (done_tx, http) = tokio::sync::oneshot::channel();
+    let gate = web.clone();
     let thread = std::thread::Builder::new().name("telemon-http".into()).spawn(move || {
         let served = tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|rt| {
             rt.block_on(async move {
@@ -102,7 +107,7 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
                 });
                 let _sweeper = AbortOnDrop(sweeper);
                 let listener = tokio::net::TcpListener::from_std(listener)?;
-                serve_http(listener, app, limits, async move {
+                serve_http(listener, app, limits, gate, async move {
                     let _ = stopped.wait_for(|s| *s).await;
                 })
                 .await
@@ -110,13 +115,18 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
         });
         let _ = done_tx.send(served);
     })?;
-    Ok(Server { addr, fleet, stop, http, thread: Some(thread), push: Some(push) })
+    Ok(Server { addr, fleet, web, stop, http, thread: Some(thread), push: Some(push) })
 }
 
 impl Server {
     /// The address HTTP is served on.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The web configuration (TLS, users, headers) in force.
+    pub fn web(&self) -> &WebGate {
+        &self.web
     }
 
     /// The fleet behind the exporter.
@@ -163,6 +173,10 @@ pub(crate) struct AppState {
     started: Instant,
     push: Arc<[Arc<PushStats>]>,
     shard: Option<Shard>,
+}
+
+fn invalid_input(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
 }
 
 /// This host's name (for OTLP's `service.instance.id`), `localhost` when unknown.

@@ -1,12 +1,16 @@
 //! The web view of `telemon serve` at `/`.
 
+use std::sync::Arc;
+
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use telemon_fleet::Fleet;
 
 /// The routes of the web view, merged into the exporter's router (behind its authentication).
-pub fn routes() -> Router {
+pub fn routes(fleet: Arc<Fleet>) -> Router {
+    let _ = fleet;
     Router::new().route("/", get(index))
 }
 
