@@ -20,6 +20,7 @@
 //! * [`record`] and [`export`]: recording the collectors' connections, and replaying recordings through them;
 //! * [`pace`]: wake-up coalescing for the collectors' runtime;
 //! * [`heap`]: giving the heap's free pages back once the fleet settles.
+//! * [`history`]: the recent past of every series, bounded, that the views plot.
 //!
 //! [`Fleet::start`] starts every target of a config. A whole program that watches two targets (an smon
 //! stream and an rvOS sysinfo service) and prints their series once both are up:
@@ -71,6 +72,7 @@ pub mod collect;
 pub mod config;
 pub mod export;
 pub mod heap;
+pub mod history;
 pub mod model;
 pub mod own;
 pub mod pace;
