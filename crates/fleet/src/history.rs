@@ -62,6 +62,10 @@ pub fn key(s: &SeriesRef) -> String {
     k
 }
 
+/// The first character of a view's own derived series' keys (see [`History::put`]), which no family
+/// name starts with.
+pub const DERIVED: char = '=';
+
 /// One point: seconds relative to the latest sample (0 or negative), and the value.
 pub type Point = (f64, f64);
 
@@ -250,7 +254,7 @@ impl History {
             let series = self.targets.entry(t.name.clone()).or_default();
             let keys: Vec<String> = t.series.iter().map(|s| key(&s)).collect();
             let live: HashSet<&str> = keys.iter().map(String::as_str).collect();
-            series.retain(|k, _| live.contains(k.as_str()));
+            series.retain(|k, _| k.starts_with(DERIVED) || live.contains(k.as_str()));
             if shrunk {
                 series.values_mut().for_each(|r| r.fit(shape));
             }
@@ -262,6 +266,21 @@ impl History {
                 series.entry(k).or_default().put(at, v as f32, shape);
             }
         }
+    }
+
+    /// Records a view's own figure of `target` at the latest sample's second (a count, a ratio computed
+    /// from several series), under `key`, which must start with [`DERIVED`] (otherwise nothing is
+    /// kept). Call it after [`History::record`]; it is forgotten with its target.
+    pub fn put(&mut self, target: &str, key: &str, v: f64) {
+        if !key.starts_with(DERIVED) {
+            return;
+        }
+        let shape = self.shape();
+        let Some(series) = self.targets.get_mut(target) else { return };
+        if !series.contains_key(key) && series.len() >= MAX_SERIES_PER_TARGET {
+            return;
+        }
+        series.entry(key.to_owned()).or_default().put(self.now, v as f32, shape);
     }
 
     /// The points of the series `key` of the target named `target` within the last `window` seconds,
@@ -374,8 +393,14 @@ mod tests {
         assert_eq!(h.movement(&t, "g{i=0}", 10), 10.0);
         let last = h.last_seconds("t", "g{i=0}", 3);
         assert_eq!(last, [Some(97.0), Some(98.0), Some(99.0)]);
+        h.put("t", "=busy", 0.5);
+        h.put("t", "busy", 0.5);
+        h.record(&FleetSnapshot::from(vec![target("t", 100.0, None)]), 100);
+        h.put("t", "=busy", 0.25);
+        assert_eq!(h.last_seconds("t", "=busy", 2), [Some(0.5), Some(0.25)], "kept across record");
+        assert!(h.last_seconds("t", "busy", 2).iter().all(Option::is_none), "not derived: not kept");
         // A target that leaves the fleet is forgotten.
-        h.record(&FleetSnapshot::default(), 100);
+        h.record(&FleetSnapshot::default(), 101);
         assert!(h.is_empty());
     }
 

@@ -70,6 +70,7 @@
 
 pub mod collect;
 pub mod config;
+pub mod discover;
 pub mod export;
 pub mod heap;
 pub mod history;
@@ -84,6 +85,7 @@ pub mod rows;
 pub mod series;
 pub mod store;
 pub mod target;
+pub mod units;
 
 pub use model::{
     ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, LabelPairs, LabelSet, MetricKind, Num, Protocol,
@@ -92,10 +94,12 @@ pub use model::{
 pub use registry::Registry;
 pub use target::{Failure, Publisher};
 
-use config::{labels, FleetConfig};
+use config::FleetConfig;
+use units::{Applied, Units};
 
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -103,11 +107,16 @@ use tokio::task::JoinSet;
 
 /// The running fleet: the registry of target caches and the tasks that fill it.
 ///
-/// Views call [`Fleet::snapshot`] (cheap) and wait on [`Fleet::changed`].
+/// Views call [`Fleet::snapshot`] (cheap) and wait on [`Fleet::changed`]. [`Fleet::apply`] changes
+/// the running targets to those of another config, touching only what differs.
 #[derive(Debug)]
 pub struct Fleet {
     registry: Registry,
+    units: Arc<Units>,
+    /// Tasks started with [`Fleet::spawn`] (a replay's players).
     tasks: Mutex<JoinSet<()>>,
+    /// Whether the config has `[[file_sd]]` blocks (their counter is rendered then).
+    file_sd: AtomicBool,
 }
 
 impl Default for Fleet {
@@ -126,74 +135,27 @@ impl Fleet {
     /// (`[[hmon_listen]]`, `[[mono_listen]]`) cannot bind, naming the block.
     pub async fn start(config: &FleetConfig) -> std::io::Result<Fleet> {
         let fleet = Fleet::new();
-        let reg = fleet.registry.clone();
-        let limit = config.serve.series_limit;
-        let publisher = |name: &str, protocol, l| Publisher::new(&reg, name, protocol, labels(l), limit);
-        // Sharding picks the targets before any collector starts (listeners are not sharded).
-        let shard = config.serve.shard;
-        let mine = |name: &str| shard.is_none_or(|s| s.owns(name));
-        for t in &config.meter161 {
-            let name = t.name.get_ref();
-            if t.dir.is_some() && !mine(name) {
-                continue;
-            }
-            if let Some(dir) = &t.dir {
-                let p = publisher(name, Protocol::Meter161, &t.labels);
-                fleet.spawn(collect::meter161::run(p, dir.clone(), t.interval));
-            } else if let Some(pattern) = &t.dir_glob {
-                let block = collect::meter161::GlobBlock {
-                    name: name.clone(),
-                    pattern: pattern.clone(),
-                    labels: labels(&t.labels),
-                    series_limit: limit,
-                    interval: t.interval,
-                    shard,
-                };
-                fleet.spawn(collect::meter161::run_glob(reg.clone(), block, GLOB_RESCAN));
-            }
-        }
-        for t in config.hmon.iter().filter(|t| mine(t.name.get_ref())) {
-            let p = publisher(t.name.get_ref(), Protocol::Hmon, &t.labels);
-            let addr = t.connect.clone().unwrap_or_default();
-            fleet.spawn(collect::hmon::run_connect(p, addr, collect::hmon::Plan::new(t)));
-        }
-        for t in &config.hmon_listen {
-            let accept = collect::hmon::listen(reg.clone(), t, limit, DIAL_IN_LINGER).await.map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("[[hmon_listen]] {}: cannot listen: {e}", t.name.get_ref()),
-                )
-            })?;
-            fleet.spawn(accept);
-        }
-        for t in &config.mono_listen {
-            let accept = collect::mono::listen(reg.clone(), t, limit, DIAL_IN_LINGER).await.map_err(|e| {
-                std::io::Error::new(
-                    e.kind(),
-                    format!("[[mono_listen]] {}: cannot listen: {e}", t.name.get_ref()),
-                )
-            })?;
-            fleet.spawn(accept);
-        }
-        for t in config.smon.iter().filter(|t| mine(t.name.get_ref())) {
-            let p = publisher(t.name.get_ref(), Protocol::Smon, &t.labels);
-            let source = match (&t.connect, &t.file) {
-                (Some(a), _) => collect::smon::Source::Connect(a.clone()),
-                (None, f) => collect::smon::Source::File(f.clone().unwrap_or_default()),
-            };
-            fleet.spawn(collect::smon::run(p, source));
-        }
-        for t in config.sysinfo.iter().filter(|t| mine(t.name.get_ref())) {
-            let p = publisher(t.name.get_ref(), Protocol::Sysinfo, &t.labels);
-            let endpoint = collect::sysinfo::endpoint(t.connect.as_deref(), t.socket.as_ref());
-            fleet.spawn(collect::sysinfo::run_plan(p, endpoint, collect::sysinfo::Plan::new(t)));
-        }
+        fleet.apply(config).await?;
         Ok(fleet)
+    }
+
+    /// Makes the running targets those of `config`: a block that did not change keeps its task (its
+    /// connection, series, counters and rates, with no down transition), a changed one restarts, a
+    /// removed one stops (see [`units`]). Fails, with nothing changed, when a new listener cannot bind.
+    pub async fn apply(&self, config: &FleetConfig) -> std::io::Result<Applied> {
+        self.file_sd.store(!config.file_sd.is_empty(), Ordering::Relaxed);
+        self.units.apply(config).await
     }
 
     /// A fleet with no targets yet.
     pub fn new() -> Fleet {
-        Fleet { registry: Registry::new(), tasks: Mutex::new(JoinSet::new()) }
+        let registry = Registry::new();
+        Fleet {
+            units: Units::new(registry.clone()),
+            registry,
+            tasks: Mutex::new(JoinSet::new()),
+            file_sd: AtomicBool::new(false),
+        }
     }
 
     /// The registry target tasks publish into.
@@ -211,7 +173,7 @@ impl Fleet {
         F: Future<Output = ()> + Send + 'static,
     {
         let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-        // Forget the tasks that ended (a dir_glob's vanished simulators), so the set does not grow.
+        // Forget the tasks that ended, so the set does not grow.
         while tasks.try_join_next().is_some() {}
         tasks.spawn(task);
     }
@@ -226,9 +188,15 @@ impl Fleet {
         self.registry.changed()
     }
 
+    /// The fleet's own process-wide families for `/metrics` (see [`own::render_tail`]).
+    pub fn render_tail(&self, open_metrics: bool) -> String {
+        own::render_tail(self.file_sd.load(Ordering::Relaxed), open_metrics)
+    }
+
     /// Stops every target task (each is dropped where it waits: its publisher removes the target)
     /// and waits until they are gone.
     pub async fn shutdown(&self) {
+        self.units.shutdown().await;
         let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
         tasks.abort_all();
         while tasks.join_next().await.is_some() {}

@@ -102,3 +102,59 @@ pub fn http_refused() {
 pub fn http_refusals() -> u64 {
     HTTP_REFUSED.load(Ordering::Relaxed)
 }
+
+static FILE_SD_READ_ERRORS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts `n` file_sd read errors: a target file that cannot be read or parsed, or a target in one
+/// that is refused.
+pub fn file_sd_read_errors(n: u64) {
+    FILE_SD_READ_ERRORS.fetch_add(n, Ordering::Relaxed);
+}
+
+/// file_sd read errors so far (`telemon_file_sd_read_errors_total`).
+pub fn file_sd_read_error_count() -> u64 {
+    FILE_SD_READ_ERRORS.load(Ordering::Relaxed)
+}
+
+/// Writes one process-wide family (`# HELP`, `# TYPE` and its samples) in the text format or
+/// OpenMetrics: `samples` are `(label text without braces, value)`.
+pub fn write_family(
+    out: &mut String,
+    name: &str,
+    ty: &str,
+    help: &str,
+    open_metrics: bool,
+    samples: &[(&str, f64)],
+) {
+    use std::fmt::Write as _;
+    let meta =
+        if open_metrics && ty == "counter" { name.strip_suffix("_total").unwrap_or(name) } else { name };
+    let _ = writeln!(out, "# HELP {meta} {help}\n# TYPE {meta} {ty}");
+    for (labels, value) in samples {
+        out.push_str(name);
+        if !labels.is_empty() {
+            out.push('{');
+            out.push_str(labels);
+            out.push('}');
+        }
+        let _ = writeln!(out, " {value}");
+    }
+}
+
+/// The fleet's process-wide families that are rendered after the targets' (today the file_sd
+/// counter, when a `[[file_sd]]` block exists).
+pub fn render_tail(file_sd: bool, open_metrics: bool) -> String {
+    let mut out = String::new();
+    if file_sd {
+        let n = file_sd_read_error_count() as f64;
+        write_family(
+            &mut out,
+            "telemon_file_sd_read_errors_total",
+            "counter",
+            "Target files of [[file_sd]] blocks that could not be read or parsed, and targets in them refused.",
+            open_metrics,
+            &[("", n)],
+        );
+    }
+    out
+}

@@ -13,12 +13,14 @@ use toml::Spanned;
 use crate::pace;
 use crate::store::DEFAULT_SERIES_LIMIT;
 
+pub mod file_sd;
 mod parse;
 pub mod probe;
 pub mod push;
 #[cfg(test)]
 mod push_tests;
 
+pub use file_sd::{Discovered, FileSdSection};
 pub use parse::ConfigError;
 use parse::{duration, line_of, one_second};
 use probe::probe_allow;
@@ -414,6 +416,9 @@ pub struct FleetConfig {
     /// `[[otlp]]` blocks: OTLP/HTTP protobuf senders.
     #[serde(default)]
     pub otlp: Vec<PushSection>,
+    /// `[[file_sd]]` blocks: targets listed in files (Prometheus's file_sd format).
+    #[serde(default)]
+    pub file_sd: Vec<FileSdSection>,
 }
 
 /// Label names that telemon sets itself (every label named in `docs/metrics.md`, plus `le` and
@@ -513,6 +518,9 @@ impl FleetConfig {
     /// `2 meter161, 1 hmon, ...`: the blocks per kind, for people.
     pub fn summary(&self) -> String {
         let mut s = self.target_summary();
+        if !self.file_sd.is_empty() {
+            s += &format!(", {} file_sd", self.file_sd.len());
+        }
         if !self.remote_write.is_empty() || !self.otlp.is_empty() {
             s += &format!("; pushing to {} remote_write, {} otlp", self.remote_write.len(), self.otlp.len());
         }
@@ -551,6 +559,9 @@ impl FleetConfig {
         if let Some(web) = self.serve.web_config.as_mut().filter(|w| w.is_relative()) {
             *web = dir.join(&*web);
         }
+        for sd in &mut self.file_sd {
+            sd.resolve_paths(dir);
+        }
     }
 
     /// Parses and validates config `text`; `file` names it in errors.
@@ -578,6 +589,16 @@ impl FleetConfig {
     }
 
     fn validate(&self, file: &str, text: &str) -> Result<(), ConfigError> {
+        for (i, sd) in self.file_sd.iter().enumerate() {
+            if let Err((key, message)) = sd.check() {
+                // The line of the block's header: the i-th `[[file_sd]]`.
+                let line = text
+                    .match_indices("[[file_sd]]")
+                    .nth(i)
+                    .map_or(0, |(at, _)| key_line(text, at + 2, &key).max(line_of(text, at)));
+                return Err(ConfigError { file: file.into(), line, key: format!("file_sd.{key}"), message });
+            }
+        }
         let err = |name: &Spanned<String>, key: &str, message: String| ConfigError {
             file: file.into(),
             line: line_of(text, name.span().start),

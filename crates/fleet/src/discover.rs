@@ -1,0 +1,148 @@
+//! The watcher of a `[[file_sd]]` block: reads its target files when the file system says they changed
+//! (inotify, through `notify`), and every `refresh_interval` in any case, as Prometheus's file_sd does.
+//!
+//! A file that cannot be read or parsed keeps the targets it last gave (and counts in
+//! `telemon_file_sd_read_errors_total`); a file that is gone gives none. A target refused on its own (not
+//! `HOST:PORT`, a bad label) is left out and counted too.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::config::{Discovered, FileSdSection};
+
+/// How long the watcher waits after a change before reading, so that a burst of writes reads once.
+pub const SETTLE: Duration = Duration::from_millis(100);
+/// How often directories that could not be watched (they did not exist) are tried again, and read.
+pub const RETRY_WATCH: Duration = Duration::from_secs(2);
+
+/// One file_sd block's watcher.
+#[derive(Debug)]
+pub struct Watcher {
+    key: String,
+    section: FileSdSection,
+    /// The last targets each file gave (a file that fails to parse keeps its entry).
+    files: BTreeMap<PathBuf, Vec<Discovered>>,
+    /// What each file said last time it failed, to log a failure once.
+    failing: BTreeMap<PathBuf, String>,
+    reported: Option<Vec<Discovered>>,
+}
+
+impl Watcher {
+    /// The watcher of `section`, reporting under `key`.
+    pub fn new(key: String, section: FileSdSection) -> Watcher {
+        Watcher { key, section, files: BTreeMap::new(), failing: BTreeMap::new(), reported: None }
+    }
+
+    /// Reads every file the patterns match; the targets of all of them, in file order, at most
+    /// [`crate::config::file_sd::MAX_TARGETS_PER_BLOCK`].
+    pub fn read(&mut self) -> Vec<Discovered> {
+        let matching = self.section.matching_files();
+        self.files.retain(|f, _| matching.contains(f));
+        self.failing.retain(|f, _| matching.contains(f));
+        for file in matching {
+            match self.section.read_file(&file) {
+                Ok((found, refused)) => {
+                    for why in &refused {
+                        tracing::warn!(file = %file.display(), "file_sd: {why}");
+                    }
+                    crate::own::file_sd_read_errors(refused.len() as u64);
+                    self.failing.remove(&file);
+                    self.files.insert(file, found);
+                }
+                Err(why) => {
+                    crate::own::file_sd_read_errors(1);
+                    if self.failing.get(&file) != Some(&why) {
+                        tracing::warn!(file = %file.display(), error = %why, "file_sd: cannot read the file; keeping its last targets");
+                    }
+                    self.failing.insert(file, why);
+                }
+            }
+        }
+        let mut all: Vec<Discovered> = self.files.values().flatten().cloned().collect();
+        let max = crate::config::file_sd::MAX_TARGETS_PER_BLOCK;
+        if all.len() > max {
+            crate::own::file_sd_read_errors((all.len() - max) as u64);
+            all.truncate(max);
+        }
+        all
+    }
+
+    /// Watches and reads until dropped, calling `report(key, targets)` with the targets at first and
+    /// whenever they change.
+    pub async fn run<F, Fut>(mut self, mut report: F)
+    where
+        F: FnMut(String, Vec<Discovered>) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<()>(1);
+        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+            if event.is_ok_and(|e| !e.kind.is_access()) {
+                let _ = tx.try_send(());
+            }
+        })
+        .map_err(|e| tracing::warn!(error = %e, "file_sd: no file-system notifications; reading every refresh_interval"))
+        .ok();
+        let mut unwatched = self.section.watch_dirs();
+        let mut refresh = tokio::time::interval(self.section.refresh_interval);
+        refresh.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut retry = tokio::time::interval(RETRY_WATCH);
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if let Some(w) = watcher.as_mut() {
+                use notify::Watcher as _;
+                unwatched.retain(|dir| w.watch(dir, notify::RecursiveMode::NonRecursive).is_err());
+            }
+            let found = self.read();
+            if self.reported.as_ref() != Some(&found) {
+                self.reported = Some(found.clone());
+                report(self.key.clone(), found).await;
+            }
+            tokio::select! {
+                _ = refresh.tick() => {}
+                Some(()) = rx.recv() => tokio::time::sleep(SETTLE).await,
+                _ = retry.tick(), if !unwatched.is_empty() || watcher.is_none() => {}
+            }
+            // Coalesce what arrived meanwhile.
+            while rx.try_recv().is_ok() {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<String>>) -> Vec<String> {
+        tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.unwrap().unwrap()
+    }
+
+    #[tokio::test]
+    async fn follows_writes_keeps_the_last_good_targets_and_drops_deleted_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("files = ['{}/*.json']\nprotocol = 'smon'\n", dir.path().display());
+        let section: FileSdSection = toml::from_str(&text).unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let task = tokio::spawn(Watcher::new("k".into(), section).run(move |_, found| {
+            let tx = tx.clone();
+            async move {
+                let _ = tx.send(found.iter().map(|d| d.name().to_owned()).collect::<Vec<_>>());
+            }
+        }));
+        assert!(next(&mut rx).await.is_empty());
+        let file = dir.path().join("a.json");
+        std::fs::write(&file, r#"[{"targets": ["127.0.0.1:1", "127.0.0.1:2"]}]"#).unwrap();
+        assert_eq!(next(&mut rx).await, ["127.0.0.1:1", "127.0.0.1:2"]);
+        std::fs::write(&file, r#"[{"targets": ["127.0.0.1:3"]}]"#).unwrap();
+        assert_eq!(next(&mut rx).await, ["127.0.0.1:3"]);
+        let before = crate::own::file_sd_read_error_count();
+        std::fs::write(&file, "[{").unwrap();
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(rx.try_recv().is_err(), "a corrupt file keeps its targets");
+        assert!(crate::own::file_sd_read_error_count() > before);
+        std::fs::remove_file(&file).unwrap();
+        assert!(next(&mut rx).await.is_empty());
+        task.abort();
+    }
+}
