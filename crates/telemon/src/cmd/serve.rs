@@ -54,6 +54,10 @@ pub async fn run(args: Args) -> CliResult {
     }
     let recording = args.record.map(|dir| args.rotate.start(dir)).transpose()?;
     telemon_fleet::pace::set_wakeup_slack(config.serve.wakeup_slack);
+    // A bad web config is a usage error (exit 2, FILE:LINE: KEY: why), like a bad --config.
+    if let Some(web) = &config.serve.web_config {
+        telemon::http::WebConfig::load(web).map_err(|e| CliError::Usage(e.to_string()))?;
+    }
     let server = telemon::http::start(&config, args.listen.as_deref()).await.map_err(CliError::peer)?;
     let shard = config.serve.shard.map(|s| format!(" (shard {s})")).unwrap_or_default();
     eprintln!("telemon: serving {}{shard} on http://{}/metrics", config.summary(), server.local_addr());

@@ -1,10 +1,22 @@
-//! The HTTP connections: the listener loop with its connection cap and idle deadline.
+//! The HTTP connections: the listener loop with its connection cap and idle deadline, and the web
+//! configuration file (TLS, basic auth, headers) every connection passes.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
 use telemon_fleet::collect;
+
+mod auth;
+mod tls;
+mod web_config;
+
+pub use auth::{AUTH_CACHE_ENTRIES, OPEN_PATH};
+pub use tls::CERT_CHECK_INTERVAL;
+pub use web_config::{
+    ClientAuth, Curve, PemSource, RateLimit, TlsSettings, TlsVersion, WebConfig, WebConfigError,
+    ALLOWED_HEADERS, MAX_PEM_BYTES, MAX_WEB_CONFIG_BYTES,
+};
 
 /// Descriptors kept aside for the process itself (logs, the config, listeners) before the
 /// open-file limit is shared out.
@@ -46,6 +58,11 @@ pub fn open_file_limit() -> u64 {
 /// (a connection beyond is closed at once and counted in
 /// `telemon_http_refused_connections_total`), each closed when a request's headers take longer
 /// than `limits.idle_timeout` or it stays idle that long between requests.
+///
+/// Each connection takes the web config in force when it is accepted (`gate`): its TLS handshake
+/// (on the connection's own task, within `limits.idle_timeout`, so that a slow client never holds
+/// up the accept loop), then basic auth, the rate limit and the response headers around the whole
+/// of `app`.
 pub(super) async fn serve_http(
     listener: tokio::net::TcpListener,
     app: Router,
@@ -53,7 +70,6 @@ pub(super) async fn serve_http(
     gate: Arc<WebGate>,
     stop: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let _ = &gate;
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let service = hyper_util::service::TowerToHyperService::new(app);
     let mut builder = hyper::server::conn::http1::Builder::new();
@@ -65,7 +81,7 @@ pub(super) async fn serve_http(
     let mut last_warning: Option<Instant> = None;
     tokio::pin!(stop);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut stop => break,
             Some(_) = connections.join_next() => continue,
             accepted = listener.accept() => match accepted {
@@ -91,33 +107,30 @@ pub(super) async fn serve_http(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let connection = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service.clone());
+        let web = gate.current();
+        let acceptor = web.as_ref().and_then(|w| w.acceptor.clone());
+        let service = auth::Gatekeeper::new(service.clone(), web);
+        let builder = builder.clone();
+        let handshake_deadline = limits.idle_timeout;
         connections.spawn(async move {
-            let _ = connection.await;
+            match acceptor {
+                None => {
+                    let _ = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await;
+                }
+                Some(acceptor) => match tokio::time::timeout(handshake_deadline, acceptor.accept(stream))
+                    .await
+                {
+                    Ok(Ok(tls)) => {
+                        let _ = builder.serve_connection(hyper_util::rt::TokioIo::new(tls), service).await;
+                    }
+                    Ok(Err(e)) => tracing::debug!(peer = %peer, error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(peer = %peer, "TLS handshake timed out"),
+                },
+            }
             drop(permit);
         });
     }
     Ok(())
-}
-
-/// The web configuration file's settings (exporter-toolkit's format): TLS, basic auth users and
-/// response headers.
-#[derive(Debug)]
-pub struct WebConfig {
-    /// The file it was read from.
-    pub path: std::path::PathBuf,
-}
-
-/// A web configuration file that cannot be used, with where (file, line, key) and why.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct WebConfigError(String);
-
-impl WebConfig {
-    /// Reads and checks the web configuration file at `path`.
-    pub fn load(path: &std::path::Path) -> Result<WebConfig, WebConfigError> {
-        Err(WebConfigError(format!("{}: web configuration files are not supported yet", path.display())))
-    }
 }
 
 /// The web configuration in force, shared by every connection and replaced on reload.
@@ -135,5 +148,10 @@ impl WebGate {
     /// Applies `config` to the connections accepted from now on.
     pub fn set(&self, config: Option<WebConfig>) {
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = config.map(Arc::new);
+    }
+
+    /// The configuration in force (`None`: plain HTTP, no users).
+    pub fn current(&self) -> Option<Arc<WebConfig>> {
+        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 }

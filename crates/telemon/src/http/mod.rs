@@ -37,6 +37,10 @@ mod probe;
 pub use conn::{
     open_file_limit, HttpLimits, WebConfig, WebConfigError, WebGate, HTTP_SHARE_DIVISOR, OWN_FILES,
 };
+pub use conn::{
+    ClientAuth, Curve, PemSource, RateLimit, TlsSettings, TlsVersion, ALLOWED_HEADERS, AUTH_CACHE_ENTRIES,
+    CERT_CHECK_INTERVAL, MAX_PEM_BYTES, MAX_WEB_CONFIG_BYTES, OPEN_PATH,
+};
 pub use exposition::accepts_gzip;
 pub use probe::{DEFAULT_PROBE_TIMEOUT, MAX_PROBES, PROBE_IDLE};
 

@@ -1,0 +1,720 @@
+//! The web configuration file that every Prometheus exporter reads (prometheus/exporter-toolkit's
+//! `--web.config.file`, v0.10 and later): TLS, basic auth users, response headers, a rate limit.
+//!
+//! The same file works for node_exporter and for telemon: every key of the toolkit's documentation
+//! is read, and what rustls cannot do (TLS 1.0 and 1.1, CBC cipher suites, P-521, post-quantum
+//! groups, e-mail and URI client SANs) is refused with an error that says so, never ignored. Every
+//! error reads `FILE:LINE: KEY: why`. Relative file names are relative to the file's directory, as
+//! in the toolkit.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{HeaderName, HeaderValue};
+use saphyr::{LoadableYamlNode, MarkedYaml, Scalar, YamlData};
+
+use super::auth::{Auth, RateLimiter};
+
+/// The largest web configuration file read (a real one is a few hundred bytes).
+pub const MAX_WEB_CONFIG_BYTES: u64 = 1 << 20;
+/// The largest certificate, key or CA file read.
+pub const MAX_PEM_BYTES: u64 = 1 << 20;
+
+/// The headers that `http_server_config.headers` may set, and the values each accepts (any when
+/// empty): exactly the toolkit's list, so that every exporter answers alike.
+pub const ALLOWED_HEADERS: [(&str, &[&str]); 5] = [
+    ("Content-Security-Policy", &[]),
+    ("X-Frame-Options", &["deny", "sameorigin"]),
+    ("X-Content-Type-Options", &["nosniff"]),
+    ("X-XSS-Protection", &[]),
+    ("Strict-Transport-Security", &[]),
+];
+
+/// A web configuration file that cannot be used, with where (file, line, key) and why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct WebConfigError(String);
+
+impl WebConfigError {
+    /// `FILE:LINE: KEY: why`.
+    pub(super) fn at(file: &Path, line: usize, key: &str, why: impl std::fmt::Display) -> WebConfigError {
+        WebConfigError(format!("{}:{line}: {key}: {why}", file.display()))
+    }
+}
+
+/// PEM text: a file (`cert_file`, `key_file`, `client_ca_file`) or inline (`cert`, `key`, `client_ca`).
+#[derive(Clone, PartialEq, Eq)]
+pub enum PemSource {
+    /// A file, its path made absolute against the web config file's directory.
+    File(PathBuf),
+    /// The PEM text itself.
+    Inline(String),
+}
+
+impl std::fmt::Debug for PemSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PemSource::File(p) => f.debug_tuple("File").field(p).finish(),
+            // May be a private key: never printed.
+            PemSource::Inline(text) => write!(f, "Inline(<{} bytes>)", text.len()),
+        }
+    }
+}
+
+impl PemSource {
+    /// The bytes, read from the file if it is one (at most [`MAX_PEM_BYTES`]).
+    pub fn read(&self) -> Result<Vec<u8>, String> {
+        match self {
+            PemSource::Inline(text) => Ok(text.clone().into_bytes()),
+            PemSource::File(path) => read_bounded(path, MAX_PEM_BYTES),
+        }
+    }
+}
+
+/// `client_auth_type`: Go's `tls.ClientAuthType` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    /// No client certificate is asked for (the default).
+    NoClientCert,
+    /// A certificate is asked for, not required, and not verified.
+    RequestClientCert,
+    /// A certificate is required but not verified (`RequireClientCert` is an old name for it).
+    RequireAnyClientCert,
+    /// A certificate is not required; one that is sent must be signed by the client CA.
+    VerifyClientCertIfGiven,
+    /// A certificate signed by the client CA is required: the only safe choice for mTLS.
+    RequireAndVerifyClientCert,
+}
+
+impl ClientAuth {
+    fn parse(name: &str) -> Option<ClientAuth> {
+        Some(match name {
+            "" | "NoClientCert" => ClientAuth::NoClientCert,
+            "RequestClientCert" => ClientAuth::RequestClientCert,
+            "RequireAnyClientCert" | "RequireClientCert" => ClientAuth::RequireAnyClientCert,
+            "VerifyClientCertIfGiven" => ClientAuth::VerifyClientCertIfGiven,
+            "RequireAndVerifyClientCert" => ClientAuth::RequireAndVerifyClientCert,
+            _ => return None,
+        })
+    }
+
+    /// Whether a client CA is needed to verify the certificates.
+    pub fn verifies(self) -> bool {
+        matches!(self, ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert)
+    }
+}
+
+/// `min_version`, `max_version`: the TLS versions rustls has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum TlsVersion {
+    /// `TLS12`.
+    Tls12,
+    /// `TLS13`.
+    Tls13,
+}
+
+/// `curve_preferences`: the key exchange groups rustls (with ring) has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Curve {
+    /// `X25519`.
+    X25519,
+    /// `CurveP256` (secp256r1).
+    P256,
+    /// `CurveP384` (secp384r1).
+    P384,
+}
+
+/// `tls_server_config`, when it turns TLS on.
+#[derive(Debug, Clone)]
+pub struct TlsSettings {
+    /// The server's certificate chain (`cert_file` or `cert`).
+    pub cert: PemSource,
+    /// Its private key (`key_file` or `key`).
+    pub key: PemSource,
+    /// The CA that signs client certificates (`client_ca_file` or `client_ca`).
+    pub client_ca: Option<PemSource>,
+    /// `client_auth_type`.
+    pub client_auth: ClientAuth,
+    /// `client_allowed_sans`: a client certificate must name one of these (DNS names or IP addresses).
+    pub client_allowed_sans: Vec<String>,
+    /// `min_version` (default TLS 1.2).
+    pub min_version: TlsVersion,
+    /// `max_version` (default TLS 1.3).
+    pub max_version: TlsVersion,
+    /// `cipher_suites`: the TLS 1.2 suites allowed, in preference order (all of rustls's when empty;
+    /// TLS 1.3's suites are always all allowed, as in Go).
+    pub cipher_suites: Vec<rustls::CipherSuite>,
+    /// `prefer_server_cipher_suites` (default true): the server's order wins.
+    pub prefer_server_cipher_suites: bool,
+    /// `curve_preferences`, in preference order (rustls's default when empty).
+    pub curve_preferences: Vec<Curve>,
+}
+
+/// `rate_limit`: a token bucket over every request (429 when empty).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RateLimit {
+    /// One token comes back every `interval`.
+    pub interval: Duration,
+    /// The bucket's size.
+    pub burst: u32,
+}
+
+/// The web configuration file's settings (exporter-toolkit's format): TLS, basic auth users,
+/// response headers and a rate limit.
+pub struct WebConfig {
+    /// The file it was read from.
+    pub path: PathBuf,
+    /// TLS, when `tls_server_config` names a certificate.
+    pub tls: Option<TlsSettings>,
+    /// `http_server_config.http2` (default true). telemon offers HTTP/1.1 only (ALPN `http/1.1`),
+    /// which every HTTP/2 client falls back to, so both values serve.
+    pub http2: bool,
+    /// `http_server_config.headers`: set on every response.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// `rate_limit`, when its interval is not zero.
+    pub rate_limit: Option<RateLimit>,
+    pub(super) users: Arc<Auth>,
+    pub(super) limiter: Option<RateLimiter>,
+    pub(super) acceptor: Option<tokio_rustls::TlsAcceptor>,
+}
+
+impl std::fmt::Debug for WebConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebConfig")
+            .field("path", &self.path)
+            .field("tls", &self.tls)
+            .field("http2", &self.http2)
+            .field("headers", &self.headers)
+            .field("users", &self.users.names())
+            .field("rate_limit", &self.rate_limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl WebConfig {
+    /// Reads and checks the web configuration file at `path`: its YAML, and the certificate, key
+    /// and CA files it names (the TLS setup is built now, so that a bad file fails here).
+    pub fn load(path: &Path) -> Result<WebConfig, WebConfigError> {
+        let text = read_bounded(path, MAX_WEB_CONFIG_BYTES)
+            .map_err(|why| WebConfigError(format!("{}: {why}", path.display())))?;
+        let text = String::from_utf8(text)
+            .map_err(|_| WebConfigError(format!("{}: not UTF-8 text", path.display())))?;
+        WebConfig::parse(path, &text)
+    }
+
+    /// Checks `text` as the web configuration file `path` (relative file names in it are relative to
+    /// `path`'s directory).
+    pub fn parse(path: &Path, text: &str) -> Result<WebConfig, WebConfigError> {
+        let doc = Doc { file: path, dir: path.parent().unwrap_or(Path::new("")) };
+        let docs = MarkedYaml::load_from_str(text).map_err(|e| {
+            WebConfigError::at(
+                path,
+                e.marker().line(),
+                "yaml",
+                format!("{} (column {})", e.info(), e.marker().col() + 1),
+            )
+        })?;
+        let root = match docs.as_slice() {
+            [] => None,
+            [root] => Some(root),
+            [_, second, ..] => {
+                return Err(doc.err(line(second), "yaml", "one YAML document expected, found several"))
+            }
+        };
+        let mut config = WebConfig {
+            path: path.to_owned(),
+            tls: None,
+            http2: true,
+            headers: Vec::new(),
+            rate_limit: None,
+            users: Arc::new(Auth::new(Vec::new())),
+            limiter: None,
+            acceptor: None,
+        };
+        let Some(root) = root else { return Ok(config) };
+        let mut users = Vec::new();
+        for (key, key_line, value) in doc.mapping(root, "(top level)")? {
+            match key.as_str() {
+                "tls_server_config" => config.tls = doc.tls(value)?,
+                "http_server_config" => {
+                    for (key, key_line, value) in doc.mapping(value, "http_server_config")? {
+                        let name = format!("http_server_config.{key}");
+                        match key.as_str() {
+                            "http2" => config.http2 = doc.boolean(value, &name)?.unwrap_or(true),
+                            "headers" => config.headers = doc.headers(value)?,
+                            _ => return Err(doc.unknown(key_line, &name, &["http2", "headers"])),
+                        }
+                    }
+                }
+                "basic_auth_users" => {
+                    for (user, user_line, hash) in doc.mapping(value, "basic_auth_users")? {
+                        let name = format!("basic_auth_users.{user}");
+                        let hash = doc.string(hash, &name)?.unwrap_or_default();
+                        check_bcrypt(&hash).map_err(|why| doc.err(user_line, &name, why))?;
+                        users.push((user, hash));
+                    }
+                }
+                "rate_limit" => config.rate_limit = doc.rate_limit(value)?,
+                _ => {
+                    let known = ["tls_server_config", "http_server_config", "basic_auth_users", "rate_limit"];
+                    return Err(doc.unknown(key_line, &key, &known));
+                }
+            }
+        }
+        config.users = Arc::new(Auth::new(users));
+        config.limiter = config.rate_limit.map(RateLimiter::new);
+        if let Some(tls) = &config.tls {
+            let lines = doc.tls_lines(root);
+            let server = super::tls::server_config(tls).map_err(|(key, why)| {
+                let at = lines
+                    .get(key)
+                    .copied()
+                    .unwrap_or_else(|| lines.get("tls_server_config").copied().unwrap_or(1));
+                doc.err(at, &format!("tls_server_config.{key}"), why)
+            })?;
+            config.acceptor = Some(tokio_rustls::TlsAcceptor::from(server));
+        }
+        Ok(config)
+    }
+
+    /// Whether connections are TLS.
+    pub fn is_tls(&self) -> bool {
+        self.acceptor.is_some()
+    }
+
+    /// The names of `basic_auth_users` (every path but `/healthz` needs one when not empty).
+    pub fn user_names(&self) -> Vec<&str> {
+        self.users.names()
+    }
+}
+
+/// A bcrypt hash as Go's `bcrypt.Cost` accepts it (`$2a$`, `$2b$`, `$2y$`, cost 4 to 31).
+fn check_bcrypt(hash: &str) -> Result<(), String> {
+    let why = "not a bcrypt hash: give the hash of the password (e.g. `htpasswd -nBC 10 \"\" | tr -d ':\\n'`), never the password itself";
+    let parts = bcrypt::HashParts::from_str(hash).map_err(|_| why.to_owned())?;
+    if !(4..=31).contains(&parts.get_cost()) {
+        return Err(format!("bcrypt cost {} is outside 4..=31", parts.get_cost()));
+    }
+    Ok(())
+}
+
+/// Reads at most `limit` bytes of `path`, or says why not.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("{} is larger than {limit} bytes", path.display()));
+    }
+    Ok(bytes)
+}
+
+fn line(node: &MarkedYaml<'_>) -> usize {
+    node.span.start.line().max(1)
+}
+
+/// The file being read: where errors point and relative paths start.
+struct Doc<'a> {
+    file: &'a Path,
+    dir: &'a Path,
+}
+
+/// A mapping's entries: key, the key's line, value.
+type Entries<'n, 'i> = Vec<(String, usize, &'n MarkedYaml<'i>)>;
+
+impl Doc<'_> {
+    fn err(&self, line: usize, key: &str, why: impl std::fmt::Display) -> WebConfigError {
+        WebConfigError::at(self.file, line, key, why)
+    }
+
+    fn unknown(&self, line: usize, key: &str, known: &[&str]) -> WebConfigError {
+        self.err(line, key, format!("unknown key (expected one of {})", known.join(", ")))
+    }
+
+    /// `node` as a mapping with string keys (an empty one for null).
+    fn mapping<'n, 'i>(
+        &self,
+        node: &'n MarkedYaml<'i>,
+        key: &str,
+    ) -> Result<Entries<'n, 'i>, WebConfigError> {
+        match &node.data {
+            YamlData::Value(Scalar::Null) => Ok(Vec::new()),
+            YamlData::Tagged(_, inner) => self.mapping(inner, key),
+            YamlData::Mapping(m) => m
+                .iter()
+                .map(|(k, v)| match &k.data {
+                    YamlData::Value(Scalar::String(s)) => Ok((s.to_string(), line(k), v)),
+                    _ => Err(self.err(line(k), key, "keys must be strings")),
+                })
+                .collect(),
+            _ => Err(self.err(line(node), key, "expected a mapping (key: value lines)")),
+        }
+    }
+
+    /// A string; `None` for null. Numbers and booleans are taken as their text (as Go's YAML does).
+    fn string(&self, node: &MarkedYaml<'_>, key: &str) -> Result<Option<String>, WebConfigError> {
+        match &node.data {
+            YamlData::Value(Scalar::Null) => Ok(None),
+            YamlData::Value(Scalar::String(s)) => Ok(Some(s.to_string())),
+            YamlData::Value(Scalar::Integer(i)) => Ok(Some(i.to_string())),
+            YamlData::Value(Scalar::Boolean(b)) => Ok(Some(b.to_string())),
+            YamlData::Tagged(_, inner) => self.string(inner, key),
+            _ => Err(self.err(line(node), key, "expected a string")),
+        }
+    }
+
+    fn boolean(&self, node: &MarkedYaml<'_>, key: &str) -> Result<Option<bool>, WebConfigError> {
+        match &node.data {
+            YamlData::Value(Scalar::Null) => Ok(None),
+            YamlData::Value(Scalar::Boolean(b)) => Ok(Some(*b)),
+            // YAML 1.1's spellings, which Go's YAML (v2) reads as booleans.
+            YamlData::Value(Scalar::String(s)) => match s.as_ref() {
+                "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "y" | "Y" => Ok(Some(true)),
+                "no" | "No" | "NO" | "off" | "Off" | "OFF" | "n" | "N" => Ok(Some(false)),
+                _ => Err(self.err(line(node), key, format!("expected true or false, not {s:?}"))),
+            },
+            YamlData::Tagged(_, inner) => self.boolean(inner, key),
+            _ => Err(self.err(line(node), key, "expected true or false")),
+        }
+    }
+
+    /// A list of strings (null is empty).
+    fn strings(&self, node: &MarkedYaml<'_>, key: &str) -> Result<Vec<(String, usize)>, WebConfigError> {
+        match &node.data {
+            YamlData::Value(Scalar::Null) => Ok(Vec::new()),
+            YamlData::Sequence(items) => items
+                .iter()
+                .map(|item| Ok((self.string(item, key)?.unwrap_or_default(), line(item))))
+                .collect(),
+            YamlData::Tagged(_, inner) => self.strings(inner, key),
+            _ => Err(self.err(line(node), key, "expected a list")),
+        }
+    }
+
+    fn path(&self, value: String) -> PathBuf {
+        let p = PathBuf::from(value);
+        if p.is_absolute() {
+            p
+        } else {
+            self.dir.join(p)
+        }
+    }
+
+    /// The lines of `tls_server_config` and of each of its keys.
+    fn tls_lines(&self, root: &MarkedYaml<'_>) -> HashMap<&'static str, usize> {
+        let mut lines = HashMap::new();
+        let YamlData::Mapping(top) = &root.data else { return lines };
+        for (k, v) in top {
+            if matches!(&k.data, YamlData::Value(Scalar::String(s)) if s == "tls_server_config") {
+                lines.insert("tls_server_config", line(k));
+                if let YamlData::Mapping(m) = &v.data {
+                    for (k, _) in m {
+                        if let YamlData::Value(Scalar::String(s)) = &k.data {
+                            if let Some(known) = TLS_KEYS.iter().find(|known| **known == s.as_ref()) {
+                                lines.insert(*known, line(k));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        lines
+    }
+
+    fn tls(&self, node: &MarkedYaml<'_>) -> Result<Option<TlsSettings>, WebConfigError> {
+        let section_line = line(node);
+        let mut inline_cert = None;
+        let mut inline_key = None;
+        let mut inline_ca = None;
+        let mut cert_file = None;
+        let mut key_file = None;
+        let mut ca_file = None;
+        let mut client_auth = None;
+        let mut sans = Vec::new();
+        let mut sans_line = section_line;
+        let mut min_version = (TlsVersion::Tls12, 0);
+        let mut max_version = (TlsVersion::Tls13, 0);
+        let mut cipher_suites = Vec::new();
+        let mut prefer_server = true;
+        let mut curves = Vec::new();
+        for (key, key_line, value) in self.mapping(node, "tls_server_config")? {
+            let name = format!("tls_server_config.{key}");
+            let text =
+                || self.string(value, &name).map(|s| s.filter(|s| !s.is_empty()).map(|s| (s, key_line)));
+            match key.as_str() {
+                "cert" => inline_cert = text()?,
+                "key" => inline_key = text()?,
+                "client_ca" => inline_ca = text()?,
+                "cert_file" => cert_file = text()?,
+                "key_file" => key_file = text()?,
+                "client_ca_file" => ca_file = text()?,
+                "client_auth_type" => {
+                    let given = self.string(value, &name)?.unwrap_or_default();
+                    let auth = ClientAuth::parse(&given).ok_or_else(|| {
+                        self.err(key_line, &name, format!(
+                            "{given:?} is not one of NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"
+                        ))
+                    })?;
+                    client_auth = Some((auth, key_line));
+                }
+                "client_allowed_sans" => {
+                    sans_line = key_line;
+                    for (san, at) in self.strings(value, &name)? {
+                        let ok = san.parse::<std::net::IpAddr>().is_ok()
+                            || rustls::pki_types::DnsName::try_from(san.as_str()).is_ok();
+                        if !ok {
+                            return Err(self.err(at, &name, format!(
+                                "{san:?}: telemon matches DNS names and IP addresses only (rustls's verifier has no e-mail or URI names)"
+                            )));
+                        }
+                        sans.push(san);
+                    }
+                    if sans.is_empty() {
+                        // Go treats an empty list as set: nobody could match.
+                        return Err(self.err(key_line, &name, "an empty list would refuse every client"));
+                    }
+                }
+                "min_version" | "max_version" => {
+                    let given = self.string(value, &name)?.unwrap_or_default();
+                    let version = match given.as_str() {
+                        "TLS12" => TlsVersion::Tls12,
+                        "TLS13" => TlsVersion::Tls13,
+                        "TLS10" | "TLS11" => {
+                            return Err(self.err(key_line, &name, format!(
+                                "{given} is not supported: rustls has TLS 1.2 and 1.3 only (use TLS12 or TLS13)"
+                            )))
+                        }
+                        _ => return Err(self.err(key_line, &name, format!("{given:?} is not one of TLS12, TLS13 (nor TLS10, TLS11, which rustls lacks)"))),
+                    };
+                    if key == "min_version" {
+                        min_version = (version, key_line);
+                    } else {
+                        max_version = (version, key_line);
+                    }
+                }
+                "cipher_suites" => {
+                    for (suite, at) in self.strings(value, &name)? {
+                        cipher_suites.push(cipher_suite(&suite).map_err(|why| self.err(at, &name, why))?);
+                    }
+                }
+                "prefer_server_cipher_suites" => prefer_server = self.boolean(value, &name)?.unwrap_or(true),
+                "curve_preferences" => {
+                    for (curve, at) in self.strings(value, &name)? {
+                        curves.push(match curve.as_str() {
+                            "X25519" => Curve::X25519,
+                            "CurveP256" => Curve::P256,
+                            "CurveP384" => Curve::P384,
+                            "CurveP521" | "X25519MLKEM768" | "SecP256r1MLKEM768" | "SecP384r1MLKEM1024" => {
+                                return Err(self.err(at, &name, format!(
+                                    "{curve} is not supported by rustls with ring: use X25519, CurveP256 or CurveP384"
+                                )))
+                            }
+                            _ => return Err(self.err(at, &name, format!("unknown curve {curve:?} (X25519, CurveP256, CurveP384)"))),
+                        });
+                    }
+                }
+                _ => return Err(self.unknown(key_line, &name, &TLS_KEYS)),
+            }
+        }
+        let client_auth_line = client_auth.map(|(_, l)| l);
+        let client_auth = client_auth.map_or(ClientAuth::NoClientCert, |(a, _)| a);
+        let enabled = inline_cert.is_some()
+            || inline_key.is_some()
+            || cert_file.is_some()
+            || key_file.is_some()
+            || inline_ca.is_some()
+            || ca_file.is_some()
+            || client_auth_line.is_some();
+        if !enabled {
+            // An empty tls_server_config: plain HTTP, as in the toolkit.
+            return Ok(None);
+        }
+        let cert_at = cert_file
+            .as_ref()
+            .map(|(_, l)| (*l, "tls_server_config.cert_file"))
+            .or(inline_cert.as_ref().map(|(_, l)| (*l, "tls_server_config.cert")))
+            .unwrap_or((section_line, "tls_server_config"));
+        let cert = match (cert_file, inline_cert) {
+            (Some((f, _)), _) => PemSource::File(self.path(f)),
+            (None, Some((text, _))) => PemSource::Inline(text),
+            (None, None) => {
+                let at = key_file.as_ref().or(inline_key.as_ref()).map_or(section_line, |(_, l)| *l);
+                let key = if key_file.is_some() { "tls_server_config.key_file" } else { "tls_server_config" };
+                return Err(self.err(at, key, "a key without a certificate: give cert_file (or cert) too"));
+            }
+        };
+        let key = match (key_file, inline_key) {
+            (Some((f, _)), _) => PemSource::File(self.path(f)),
+            (None, Some((text, _))) => PemSource::Inline(text),
+            (None, None) => {
+                return Err(self.err(
+                    cert_at.0,
+                    cert_at.1,
+                    "a certificate without its key: give key_file (or key) too",
+                ));
+            }
+        };
+        let ca_at = ca_file
+            .as_ref()
+            .map(|(_, l)| (*l, "tls_server_config.client_ca_file"))
+            .or(inline_ca.as_ref().map(|(_, l)| (*l, "tls_server_config.client_ca")))
+            .unwrap_or((section_line, "tls_server_config"));
+        let client_ca = match (ca_file, inline_ca) {
+            (Some((f, _)), _) => Some(PemSource::File(self.path(f))),
+            (None, Some((text, _))) => Some(PemSource::Inline(text)),
+            (None, None) => None,
+        };
+        let auth_line = client_auth_line.unwrap_or(section_line);
+        if client_auth.verifies() && client_ca.is_none() {
+            return Err(self.err(
+                auth_line,
+                "tls_server_config.client_auth_type",
+                format!(
+                "{client_auth:?} verifies client certificates: give client_ca_file (the CA that signs them)"
+            ),
+            ));
+        }
+        if client_ca.is_some() && client_auth == ClientAuth::NoClientCert {
+            return Err(self.err(ca_at.0, ca_at.1,
+                "a client CA without a client_auth_type: set client_auth_type (RequireAndVerifyClientCert for mTLS)"));
+        }
+        if !sans.is_empty()
+            && !matches!(
+                client_auth,
+                ClientAuth::RequireAnyClientCert | ClientAuth::RequireAndVerifyClientCert
+            )
+        {
+            return Err(self.err(sans_line, "tls_server_config.client_allowed_sans",
+                "needs client_auth_type RequireAnyClientCert or RequireAndVerifyClientCert (otherwise a client may send no certificate to match)"));
+        }
+        if min_version.0 > max_version.0 {
+            let at = if min_version.1 > 0 { min_version.1 } else { max_version.1 };
+            return Err(self.err(at, "tls_server_config.min_version", "min_version is above max_version"));
+        }
+        Ok(Some(TlsSettings {
+            cert,
+            key,
+            client_ca,
+            client_auth,
+            client_allowed_sans: sans,
+            min_version: min_version.0,
+            max_version: max_version.0,
+            cipher_suites,
+            prefer_server_cipher_suites: prefer_server,
+            curve_preferences: curves,
+        }))
+    }
+
+    fn headers(&self, node: &MarkedYaml<'_>) -> Result<Vec<(HeaderName, HeaderValue)>, WebConfigError> {
+        let mut headers = Vec::new();
+        for (name, key_line, value) in self.mapping(node, "http_server_config.headers")? {
+            let key = format!("http_server_config.headers.{name}");
+            let Some((_, allowed)) = ALLOWED_HEADERS.iter().find(|(h, _)| *h == name) else {
+                let list: Vec<&str> = ALLOWED_HEADERS.iter().map(|(h, _)| *h).collect();
+                return Err(self.err(
+                    key_line,
+                    &key,
+                    format!("this header can not be configured (only {})", list.join(", ")),
+                ));
+            };
+            let value = self.string(value, &key)?.unwrap_or_default();
+            if value.is_empty() {
+                continue; // "Unset if blank."
+            }
+            if !allowed.is_empty() && !allowed.contains(&value.as_str()) {
+                return Err(self.err(key_line, &key, format!("{value:?} is not one of {allowed:?}")));
+            }
+            let header_value = HeaderValue::from_str(&value)
+                .map_err(|_| self.err(key_line, &key, "not a valid header value (control characters?)"))?;
+            let header_name = HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| self.err(key_line, &key, "not a valid header name"))?;
+            headers.push((header_name, header_value));
+        }
+        Ok(headers)
+    }
+
+    fn rate_limit(&self, node: &MarkedYaml<'_>) -> Result<Option<RateLimit>, WebConfigError> {
+        let mut interval = Duration::ZERO;
+        let mut burst = None;
+        for (key, key_line, value) in self.mapping(node, "rate_limit")? {
+            let name = format!("rate_limit.{key}");
+            match key.as_str() {
+                "interval" => {
+                    let text = self.string(value, &name)?.unwrap_or_default();
+                    interval = if text == "0" || text.is_empty() {
+                        Duration::ZERO
+                    } else {
+                        humantime::parse_duration(&text).map_err(|e| {
+                            self.err(
+                                key_line,
+                                &name,
+                                format!("{text:?} is not a duration such as 1s or 500ms: {e}"),
+                            )
+                        })?
+                    };
+                }
+                "burst" => {
+                    let text = self.string(value, &name)?.unwrap_or_default();
+                    burst = Some((
+                        text.parse::<u32>().map_err(|_| {
+                            self.err(key_line, &name, format!("{text:?} is not a whole number"))
+                        })?,
+                        key_line,
+                    ));
+                }
+                _ => return Err(self.unknown(key_line, &name, &["interval", "burst"])),
+            }
+        }
+        if interval.is_zero() {
+            return Ok(None);
+        }
+        match burst {
+            Some((burst, _)) if burst > 0 => Ok(Some(RateLimit { interval, burst })),
+            Some((_, at)) => {
+                Err(self.err(at, "rate_limit.burst", "0 would refuse every request: give at least 1"))
+            }
+            None => Err(self.err(
+                line(node),
+                "rate_limit.burst",
+                "missing: with an interval, burst (at least 1) is needed",
+            )),
+        }
+    }
+}
+
+/// Every key of `tls_server_config`.
+const TLS_KEYS: [&str; 13] = [
+    "cert",
+    "key",
+    "client_ca",
+    "cert_file",
+    "key_file",
+    "client_auth_type",
+    "client_ca_file",
+    "client_allowed_sans",
+    "min_version",
+    "max_version",
+    "cipher_suites",
+    "prefer_server_cipher_suites",
+    "curve_preferences",
+];
+
+/// A Go cipher suite name (`tls.CipherSuites()`), as rustls's suite.
+fn cipher_suite(name: &str) -> Result<rustls::CipherSuite, String> {
+    let provider = rustls::crypto::ring::default_provider();
+    if let Some(suite) = provider.cipher_suites.iter().find(|s| s.suite().as_str() == Some(name)) {
+        return Ok(suite.suite());
+    }
+    let known: Vec<&str> = provider.cipher_suites.iter().filter_map(|s| s.suite().as_str()).collect();
+    if name.starts_with("TLS_") {
+        Err(format!("{name} is not supported by rustls (it has no CBC, RSA key exchange or 3DES suites): use one of {}", known.join(", ")))
+    } else {
+        Err(format!("unknown cipher suite {name:?}: use one of {}", known.join(", ")))
+    }
+}
