@@ -963,6 +963,7 @@ do
         value_int = ProtoField.int64("mono_counters.value.int", "Integer value"),
         value_double = ProtoField.double("mono_counters.value.double", "Double value"),
         value_raw = ProtoField.bytes("mono_counters.value.raw", "Raw value"),
+        value_sample = ProtoField.int64("mono_counters.value.sample", "Sample timestamp"),
         string_len = ProtoField.int32("mono_counters.string_length", "String length"),
     }
     local list = {}
@@ -1109,6 +1110,7 @@ do
         elseif op == 4 then
             msg.name = "Sampling"
             cur.need(8)
+            local ts = Int64.new(u32le(cur.s, cur.p), u32le(cur.s, cur.p + 4))
             cur.p = cur.p + 8
             table.insert(items, {f = F.timestamp, o = 1, l = 8, le = true})
             local n = 0
@@ -1132,6 +1134,7 @@ do
                     {f = F.value_index, o = o, l = 2, le = true},
                     {f = F.value_size, o = o + 2, l = 2, le = true},
                     {f = F.value_counter, o = o, l = 2, v = h.full},
+                    {f = F.value_sample, v = ts, generated = true},
                 }
                 if h.type == 3 then
                     table.insert(kids, {f = F.value_double, o = vo, l = 8, le = true})
@@ -1255,6 +1258,7 @@ do
         text = ProtoField.string("smon.text", "Text value"),
         resync = ProtoField.bytes("smon.resync", "Resync sequence"),
         skipped = ProtoField.bytes("smon.skipped", "Skipped (out of sync)"),
+        update = ProtoField.string("smon.update", "Update (name[index]=value)"),
     }
     local list = {}
     for _, f in pairs(F) do table.insert(list, f) end
@@ -1527,9 +1531,11 @@ do
         table.insert(msg.items, {f = F.index, v = idx, generated = true})
         if tok.kind == "u" then
             table.insert(msg.items, {f = F.value, v = val.v, generated = true})
+            table.insert(msg.items, {f = F.update, v = tok.name .. idx .. "=" .. tostring(val.v), generated = true})
             msg.info = tok.name .. idx .. "=" .. tostring(val.v)
         else
             table.insert(msg.items, {f = F.text, v = val.v, generated = true})
+            table.insert(msg.items, {f = F.update, v = tok.name .. idx .. "=" .. val.v, generated = true})
             msg.info = tok.name .. idx .. "=" .. preview(val.v, 40)
         end
     end
@@ -1668,6 +1674,7 @@ do
         chunk_len = ProtoField.uint16("rvos_sysinfo.chunk_len", "Chunk length"),
         sentinel = ProtoField.bool("rvos_sysinfo.sentinel", "End of reply (zero-length sentinel)"),
         reply_command = ProtoField.string("rvos_sysinfo.reply.command", "Reply to command"),
+        reply_report = ProtoField.string("rvos_sysinfo.reply.report", "Report (telemon's name)"),
         reply_chunks = ProtoField.uint32("rvos_sysinfo.reply.chunks", "Reply chunks"),
         reply_chunk = ProtoField.uint32("rvos_sysinfo.reply.chunk_len", "Reply chunk length"),
         reply_end = ProtoField.string("rvos_sysinfo.reply.end", "Reply ended by"),
@@ -1684,6 +1691,9 @@ do
     p.experts = {c.ef_malformed, c.ef_truncated, c.ef_reassembled, c.ef_bug}
 
     local MAX_RESPONSE = 4 * 1024 * 1024
+    local report_names = {Ps = "ps", Memstat = "memstat", Trace = "trace", TraceClear = "trace-clear",
+        Kstat = "kstat", Channels = "channels", SchedLatency = "schedlat", IpcLatency = "ipclat",
+        Watchdog = "watchdog"}
 
     local function new_conn()
         return {asked = {}, replies = {}}
@@ -1697,6 +1707,7 @@ do
         local text = table.concat(r and r.chunks or {})
         local items = msg.items
         table.insert(items, {f = F.reply_command, v = cmd or "(unknown)", generated = true})
+        table.insert(items, {f = F.reply_report, v = report_names[cmd or ""] or "(unknown)", generated = true})
         table.insert(items, {f = F.reply_end, v = how, generated = true})
         table.insert(items, {f = F.reply_chunks, v = r and #r.chunks or 0, generated = true})
         for _, ch in ipairs(r and r.chunks or {}) do
@@ -1708,7 +1719,7 @@ do
         if #text > 0 then
             table.insert(items, {f = F.report, tvbtext = text, tvbname = "Report text (" .. (cmd or "?") .. ")", f2 = F.report_bytes})
         end
-        msg.info = (msg.info or "") .. " [" .. (cmd or "reply") .. " report, " .. #text .. " bytes, " .. (r and #r.chunks or 0) .. " chunks]"
+        msg.info = (cmd or "reply") .. " report on channel " .. channel .. " (" .. #text .. " bytes, " .. (r and #r.chunks or 0) .. " chunks, " .. how .. ")"
     end
 
     local function parse(s, pos, d, cs, dir)
@@ -1822,7 +1833,7 @@ do
         end
         if len == 0 then
             table.insert(items, {f = F.sentinel, o = len_at, l = 2, v = true})
-            msg.info = "sentinel on channel " .. channel
+            msg.info = "channel " .. channel .. " ends"
             msg.title = "rvOS sysinfo: end of reply on channel " .. channel
             finish_reply(cs, channel, msg, "sentinel")
         else
@@ -1837,7 +1848,6 @@ do
                 r.pending = r.pending or {}
                 table.insert(r.pending, msg)
             end
-            msg.info = "chunk of " .. len .. " bytes on channel " .. channel
             msg.title = "rvOS sysinfo: reply chunk on channel " .. channel
         end
         return total, msg

@@ -1,0 +1,697 @@
+//! Issue 40: the Wireshark Lua dissectors of `contrib/wireshark/telemon.lua`, run by the real tshark.
+//!
+//! Each test runs `tshark -2 -X lua_script:telemon.lua -r FILE -T json -e FIELD ...` and compares what it
+//! decodes with what the project's decoders (or the real peers' own figures) say: the committed real-peer
+//! recordings, recordings of every sim made by `telemon record`, live TCP sessions split into tiny
+//! segments and captured on loopback by dumpcap, and the fuzz corpora written into recordings. Under
+//! `CI=true` a missing tshark fails the tests; elsewhere they skip loudly.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use telemon_capture::{Direction, Protocol, Record, RecordKind, Target, Writer};
+
+mod support;
+use support::{code, need_on_path, run, stderr, stdout, within, SimOptions, Sims, Telemon};
+
+const LUA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../contrib/wireshark/telemon.lua");
+const PEERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers");
+
+/// The expert fields that say a dissector went wrong: Wireshark's own for a Lua error, and the one
+/// `telemon.lua` adds when it catches an unexpected Lua error itself.
+const BUG_FILTER: &str = "_ws.lua.error || telemon.bug.meter161 || telemon.bug.hmon || \
+                          telemon.bug.mono_counters || telemon.bug.smon || telemon.bug.rvos_sysinfo";
+
+fn tshark_or_skip(test: &str) -> Option<PathBuf> {
+    need_on_path(test, "tshark", "apt-get install tshark (bash .ci/tshark.sh)")
+}
+
+/// `tshark ARGS` (with the plugin unless `plugin` is false), bounded in time; fails on a Lua error on
+/// stderr. Returns stdout.
+async fn tshark(args: &[&str], plugin: bool) -> String {
+    let mut cmd = tokio::process::Command::new("tshark");
+    if plugin {
+        cmd.arg("-X").arg(format!("lua_script:{LUA}"));
+    }
+    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let out = within(&format!("tshark {args:?}"), cmd.output()).await.expect("tshark runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "tshark {args:?}: {err}");
+    assert!(!err.contains("Lua Error") && !err.contains("lua_error"), "tshark {args:?}: {err}");
+    String::from_utf8(out.stdout).expect("tshark prints UTF-8")
+}
+
+/// Per packet (those `filter` keeps), each asked field's values in order.
+type Packets = Vec<BTreeMap<String, Vec<String>>>;
+
+async fn fields(file: &Path, filter: Option<&str>, names: &[&str]) -> Packets {
+    let mut args = vec!["-2", "-r", file.to_str().unwrap(), "-T", "json"];
+    if let Some(f) = filter {
+        args.extend(["-Y", f]);
+    }
+    for n in names {
+        args.extend(["-e", n]);
+    }
+    let text = tshark(&args, true).await;
+    let json: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:.300}"));
+    json.as_array()
+        .unwrap()
+        .iter()
+        .map(|p| {
+            let layers = p["_source"]["layers"].as_object().unwrap();
+            layers
+                .iter()
+                .map(|(k, v)| {
+                    let values = v.as_array().unwrap().iter().map(|x| x.as_str().unwrap().to_owned());
+                    (k.clone(), values.collect())
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Every value of `name`, across packets, in order.
+fn all(packets: &Packets, name: &str) -> Vec<String> {
+    packets.iter().flat_map(|p| p.get(name).cloned().unwrap_or_default()).collect()
+}
+
+/// No frame of `file` carries a Lua error or the plugin's own bug note.
+async fn assert_no_lua_error(file: &Path) {
+    let out = tshark(
+        &["-2", "-r", file.to_str().unwrap(), "-Y", BUG_FILTER, "-T", "fields", "-e", "frame.number"],
+        true,
+    )
+    .await;
+    assert!(out.trim().is_empty(), "{}: frames with a Lua error: {out}", file.display());
+}
+
+fn hex_bytes(s: &str) -> Vec<u8> {
+    let s: String = s.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The real peers' recordings (tests/peers/*/README.md)
+// ---------------------------------------------------------------------------------------------------
+
+const METER_FIELDS: [&str; 11] =
+    ["nsec", "kinsns", "uinsns", "udud", "idle", "irqs", "exns", "disk", "con", "emu", "net"];
+
+/// The counters at each DATA line, as tshark decodes them (`meter161.<name>`, one value per line).
+async fn meter161_rows(file: &Path, filter: Option<&str>) -> Vec<Vec<u64>> {
+    let names: Vec<String> = METER_FIELDS.iter().map(|f| format!("meter161.{f}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let packets = fields(file, filter, &refs).await;
+    let columns: Vec<Vec<u64>> =
+        refs.iter().map(|n| all(&packets, n).iter().map(|v| v.parse().unwrap()).collect()).collect();
+    let n = columns[0].len();
+    assert!(columns.iter().all(|c| c.len() == n), "one value of every counter per DATA line");
+    (0..n).map(|i| columns.iter().map(|c| c[i]).collect()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sys161s_data_lines_equal_the_tables_of_the_real_stat161() {
+    if tshark_or_skip("sys161s_data_lines_equal_the_tables_of_the_real_stat161").is_none() {
+        return;
+    }
+    for (recording, table) in
+        [("spin-200ms.pcapng", "spin-200ms.stat161.txt"), ("spin-1s.pcapng", "spin-1s.stat161.txt")]
+    {
+        let file = Path::new(PEERS).join("sys161").join(recording);
+        assert_no_lua_error(&file).await;
+        // stat161's first row is the cumulative values, the others the deltas: add them up.
+        let text = std::fs::read_to_string(Path::new(PEERS).join("sys161").join(table)).unwrap();
+        let mut sum = vec![0u64; 11];
+        let want: Vec<Vec<u64>> = text
+            .lines()
+            .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()))
+            .map(|l| {
+                for (s, d) in sum.iter_mut().zip(l.split_whitespace()) {
+                    *s += d.parse::<u64>().unwrap();
+                }
+                sum.clone()
+            })
+            .collect();
+        let got = meter161_rows(&file, None).await;
+        // stat161 printed up to its first disconnect; the recording may hold lines after what it printed.
+        assert!(
+            got.len() >= want.len() && want.len() >= 10,
+            "{recording}: {} rows, stat161 {}",
+            got.len(),
+            want.len()
+        );
+        assert_eq!(got[..want.len()], want[..], "{recording}");
+        eprintln!("figure: {recording}: {} DATA lines decoded", got.len());
+        let packets = fields(&file, None, &["meter161.kind", "meter161.interval"]).await;
+        let kinds = all(&packets, "meter161.kind");
+        for k in ["HELLO", "HEAD", "WIDTH"] {
+            assert_eq!(kinds.iter().filter(|x| *x == k).count(), 1, "{recording}: {kinds:?}");
+        }
+        let intervals = all(&packets, "meter161.interval");
+        if recording == "spin-1s.pcapng" {
+            assert_eq!(intervals, ["1000000000"]);
+        } else {
+            assert!(intervals.is_empty());
+        }
+    }
+}
+
+/// The Mono agent's reference: per sample timestamp, every counter's value as the agent read it (as the
+/// little-endian bytes it sends: INT 4 bytes, LONG and WORD 8, DOUBLE the IEEE bits).
+fn mono_reference() -> BTreeMap<i64, BTreeMap<String, Vec<u8>>> {
+    let text =
+        std::fs::read_to_string(Path::new(PEERS).join("mono/mono-agent-2014.reference.jsonl")).unwrap();
+    let mut out: BTreeMap<i64, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+    for line in support::json_lines(&text) {
+        let name = format!("{}/{}", line["category"].as_str().unwrap(), line["name"].as_str().unwrap());
+        let bytes = match line["type"].as_str().unwrap() {
+            "INT" => (line["value"].as_i64().unwrap() as i32).to_le_bytes().to_vec(),
+            "DOUBLE" => line["value"].as_f64().unwrap().to_le_bytes().to_vec(),
+            _ => line["value"].as_i64().unwrap().to_le_bytes().to_vec(),
+        };
+        out.entry(line["timestamp"].as_i64().unwrap()).or_default().insert(name, bytes);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_real_mono_agents_sampled_values_equal_its_reference() {
+    if tshark_or_skip("the_real_mono_agents_sampled_values_equal_its_reference").is_none() {
+        return;
+    }
+    let file = Path::new(PEERS).join("mono/mono-agent-2014.pcapng");
+    assert_no_lua_error(&file).await;
+    let reference = mono_reference();
+    let packets = fields(
+        &file,
+        None,
+        &[
+            "mono_counters.command",
+            "mono_counters.timestamp",
+            "mono_counters.value.sample",
+            "mono_counters.value.counter",
+            "mono_counters.value.raw",
+            "mono_counters.segment",
+        ],
+    )
+    .await;
+    let commands = all(&packets, "mono_counters.command");
+    let count = |c: &str| commands.iter().filter(|x| *x == c).count();
+    assert_eq!(count("Hello"), 1, "{commands:?}");
+    assert_eq!(count("List"), 1);
+    assert_eq!(count("List response"), 1);
+    assert_eq!((count("Add"), count("Add response")), (3, 3));
+    assert_eq!(count("Good Bye"), 1);
+    // The agent writes each field with its own write(): its messages span several records, and say so.
+    assert!(!all(&packets, "mono_counters.segment").is_empty(), "reassembled messages list their frames");
+    let timestamps: Vec<i64> =
+        all(&packets, "mono_counters.timestamp").iter().map(|t| t.parse().unwrap()).collect();
+    assert_eq!(count("Sampling"), timestamps.len());
+    assert!(timestamps.len() >= 30, "{} samples", timestamps.len());
+    let (samples, names, raws) = (
+        all(&packets, "mono_counters.value.sample"),
+        all(&packets, "mono_counters.value.counter"),
+        all(&packets, "mono_counters.value.raw"),
+    );
+    assert_eq!((samples.len(), names.len()), (raws.len(), raws.len()));
+    // Each value sent is the agent's own; the values known after each sample (the agent sends only what
+    // changed) are every value the agent read for that sample.
+    let mut state: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+    let mut values = samples.iter().zip(&names).zip(&raws).peekable();
+    for ts in &timestamps {
+        let want = reference.get(ts).unwrap_or_else(|| panic!("sample {ts} is not in the reference"));
+        while let Some(((sample, name), raw)) = values.next_if(|((s, _), _)| s.parse::<i64>().unwrap() == *ts)
+        {
+            let _ = sample;
+            let bytes = hex_bytes(raw);
+            assert_eq!(Some(&bytes), want.get(name), "sample {ts}, {name}");
+            state.insert(name.clone(), bytes);
+        }
+        for (name, bytes) in &state {
+            assert_eq!(Some(bytes), want.get(name), "sample {ts}: {name} as last sent");
+        }
+    }
+    assert!(values.next().is_none(), "every value belongs to a sample, in order");
+    assert_eq!(state.len(), 14, "all 14 counters sampled: {:?}", state.keys());
+    eprintln!(
+        "figure: mono-agent-2014.pcapng: {} messages, {} samples, {} values",
+        commands.len(),
+        timestamps.len(),
+        raws.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rvos_reassembled_reports_equal_the_texts_the_real_service_sent() {
+    if tshark_or_skip("rvos_reassembled_reports_equal_the_texts_the_real_service_sent").is_none() {
+        return;
+    }
+    let dir = Path::new(PEERS).join("rvos");
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "pcapng"))
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 9);
+    for file in names {
+        assert_no_lua_error(&file).await;
+        let reference =
+            dir.join(file.file_name().unwrap().to_str().unwrap().replace(".pcapng", ".reference.jsonl"));
+        let want = support::json_lines(&std::fs::read_to_string(reference).unwrap());
+        let packets = fields(
+            &file,
+            None,
+            &[
+                "rvos_sysinfo.reply.report",
+                "rvos_sysinfo.report.bytes",
+                "rvos_sysinfo.reply.chunk_len",
+                "rvos_sysinfo.reply.end",
+            ],
+        )
+        .await;
+        let reports = all(&packets, "rvos_sysinfo.reply.report");
+        let texts: Vec<Vec<u8>> =
+            all(&packets, "rvos_sysinfo.report.bytes").iter().map(|h| hex_bytes(h)).collect();
+        let chunks: Vec<u64> =
+            all(&packets, "rvos_sysinfo.reply.chunk_len").iter().map(|c| c.parse().unwrap()).collect();
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(all(&packets, "rvos_sysinfo.reply.end").iter().all(|e| e == "sentinel"), "{name}");
+        assert_eq!(reports.len(), want.len(), "{name}: one reply per reference line");
+        assert_eq!(texts.len(), want.len(), "{name}");
+        let mut want_chunks = Vec::new();
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(reports[i], w["command"].as_str().unwrap(), "{name}: reply {i}");
+            assert_eq!(texts[i], w["text"].as_str().unwrap().as_bytes(), "{name}: reply {i}, byte for byte");
+            want_chunks.extend(w["chunks"].as_array().unwrap().iter().map(|c| c.as_u64().unwrap()));
+        }
+        assert_eq!(chunks, want_chunks, "{name}: chunk lengths");
+        eprintln!("figure: {name}: {} reports reassembled from {} chunks", reports.len(), chunks.len());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Recordings of the sims, against `telemon replay --json`
+// ---------------------------------------------------------------------------------------------------
+
+/// Records every sim for a while with `telemon record`: the recording's file.
+async fn record_the_sims(dir: &Path) -> PathBuf {
+    let sims = Sims::start(SimOptions::default()).await;
+    sims.start_mono_agent();
+    let config = dir.join("fleet.toml");
+    std::fs::write(&config, sims.toml(Some("100ms"))).unwrap();
+    let out = dir.join("rec");
+    let telemon =
+        Telemon::spawn(&["record", "--config", config.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    within("every target recorded with a few messages", async {
+        loop {
+            if let Ok((capture, _)) =
+                telemon_capture::Capture::from_dir(&out, telemon_capture::Limits::default())
+            {
+                let bytes = |p: Protocol| {
+                    let t: Vec<_> =
+                        capture.targets().into_iter().filter(|t| t.protocol == p).cloned().collect();
+                    t.iter()
+                        .map(|t| {
+                            capture
+                                .connections(Some(&t.name))
+                                .iter()
+                                .map(|c| c.inbound().len())
+                                .sum::<usize>()
+                        })
+                        .sum::<usize>()
+                };
+                if bytes(Protocol::Sysinfo) > 8000
+                    && bytes(Protocol::Meter161) > 2000
+                    && bytes(Protocol::Smon) > 300
+                    && bytes(Protocol::Mono) > 600
+                    && bytes(Protocol::Hmon) > 4000
+                {
+                    return;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    let (status, _, err) = telemon.interrupt().await;
+    assert_eq!(status, 0, "{err:?}");
+    sims.stop().await;
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    files.remove(0)
+}
+
+async fn replay_json(file: &Path, target: &str) -> Vec<Value> {
+    let out =
+        run(&["replay", file.to_str().unwrap(), "--target", target, "--json", "--speed", "max"], None).await;
+    assert_eq!(code(&out), 0, "{target}: {}", stderr(&out));
+    support::json_lines(&stdout(&out))
+}
+
+fn on(target: &str) -> String {
+    format!("frame.interface_name == \"{target}\"")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_sims_recording_decodes_to_what_telemon_replay_prints() {
+    if tshark_or_skip("every_sims_recording_decodes_to_what_telemon_replay_prints").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = record_the_sims(dir.path()).await;
+    assert_no_lua_error(&file).await;
+    let capture = telemon_capture::Capture::from_file(&file, telemon_capture::Limits::default()).unwrap();
+    let mono_target = capture.targets().iter().find(|t| t.protocol == Protocol::Mono).unwrap().name.clone();
+
+    // meter161: one row per DATA line, every counter.
+    let rows = meter161_rows(&file, Some(&on("sys161"))).await;
+    let replay = replay_json(&file, "sys161").await;
+    assert_eq!(rows.len(), replay.len(), "meter161: DATA lines");
+    for (row, json) in rows.iter().zip(&replay) {
+        for (v, name) in row.iter().zip(METER_FIELDS) {
+            assert_eq!(json[name].as_u64(), Some(*v), "{name}: {json}");
+        }
+    }
+    eprintln!("figure: sim recording, meter161: {} DATA lines", rows.len());
+
+    // hmon: the interpreter's JSON messages, as JSON values.
+    let filter = format!("{} && frame.p2p_dir == 1", on("dyalog"));
+    let packets = fields(&file, Some(&filter), &["hmon.command", "hmon.payload"]).await;
+    let payloads: Vec<Value> =
+        all(&packets, "hmon.payload").iter().map(|p| serde_json::from_str(p).unwrap()).collect();
+    let replay = replay_json(&file, "dyalog").await;
+    assert!(replay.len() > 3);
+    assert_eq!(payloads, replay, "hmon: message for message");
+    let commands = all(&packets, "hmon.command");
+    assert_eq!(commands.len(), payloads.len());
+    for (c, p) in commands.iter().zip(&payloads) {
+        assert_eq!(p[0].as_str(), Some(c.as_str()));
+    }
+    eprintln!("figure: sim recording, hmon: {} JSON messages from the interpreter", payloads.len());
+
+    // smon: every value, with its name and index.
+    let packets = fields(&file, Some(&on("smon")), &["smon.update"]).await;
+    let updates = all(&packets, "smon.update");
+    let replay = replay_json(&file, "smon").await;
+    let want: Vec<String> = replay
+        .iter()
+        .map(|r| {
+            let index: Vec<String> = r["index"].as_array().unwrap().iter().map(|i| i.to_string()).collect();
+            let value = match &r["value"] {
+                Value::String(s) => s.clone(),
+                v => v.to_string(),
+            };
+            format!("{}[{}]={value}", r["name"].as_str().unwrap(), index.join(","))
+        })
+        .collect();
+    assert!(want.len() > 10);
+    assert_eq!(updates, want, "smon: value for value");
+    eprintln!("figure: sim recording, smon: {} values", updates.len());
+
+    // sysinfo: one report per reply, its command, chunk count and length.
+    let packets = fields(
+        &file,
+        Some(&on("rvos")),
+        &["rvos_sysinfo.reply.report", "rvos_sysinfo.reply.chunks", "rvos_sysinfo.report.bytes"],
+    )
+    .await;
+    let (reports, chunks, texts) = (
+        all(&packets, "rvos_sysinfo.reply.report"),
+        all(&packets, "rvos_sysinfo.reply.chunks"),
+        all(&packets, "rvos_sysinfo.report.bytes"),
+    );
+    let replay = replay_json(&file, "rvos").await;
+    assert!(replay.len() > 5);
+    assert_eq!(reports.len(), replay.len(), "sysinfo: reports");
+    for (i, r) in replay.iter().enumerate() {
+        assert_eq!(r["command"].as_str(), Some(reports[i].as_str()), "report {i}");
+        assert_eq!(r["chunks"].as_u64(), Some(chunks[i].parse().unwrap()), "report {i}");
+        assert_eq!(r["bytes"].as_u64(), Some(hex_bytes(&texts[i]).len() as u64), "report {i}");
+    }
+    eprintln!("figure: sim recording, sysinfo: {} reports", reports.len());
+
+    // Mono: the counters known at each sample the view prints equal the view's values.
+    let packets = fields(
+        &file,
+        Some(&on(&mono_target)),
+        &[
+            "mono_counters.value.sample",
+            "mono_counters.value.counter",
+            "mono_counters.value.int",
+            "mono_counters.value.double",
+        ],
+    )
+    .await;
+    let samples = all(&packets, "mono_counters.value.sample");
+    let names = all(&packets, "mono_counters.value.counter");
+    let ints = all(&packets, "mono_counters.value.int");
+    assert!(all(&packets, "mono_counters.value.double").is_empty(), "the sim's two counters are integers");
+    assert_eq!((samples.len(), names.len()), (ints.len(), ints.len()));
+    let mut state: BTreeMap<String, i64> = BTreeMap::new();
+    let mut at: BTreeMap<i64, BTreeMap<String, i64>> = BTreeMap::new();
+    for ((s, n), v) in samples.iter().zip(&names).zip(&ints) {
+        state.insert(n.clone(), v.parse().unwrap());
+        at.insert(s.parse().unwrap(), state.clone());
+    }
+    let replay = replay_json(&file, &mono_target).await;
+    assert!(replay.len() > 2);
+    for row in &replay {
+        let ts = row["timestamp"].as_i64().unwrap();
+        let want: BTreeMap<String, i64> = row["values"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_i64().unwrap()))
+            .collect();
+        let got = at.range(..=ts).next_back().map(|(_, s)| s.clone()).unwrap_or_default();
+        assert_eq!(got, want, "mono: sample {ts}");
+    }
+    eprintln!("figure: sim recording, mono: {} values, {} rows of the view", ints.len(), replay.len());
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Malformed input: the fuzz seed corpora, written into recordings
+// ---------------------------------------------------------------------------------------------------
+
+/// Writes every input of the corpora into one recording of `protocol`: each input is one connection (its
+/// bytes in `direction`, cut into three records, so that messages also span records).
+fn corpus_recording(path: &Path, protocol: Protocol, corpora: &[(&str, Direction)]) -> usize {
+    let file = std::fs::File::create(path).unwrap();
+    let mut w = Writer::new(std::io::BufWriter::new(file), "telemon wireshark test").unwrap();
+    let iface = w.interface(&Target::new("corpus", protocol, "fuzz/corpus")).unwrap();
+    let mut t = 1_700_000_000_000_000_000u64;
+    let mut n = 0;
+    let mut record = |w: &mut Writer<_>, kind: RecordKind| {
+        t += 1000;
+        w.record(&Record { interface: iface, time_ns: t, dropped: 0, kind }).unwrap();
+    };
+    for (corpus, direction) in corpora {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(corpus);
+        let mut inputs: Vec<PathBuf> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+        inputs.sort();
+        for input in inputs {
+            let bytes = std::fs::read(&input).unwrap();
+            record(&mut w, RecordKind::Open);
+            let third = bytes.len().div_ceil(3).max(1);
+            for piece in bytes.chunks(third) {
+                record(&mut w, RecordKind::Data { direction: *direction, bytes: piece.to_vec() });
+            }
+            record(&mut w, RecordKind::Close);
+            n += 1;
+        }
+    }
+    w.flush().unwrap();
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fuzz_corpora_never_raise_a_lua_error_and_malformed_frames_are_marked() {
+    if tshark_or_skip("the_fuzz_corpora_never_raise_a_lua_error_and_malformed_frames_are_marked").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    use Direction::{Inbound, Outbound};
+    let sets: [(&str, Protocol, &[(&str, Direction)]); 5] = [
+        (
+            "meter161",
+            Protocol::Meter161,
+            &[("meter161_decode", Inbound), ("meter161_session", Inbound), ("meter161_session", Outbound)],
+        ),
+        (
+            "hmon",
+            Protocol::Hmon,
+            &[
+                ("hmon_frame", Inbound),
+                ("hmon_message", Inbound),
+                ("hmon_proto", Inbound),
+                ("hmon_proto", Outbound),
+            ],
+        ),
+        (
+            "mono_counters",
+            Protocol::Mono,
+            &[
+                ("mono_agent_stream", Inbound),
+                ("mono_counter_table", Inbound),
+                ("mono_inspector_stream", Outbound),
+            ],
+        ),
+        ("smon", Protocol::Smon, &[("smon_decode", Inbound), ("smon_roundtrip", Inbound)]),
+        (
+            "rvos_sysinfo",
+            Protocol::Sysinfo,
+            &[
+                ("sysinfo_wire", Inbound),
+                ("sysinfo_wire", Outbound),
+                ("sysinfo_reassembler", Inbound),
+                ("sysinfo_reports", Inbound),
+            ],
+        ),
+    ];
+    for (abbr, protocol, corpora) in sets {
+        let file = dir.path().join(format!("{abbr}.pcapng"));
+        let inputs = corpus_recording(&file, protocol, corpora);
+        let started = Instant::now();
+        assert_no_lua_error(&file).await;
+        let malformed = tshark(
+            &[
+                "-2",
+                "-r",
+                file.to_str().unwrap(),
+                "-Y",
+                &format!("{abbr}.malformed"),
+                "-T",
+                "fields",
+                "-e",
+                "frame.number",
+            ],
+            true,
+        )
+        .await
+        .lines()
+        .count();
+        let decoded = tshark(
+            &[
+                "-2",
+                "-r",
+                file.to_str().unwrap(),
+                "-Y",
+                &format!("{abbr} && !{abbr}.malformed"),
+                "-T",
+                "fields",
+                "-e",
+                "frame.number",
+            ],
+            true,
+        )
+        .await
+        .lines()
+        .count();
+        assert!(malformed > 0 && decoded > 0, "{abbr}: {malformed} malformed frames, {decoded} decoded");
+        eprintln!(
+            "figure: {abbr}: {inputs} corpus inputs, {malformed} frames marked malformed, {decoded} decoded cleanly ({:.1?})",
+            started.elapsed()
+        );
+    }
+}
+
+/// A hand-made bad frame of each protocol is marked malformed, with the expert note, and the frames
+/// after a fatal error say they are not decoded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_frame_shows_as_malformed_with_an_expert_note() {
+    if tshark_or_skip("an_invalid_frame_shows_as_malformed_with_an_expert_note").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&str, Protocol, &[u8]); 5] = [
+        ("meter161", Protocol::Meter161, b"HELLO 2\r\nHEAD a b\r\nDATA 1 2 3\r\n"),
+        ("hmon", Protocol::Hmon, b"\x00\x00\x00\x0cRIDEabcd"),
+        ("mono_counters", Protocol::Mono, b"\x09\x00"),
+        ("smon", Protocol::Smon, b"\x00\x02uab"),
+        ("rvos_sysinfo", Protocol::Sysinfo, b"\x07\x00\x00\x00\x00"),
+    ];
+    for (abbr, protocol, bytes) in cases {
+        let file = dir.path().join(format!("{abbr}.pcapng"));
+        let mut w = Writer::new(std::fs::File::create(&file).unwrap(), "test").unwrap();
+        let iface = w.interface(&Target::new("bad", protocol, "nowhere")).unwrap();
+        for (i, kind) in [
+            RecordKind::Open,
+            RecordKind::Data { direction: Direction::Inbound, bytes: bytes.to_vec() },
+            RecordKind::Close,
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            w.record(&Record { interface: iface, time_ns: 1_000 + i as u64, dropped: 0, kind }).unwrap();
+        }
+        w.flush().unwrap();
+        drop(w);
+        assert_no_lua_error(&file).await;
+        let out = tshark(
+            &[
+                "-2",
+                "-r",
+                file.to_str().unwrap(),
+                "-Y",
+                &format!("{abbr}.malformed"),
+                "-T",
+                "fields",
+                "-e",
+                "frame.number",
+                "-e",
+                "_ws.expert.severity",
+            ],
+            true,
+        )
+        .await;
+        assert!(out.starts_with("2\t"), "{abbr}: {out:?}");
+        let text = tshark(&["-2", "-r", file.to_str().unwrap(), "-V"], true).await;
+        assert!(text.contains("Malformed"), "{abbr}: {text}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Cost
+// ---------------------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_largest_fixture_takes_less_than_twice_the_time_without_the_plugin() {
+    if tshark_or_skip("the_largest_fixture_takes_less_than_twice_the_time_without_the_plugin").is_none() {
+        return;
+    }
+    let mut fixtures: Vec<PathBuf> = ["sys161", "mono", "rvos"]
+        .iter()
+        .flat_map(|d| std::fs::read_dir(Path::new(PEERS).join(d)).unwrap().map(|e| e.unwrap().path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "pcapng"))
+        .collect();
+    fixtures.sort_by_key(|p| std::cmp::Reverse(p.metadata().unwrap().len()));
+    let mut largest = 0.0f64;
+    for (i, file) in fixtures.iter().enumerate() {
+        let f = file.to_str().unwrap();
+        let args = ["-2", "-r", f, "-V"];
+        let mut best = [f64::MAX; 2];
+        for _ in 0..3 {
+            for (k, plugin) in [false, true].into_iter().enumerate() {
+                let t = Instant::now();
+                tshark(&args, plugin).await;
+                best[k] = best[k].min(t.elapsed().as_secs_f64());
+            }
+        }
+        let name = file.file_name().unwrap().to_string_lossy();
+        eprintln!(
+            "figure: {name} ({} bytes): tshark -2 -V best of 3: {:.3} s without the plugin, {:.3} s with it ({:.2}x)",
+            file.metadata().unwrap().len(),
+            best[0],
+            best[1],
+            best[1] / best[0]
+        );
+        if i == 0 {
+            largest = best[1] / best[0];
+        }
+    }
+    assert!(largest < 2.0, "the largest fixture: {largest:.2}x");
+}
