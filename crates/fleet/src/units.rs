@@ -416,7 +416,9 @@ mod tests {
     fn config(targets: &[(&str, &str, &str)]) -> FleetConfig {
         let mut text = String::new();
         for (name, addr, room) in targets {
-            text += &format!("[[sysinfo]]\nname = \"{name}\"\nconnect = \"{addr}\"\nlabels = {{ room = \"{room}\" }}\n");
+            text += &format!(
+                "[[sysinfo]]\nname = \"{name}\"\nconnect = \"{addr}\"\nlabels = {{ room = \"{room}\" }}\n"
+            );
         }
         FleetConfig::parse("t.toml", &text).unwrap()
     }

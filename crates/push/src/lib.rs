@@ -22,7 +22,8 @@ mod sender;
 pub mod stats;
 pub mod view;
 
-use std::sync::atomic::AtomicU64;
+use std::any::Any;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,11 +55,21 @@ pub struct PushError {
 }
 
 struct Running {
+    /// `remote_write` or `otlp`, and the block it runs (a reload keeps a sender whose block is equal).
+    section: &'static str,
+    block: PushSection,
+    shard: Option<Shard>,
     stats: Arc<Stats>,
     queue_len: Box<dyn Fn() -> usize + Send + Sync>,
     inflight: Arc<AtomicU64>,
     sampler: JoinHandle<()>,
     sender: JoinHandle<()>,
+    stop: watch::Sender<bool>,
+    /// Set before `stop` when a reload replaces the sender: the sender then ends after its request in
+    /// flight instead of sending its queue, which the new sender takes over.
+    handoff: Arc<AtomicBool>,
+    /// With a memory queue: the queue (an `Arc<queue::Queue<W::Item>>`), handed to a replacement.
+    queue: Option<Box<dyn Any + Send + Sync>>,
     /// With `queue_dir`: the disk queue and its syncer.
     disk: Option<(durable::Disk, JoinHandle<()>)>,
 }
@@ -66,7 +77,7 @@ struct Running {
 /// The running senders of a config.
 pub struct Push {
     senders: Vec<Running>,
-    stop: watch::Sender<bool>,
+    instance: String,
 }
 
 impl std::fmt::Debug for Push {
@@ -75,71 +86,184 @@ impl std::fmt::Debug for Push {
     }
 }
 
+/// What a sender taken over by a reload leaves to its replacement.
+struct Handover {
+    stats: Arc<Stats>,
+    queue: Option<Box<dyn Any + Send + Sync>>,
+}
+
+/// Checks that every push block of `config` can start: the files it names (token, password, CA) are read.
+pub fn check(config: &FleetConfig) -> Result<(), PushError> {
+    for (section, block) in blocks(config) {
+        client(block).map_err(|message| PushError { section, sender: block.sender_name(), message })?;
+    }
+    Ok(())
+}
+
+/// The blocks of `config` as `(section, block)`, remote write first.
+fn blocks(config: &FleetConfig) -> impl Iterator<Item = (&'static str, &PushSection)> {
+    config.remote_write.iter().map(|b| ("remote_write", b)).chain(config.otlp.iter().map(|b| ("otlp", b)))
+}
+
 impl Push {
     /// Starts a sender per `[[remote_write]]` and `[[otlp]]` block of `config`, reading
     /// `registry`; `instance` is OTLP's `service.instance.id`. Fails when a file named by a block
     /// (token, password, CA) cannot be read.
     pub fn start(config: &FleetConfig, registry: &Registry, instance: &str) -> Result<Push, PushError> {
-        let (stop, _) = watch::channel(false);
-        let mut push = Push { senders: Vec::new(), stop };
-        for block in &config.remote_write {
-            let wire = remote_write::RemoteWrite::new(block.external_labels());
-            push.spawn("remote_write", block, config.serve.shard, wire, registry)?;
-        }
-        for block in &config.otlp {
-            let wire = otlp::OtlpWire::new(instance, &block.external_labels());
-            push.spawn("otlp", block, config.serve.shard, wire, registry)?;
+        let mut push = Push { senders: Vec::new(), instance: instance.to_owned() };
+        for (section, block) in blocks(config) {
+            let sender = push.spawn(section, block, config.serve.shard, registry, None)?;
+            push.senders.push(sender);
         }
         Ok(push)
     }
 
-    fn spawn<W: Wire>(
+    /// Makes the senders those of `config`: a sender whose block (and `[serve] shard`) did not change
+    /// keeps running untouched; a changed one is replaced, the new one taking over its queue (a memory
+    /// queue's items, or the same `queue_dir`) and its counters, after the old one's request in flight
+    /// ends (within `deadline`); a removed one shuts down as at exit. Every new block's files (token,
+    /// password, CA) are read first: if one fails, nothing changes. Returns how many senders were
+    /// started or replaced.
+    pub async fn reload(
         &mut self,
+        config: &FleetConfig,
+        registry: &Registry,
+        deadline: Duration,
+    ) -> Result<usize, PushError> {
+        let shard = config.serve.shard;
+        let wanted: Vec<(&'static str, &PushSection)> = blocks(config).collect();
+        let same = |r: &Running, section: &str, block: &PushSection| {
+            r.section == section && r.block == *block && r.shard == shard
+        };
+        for (section, block) in &wanted {
+            if !self.senders.iter().any(|r| same(r, section, block)) {
+                client(block).map_err(|message| PushError {
+                    section,
+                    sender: block.sender_name(),
+                    message,
+                })?;
+            }
+        }
+        let mut kept: Vec<Option<Running>> = Vec::new();
+        let mut handovers: std::collections::HashMap<(&'static str, String), Handover> = Default::default();
+        for r in std::mem::take(&mut self.senders) {
+            if let Some(i) = wanted.iter().position(|(s, b)| same(&r, s, b)) {
+                kept.resize_with(kept.len().max(i + 1), || None);
+                kept[i] = Some(r);
+                continue;
+            }
+            let name = r.stats.sender.clone();
+            let replaced = wanted.iter().any(|(s, b)| *s == r.section && b.sender_name() == name);
+            if replaced {
+                r.handoff.store(true, Ordering::Relaxed);
+            }
+            let section = r.section;
+            let handover = r.finish(deadline).await;
+            if replaced {
+                handovers.insert((section, name), handover);
+            }
+        }
+        let mut started = 0;
+        for (i, (section, block)) in wanted.iter().enumerate() {
+            match kept.get_mut(i).and_then(Option::take) {
+                Some(r) => self.senders.push(r),
+                None => {
+                    let handover = handovers.remove(&(*section, block.sender_name()));
+                    let r = self.spawn(section, block, shard, registry, handover)?;
+                    self.senders.push(r);
+                    started += 1;
+                }
+            }
+        }
+        Ok(started)
+    }
+
+    fn spawn(
+        &self,
+        section: &'static str,
+        block: &PushSection,
+        shard: Option<Shard>,
+        registry: &Registry,
+        handover: Option<Handover>,
+    ) -> Result<Running, PushError> {
+        if section == "remote_write" {
+            let wire = remote_write::RemoteWrite::new(block.external_labels());
+            self.spawn_wire(section, block, shard, wire, registry, handover)
+        } else {
+            let wire = otlp::OtlpWire::new(&self.instance, &block.external_labels());
+            self.spawn_wire(section, block, shard, wire, registry, handover)
+        }
+    }
+
+    fn spawn_wire<W: Wire>(
+        &self,
         section: &'static str,
         block: &PushSection,
         shard: Option<Shard>,
         wire: W,
         registry: &Registry,
-    ) -> Result<(), PushError> {
+        handover: Option<Handover>,
+    ) -> Result<Running, PushError> {
         let name = block.sender_name();
         let fail = |message| PushError { section, sender: name.clone(), message };
         let client = client(block).map_err(fail)?;
         let inflight = Arc::new(AtomicU64::new(0));
+        let (stop, _) = watch::channel(false);
+        let handoff = Arc::new(AtomicBool::new(false));
         let plan = Plan {
             url: block.request_url(),
             batch: block.batch,
             max_per_send: *block.max_samples_per_send.get_ref(),
         };
+        let (old_stats, old_queue) = match handover {
+            Some(h) => (Some(h.stats), h.queue),
+            None => (None, None),
+        };
+        let running = |stats, queue_len, sampler, sender, queue, disk| Running {
+            section,
+            block: block.clone(),
+            shard,
+            stats,
+            queue_len,
+            inflight: inflight.clone(),
+            sampler,
+            sender,
+            stop: stop.clone(),
+            handoff: handoff.clone(),
+            queue,
+            disk,
+        };
         if block.queue_dir.is_some() {
-            let stats = Arc::new(Stats::with_disk(name.clone(), block.queue_max_bytes));
+            let stats = old_stats
+                .filter(|s| s.has_disk() && s.queue_limit() == block.queue_max_bytes)
+                .unwrap_or_else(|| Arc::new(Stats::with_disk(name.clone(), block.queue_max_bytes)));
             let disk = durable::Disk::open(block, shard, stats.clone()).map_err(fail)?;
             let context = Arc::new(wire.context());
-            let (registry, stop) = (registry.clone(), self.stop.subscribe());
+            let (registry, sampler_stop) = (registry.clone(), stop.subscribe());
             let (sampler_disk, sampler_plan) = (disk.clone(), plan.clone());
             let sampler = tokio::spawn(async move {
-                durable::sampler(wire, context, registry, sampler_disk, &sampler_plan, stop).await
+                durable::sampler(wire, context, registry, sampler_disk, &sampler_plan, sampler_stop).await
             });
             let sender = tokio::spawn(durable::sender::<W>(
                 client,
                 plan,
                 disk.clone(),
-                self.stop.subscribe(),
+                stop.subscribe(),
                 inflight.clone(),
             ));
-            let syncer = tokio::spawn(durable::syncer(disk.clone(), block.queue_sync, self.stop.subscribe()));
-            self.senders.push(Running {
-                stats,
-                queue_len: Box::new(|| 0),
-                inflight,
-                sampler,
-                sender,
-                disk: Some((disk, syncer)),
-            });
-            return Ok(());
+            let syncer = tokio::spawn(durable::syncer(disk.clone(), block.queue_sync, stop.subscribe()));
+            return Ok(running(stats, Box::new(|| 0), sampler, sender, None, Some((disk, syncer))));
         }
-        let stats = Arc::new(Stats::new(name, block.queue_bytes));
-        let queue =
-            Arc::new(queue::Queue::<W::Item>::new(usize::try_from(block.queue_bytes).unwrap_or(usize::MAX)));
+        let stats = old_stats
+            .filter(|s| !s.has_disk() && s.queue_limit() == block.queue_bytes)
+            .unwrap_or_else(|| Arc::new(Stats::new(name, block.queue_bytes)));
+        let limit = usize::try_from(block.queue_bytes).unwrap_or(usize::MAX);
+        let queue = Arc::new(queue::Queue::<W::Item>::new(limit));
+        // A replaced sender's queue: its items, oldest first, into the new bound.
+        if let Some(old) = old_queue.and_then(|q| q.downcast::<Arc<queue::Queue<W::Item>>>().ok()) {
+            let dropped = queue.push(old.take(usize::MAX));
+            stats.add_dropped(stats::reason::QUEUE_FULL, dropped);
+        }
         let context = wire.context();
         let sampler = tokio::spawn(sender::sampler(
             wire,
@@ -147,7 +271,7 @@ impl Push {
             queue.clone(),
             stats.clone(),
             plan.batch,
-            self.stop.subscribe(),
+            stop.subscribe(),
         ));
         let sender = tokio::spawn(sender::sender::<W>(
             context,
@@ -155,19 +279,12 @@ impl Push {
             plan,
             queue.clone(),
             stats.clone(),
-            self.stop.subscribe(),
+            (stop.subscribe(), handoff.clone()),
             inflight.clone(),
         ));
         let q = queue.clone();
-        self.senders.push(Running {
-            stats,
-            queue_len: Box::new(move || q.len()),
-            inflight,
-            sampler,
-            sender,
-            disk: None,
-        });
-        Ok(())
+        let held: Box<dyn Any + Send + Sync> = Box::new(queue);
+        Ok(running(stats, Box::new(move || q.len()), sampler, sender, Some(held), None))
     }
 
     /// Every sender's stats, in config order (remote write first).
@@ -179,33 +296,51 @@ impl Push {
     /// (counted with `reason="dropped_shutdown"`); a disk queue finishes its request in flight within
     /// `deadline`, syncs, and keeps its backlog for the next start.
     pub async fn shutdown(self, deadline: Duration) {
-        self.stop.send_replace(true);
+        for s in &self.senders {
+            s.stop.send_replace(true);
+        }
         let end = tokio::time::Instant::now() + deadline;
         for s in self.senders {
-            let _ = s.sampler.await;
-            let mut task = s.sender;
-            let finished = tokio::time::timeout_at(end, &mut task).await.is_ok();
-            if !finished {
-                task.abort();
-                let _ = task.await;
-            }
-            match s.disk {
-                Some((disk, syncer)) => {
-                    let _ = syncer.await;
-                    if let Err(e) = disk.sync().await {
-                        eprintln!(
-                            "telemon: push {}: {e}; the last acknowledgements may be sent again",
-                            s.stats.sender
-                        );
-                    }
-                }
-                None if !finished => {
-                    let left = s.inflight.load(std::sync::atomic::Ordering::Relaxed);
-                    s.stats.add_dropped(stats::reason::SHUTDOWN, left + (s.queue_len)() as u64);
-                }
-                None => {}
-            }
+            s.finish_by(end).await;
         }
+    }
+}
+
+impl Running {
+    /// Stops this sender (see [`Push::shutdown`]) within `deadline`, and returns what a replacement
+    /// takes over.
+    async fn finish(self, deadline: Duration) -> Handover {
+        self.stop.send_replace(true);
+        self.finish_by(tokio::time::Instant::now() + deadline).await
+    }
+
+    async fn finish_by(self, end: tokio::time::Instant) -> Handover {
+        let _ = self.sampler.await;
+        let mut task = self.sender;
+        let finished = tokio::time::timeout_at(end, &mut task).await.is_ok();
+        if !finished {
+            task.abort();
+            let _ = task.await;
+        }
+        let handoff = self.handoff.load(Ordering::Relaxed);
+        match self.disk {
+            Some((disk, syncer)) => {
+                let _ = syncer.await;
+                if let Err(e) = disk.sync().await {
+                    eprintln!(
+                        "telemon: push {}: {e}; the last acknowledgements may be sent again",
+                        self.stats.sender
+                    );
+                }
+            }
+            None if !finished => {
+                let left = self.inflight.load(Ordering::Relaxed);
+                let queued = if handoff { 0 } else { (self.queue_len)() as u64 };
+                self.stats.add_dropped(stats::reason::SHUTDOWN, left + queued);
+            }
+            None => {}
+        }
+        Handover { stats: self.stats, queue: self.queue }
     }
 }
 

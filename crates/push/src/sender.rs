@@ -229,19 +229,23 @@ pub(crate) async fn sampler<W: Wire>(
 }
 
 /// Sends `queue` in order, `plan.max_per_send` items per request, until `stop` turns true and
-/// the queue is empty (the caller bounds that with its shutdown deadline).
+/// the queue is empty (the caller bounds that with its shutdown deadline); or, when `handoff` is set
+/// before `stop`, as soon as its request in flight ends, leaving the queue to a replacement.
 pub(crate) async fn sender<W: Wire>(
     context: W::Context,
     client: reqwest::Client,
     plan: Plan,
     queue: Arc<Queue<W::Item>>,
     stats: Arc<Stats>,
-    stop: watch::Receiver<bool>,
+    (stop, handoff): (watch::Receiver<bool>, Arc<std::sync::atomic::AtomicBool>),
     inflight: Arc<std::sync::atomic::AtomicU64>,
 ) {
     let mut backoff = Backoff::new(RETRY_FIRST, RETRY_MAX);
     let mut failing = false;
     loop {
+        if handoff.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
         let batch = queue.take(plan.max_per_send);
         if batch.is_empty() {
             if *stop.borrow() {

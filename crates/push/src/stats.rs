@@ -98,6 +98,16 @@ impl Stats {
         }
     }
 
+    /// Whether the sender has a disk queue.
+    pub fn has_disk(&self) -> bool {
+        self.disk.is_some()
+    }
+
+    /// The bound of the sender's queue in bytes (`queue_bytes`, or `queue_max_bytes` with a disk queue).
+    pub fn queue_limit(&self) -> u64 {
+        self.queue_limit
+    }
+
     /// Zeroed stats of a sender with a disk queue bounded by `queue_limit` bytes.
     pub fn with_disk(sender: String, queue_limit: u64) -> Self {
         Stats { disk: Some(DiskGauges::default()), ..Stats::new(sender, queue_limit) }

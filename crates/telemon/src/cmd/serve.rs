@@ -31,6 +31,25 @@ pub struct Args {
     /// exporters read, see docs/security.md). Overrides `web_config` of the config's [serve].
     #[arg(long = "web.config.file", value_name = "FILE")]
     web_config_file: Option<PathBuf>,
+    /// Allow `POST /-/reload` (as Prometheus's flag of this name). SIGHUP reloads in any case.
+    #[arg(long = "web.enable-lifecycle")]
+    web_enable_lifecycle: bool,
+}
+
+/// The config from the command line: the file or flags, with the flags that override [serve].
+fn config_of(
+    targets: &TargetArgs,
+    shard: Option<Shard>,
+    web_config: Option<&PathBuf>,
+) -> Result<FleetConfig, CliError> {
+    let mut config = targets.to_config()?;
+    if shard.is_some() {
+        config.serve.shard = shard;
+    }
+    if web_config.is_some() {
+        config.serve.web_config = web_config.cloned();
+    }
+    Ok(config)
 }
 
 /// Runs `telemon serve` until Ctrl-C or SIGTERM.
@@ -40,16 +59,10 @@ pub async fn run(args: Args) -> CliResult {
         println!("{}: ok ({})", file.display(), config.summary());
         return Ok(());
     }
-    let mut config = args.targets.to_config()?;
-    if args.shard.is_some() {
-        config.serve.shard = args.shard;
-    }
-    if args.web_config_file.is_some() {
-        config.serve.web_config = args.web_config_file.clone();
-    }
-    if config.blocks() == 0 {
+    let config = config_of(&args.targets, args.shard, args.web_config_file.as_ref())?;
+    if args.targets.config.is_none() && config.blocks() == 0 {
         return Err(CliError::Usage(
-            "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
+            "no targets: give --config FILE (a config without targets serves /probe only) or target flags such as --hmon ADDR".into(),
         ));
     }
     let recording = args.record.map(|dir| args.rotate.start(dir)).transpose()?;
@@ -59,9 +72,30 @@ pub async fn run(args: Args) -> CliResult {
         telemon::http::WebConfig::load(web).map_err(|e| CliError::Usage(e.to_string()))?;
     }
     let server = telemon::http::start(&config, args.listen.as_deref()).await.map_err(CliError::peer)?;
+    let (targets, shard, web) = (args.targets.clone(), args.shard, args.web_config_file.clone());
+    server
+        .control()
+        .set_source(Box::new(move || config_of(&targets, shard, web.as_ref()).map_err(|e| e.to_string())));
+    server.control().enable_lifecycle(args.web_enable_lifecycle);
     let shard = config.serve.shard.map(|s| format!(" (shard {s})")).unwrap_or_default();
-    eprintln!("telemon: serving {}{shard} on http://{}/metrics", config.summary(), server.local_addr());
+    let what = if config.blocks() == 0 && config.file_sd.is_empty() {
+        "no targets (/probe only)".to_owned()
+    } else {
+        config.summary()
+    };
+    eprintln!("telemon: serving {what}{shard} on http://{}/metrics", server.local_addr());
+    // SIGHUP reloads the config, as for Prometheus and node_exporter.
+    let control = server.control().clone();
+    let hangups = tokio::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            let _ = control.reload().await;
+        }
+    });
     let result = server.run_until(shutdown_signal()).await.map_err(CliError::peer);
+    hangups.abort();
     if let Some(recording) = &recording {
         record::finish(recording);
     }

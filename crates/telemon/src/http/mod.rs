@@ -20,19 +20,21 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 
 use telemon_fleet::collect::AbortOnDrop;
 use telemon_fleet::config::FleetConfig;
-use telemon_fleet::config::Shard;
 use telemon_fleet::render::Format;
 use telemon_fleet::{Fleet, TargetSnapshot};
 use telemon_push::{Push, Stats as PushStats};
 
+use axum::http::StatusCode;
+
 mod conn;
 mod exposition;
 mod probe;
+mod reload;
 
 pub use conn::{
     open_file_limit, HttpLimits, WebConfig, WebConfigError, WebGate, HTTP_SHARE_DIVISOR, OWN_FILES,
@@ -42,7 +44,10 @@ pub use conn::{
     CERT_CHECK_INTERVAL, MAX_PEM_BYTES, MAX_WEB_CONFIG_BYTES, OPEN_PATH,
 };
 pub use exposition::accepts_gzip;
-pub use probe::{DEFAULT_PROBE_TIMEOUT, MAX_PROBES, PROBE_IDLE};
+pub use probe::{
+    probe_allowed, ProbeRefusal, DEFAULT_PROBE_TIMEOUT, MAX_PROBES, PROBE_IDLE, RESOLVE_TIMEOUT,
+};
+pub use reload::{ConfigSource, Control, PUSH_HANDOVER};
 
 use conn::serve_http;
 use exposition::exposition;
@@ -57,10 +62,10 @@ pub struct Server {
     addr: SocketAddr,
     fleet: Arc<Fleet>,
     web: Arc<WebGate>,
+    control: Arc<Control>,
     stop: tokio::sync::watch::Sender<bool>,
     http: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    push: Option<Push>,
 }
 
 /// Starts every target of `config` and serves HTTP on `listen` (`config.serve.listen` when `None`).
@@ -77,18 +82,15 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
     let instance = format!("{}:{}", hostname(), addr.port());
     let push = Push::start(config, fleet.registry(), &instance).map_err(invalid_input)?;
     let runtime = tokio::runtime::Handle::current();
-    let state = AppState {
-        fleet: fleet.clone(),
-        probes: Arc::new(Probes::new(config.serve.series_limit, runtime.clone())),
-        started: Instant::now(),
-        push: push.stats().into(),
-        shard: config.serve.shard,
-    };
+    let probes = Arc::new(Probes::new(config.serve.series_limit, config.serve.probe_allow.clone(), runtime));
+    let control = Arc::new(Control::new(config, fleet.clone(), web.clone(), probes.clone(), push));
+    let state = AppState { fleet: fleet.clone(), probes, control: control.clone(), started: Instant::now() };
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/targets", get(targets))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/probe", get(probe::probe))
+        .route("/-/reload", post(reload_endpoint).put(reload_endpoint))
         .with_state(state.clone())
         .merge(crate::web::routes(fleet.clone()));
     let limits = HttpLimits::new(&config.serve, open_file_limit());
@@ -119,7 +121,7 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
         });
         let _ = done_tx.send(served);
     })?;
-    Ok(Server { addr, fleet, web, stop, http, thread: Some(thread), push: Some(push) })
+    Ok(Server { addr, fleet, web, control, stop, http, thread: Some(thread) })
 }
 
 impl Server {
@@ -150,16 +152,20 @@ impl Server {
 
     /// The push senders' stats (`[[remote_write]]` then `[[otlp]]`, in config order).
     pub fn push_stats(&self) -> Vec<Arc<PushStats>> {
-        self.push.as_ref().map(Push::stats).unwrap_or_default()
+        self.control.push_stats.lock().unwrap_or_else(|e| e.into_inner()).to_vec()
+    }
+
+    /// What reloads the config (`SIGHUP`, `POST /-/reload`): set its source, then call
+    /// [`Control::reload`].
+    pub fn control(&self) -> &Arc<Control> {
+        &self.control
     }
 
     /// Stops serving, flushes the push senders (within [`telemon_push::SHUTDOWN_DEADLINE`]) and
     /// stops every target.
     pub async fn shutdown(mut self) {
         self.stop.send_replace(true);
-        if let Some(push) = self.push.take() {
-            push.shutdown(telemon_push::SHUTDOWN_DEADLINE).await;
-        }
+        self.control.shutdown_push(telemon_push::SHUTDOWN_DEADLINE).await;
         let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.http).await;
         if let Some(t) = self.thread.take() {
             if t.is_finished() {
@@ -174,9 +180,8 @@ impl Server {
 pub(crate) struct AppState {
     fleet: Arc<Fleet>,
     probes: Arc<Probes>,
+    control: Arc<Control>,
     started: Instant,
-    push: Arc<[Arc<PushStats>]>,
-    shard: Option<Shard>,
 }
 
 fn invalid_input(e: impl std::fmt::Display) -> std::io::Error {
@@ -196,7 +201,11 @@ fn hostname() -> String {
 async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response {
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
     let open_metrics = Format::from_accept(accept) == Format::OpenMetrics;
-    let mut own = telemon_push::stats::render(&state.push, open_metrics);
+    let push = state.control.push_stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut own = telemon_push::stats::render(&push, open_metrics);
+    own.push_str(&state.fleet.render_tail(open_metrics));
+    own.push_str(&state.control.render(open_metrics));
+    own.push_str(&state.probes.render(open_metrics));
     if let Some(recording) = telemon_fleet::record::installed() {
         own.push_str(&recording.render(open_metrics));
     }
@@ -229,9 +238,26 @@ async fn targets(State(state): State<AppState>) -> Response {
     let snapshot = state.fleet.snapshot();
     let body = serde_json::json!({
         "uptime_seconds": state.started.elapsed().as_secs_f64(),
-        "shard": state.shard.map(|s| s.to_string()),
+        "shard": state.control.config().serve.shard.map(|s| s.to_string()),
         "targets": snapshot.targets.iter().map(|t| target_json(t)).collect::<Vec<_>>(),
         "probes": state.probes.snapshot().iter().map(|t| target_json(t)).collect::<Vec<_>>(),
     });
     ([(header::CONTENT_TYPE, "application/json")], body.to_string() + "\n").into_response()
+}
+
+/// `POST /-/reload`: reloads the config when `--web.enable-lifecycle` is on (as Prometheus's).
+async fn reload_endpoint(State(state): State<AppState>) -> Response {
+    if !state.control.lifecycle() {
+        return (
+            StatusCode::FORBIDDEN,
+            "Lifecycle API is not enabled (start with --web.enable-lifecycle).\n",
+        )
+            .into_response();
+    }
+    match state.control.reload().await {
+        Ok(what) => (StatusCode::OK, format!("reloaded: {what}\n")).into_response(),
+        Err(why) => {
+            (StatusCode::INTERNAL_SERVER_ERROR, format!("failed to reload config: {why}\n")).into_response()
+        }
+    }
 }

@@ -1,6 +1,8 @@
 //! `/probe`: one target collected on demand (the multi-target exporter pattern).
 
 use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -10,6 +12,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use telemon_fleet::collect::{self, AbortOnDrop};
+use telemon_fleet::config::file_sd::check_host_port;
+use telemon_fleet::config::ProbeAllow;
 use telemon_fleet::{FleetSnapshot, Protocol, Publisher, Registry, TargetSnapshot};
 
 use super::exposition::exposition;
@@ -28,8 +32,40 @@ pub const MAX_PROBES: usize = 10_000;
 /// The probe timeout when Prometheus does not send `X-Prometheus-Scrape-Timeout-Seconds`.
 pub const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn bad_request(message: impl Into<String>) -> Response {
-    (StatusCode::BAD_REQUEST, message.into() + "\n").into_response()
+/// How long resolving a probe target's name may take.
+pub const RESOLVE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Why `/probe` refused a target (`telemon_probe_refused_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeRefusal {
+    /// Not `HOST:PORT`, or no or a bad protocol (400).
+    Invalid,
+    /// An address it resolves to is outside `[serve] probe_allow` (or not loopback without it) (403).
+    NotAllowed,
+    /// The name does not resolve (502).
+    Unresolved,
+    /// [`MAX_PROBES`] probe targets are kept already (503).
+    Limit,
+}
+
+impl ProbeRefusal {
+    const ALL: [ProbeRefusal; 4] =
+        [ProbeRefusal::Invalid, ProbeRefusal::NotAllowed, ProbeRefusal::Unresolved, ProbeRefusal::Limit];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            ProbeRefusal::Invalid => "invalid",
+            ProbeRefusal::NotAllowed => "not_allowed",
+            ProbeRefusal::Unresolved => "unresolved",
+            ProbeRefusal::Limit => "limit",
+        }
+    }
+}
+
+fn refuse(state: &AppState, why: ProbeRefusal, status: StatusCode, message: impl Into<String>) -> Response {
+    state.probes.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    (status, message.into() + "\n").into_response()
 }
 
 pub(super) async fn probe(
@@ -37,13 +73,17 @@ pub(super) async fn probe(
     Query(q): Query<ProbeQuery>,
     headers: HeaderMap,
 ) -> Response {
+    let bad = |m: &str| refuse(&state, ProbeRefusal::Invalid, StatusCode::BAD_REQUEST, m);
     let Some(target) = q.target.filter(|t| !t.is_empty()) else {
-        return bad_request("missing ?target=HOST:PORT");
+        return bad("missing ?target=HOST:PORT");
     };
+    if let Err(why) = check_host_port(&target) {
+        return bad(&why);
+    }
     let protocol = match q.protocol.as_deref().map(Protocol::from_name) {
         Some(Some(p @ (Protocol::Hmon | Protocol::Sysinfo | Protocol::Smon))) => p,
-        Some(_) => return bad_request("protocol must be hmon, sysinfo or smon"),
-        None => return bad_request("missing &protocol=hmon|sysinfo|smon"),
+        Some(_) => return bad("protocol must be hmon, sysinfo or smon"),
+        None => return bad("missing &protocol=hmon|sysinfo|smon"),
     };
     // Answer a little before Prometheus gives up on the scrape.
     let timeout = headers
@@ -54,75 +94,197 @@ pub(super) async fn probe(
         .map(|s| Duration::from_secs_f64((s * 0.9).min(60.0)))
         .unwrap_or(DEFAULT_PROBE_TIMEOUT);
     match state.probes.probe(protocol, &target, timeout).await {
-        Some(t) => exposition(FleetSnapshot::from(vec![t]), &headers, String::new()),
-        None => (StatusCode::SERVICE_UNAVAILABLE, format!("more than {MAX_PROBES} probe targets\n"))
-            .into_response(),
+        Ok(t) => exposition(FleetSnapshot::from(vec![t]), &headers, String::new()),
+        Err(Refused::Limit) => refuse(
+            &state,
+            ProbeRefusal::Limit,
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("more than {MAX_PROBES} probe targets"),
+        ),
+        Err(Refused::Unresolved(why)) => {
+            refuse(&state, ProbeRefusal::Unresolved, StatusCode::BAD_GATEWAY, format!("{target}: {why}"))
+        }
+        Err(Refused::NotAllowed(addr, open)) => {
+            let how = if open {
+                "add its network to [serve] probe_allow".to_owned()
+            } else {
+                format!(
+                    "without [serve] probe_allow, /probe reaches loopback targets only; to open it, list the networks it may reach, e.g. probe_allow = [\"{}/32\"] (or with a port, \"{addr}\")",
+                    addr.ip()
+                )
+            };
+            refuse(
+                &state,
+                ProbeRefusal::NotAllowed,
+                StatusCode::FORBIDDEN,
+                format!("{target} resolves to {addr}, which /probe may not connect to: {how}"),
+            )
+        }
     }
 }
 
+/// Why [`Probes::probe`] gave no target.
+enum Refused {
+    Limit,
+    Unresolved(String),
+    /// The first address refused, and whether an allow list is configured.
+    NotAllowed(SocketAddr, bool),
+}
+
+/// Whether `rules` allow `addr`: with no rules, loopback addresses only.
+pub fn probe_allowed(rules: &[ProbeAllow], addr: SocketAddr) -> bool {
+    if rules.is_empty() {
+        let ip = match addr.ip() {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+            v4 => v4,
+        };
+        return ip.is_loopback();
+    }
+    rules.iter().any(|r| r.allows(addr))
+}
+
 /// Probe targets: one registry per protocol (so that a target is named by its address alone), and
-/// the collector task of each.
+/// the collector task of each with the address it was checked at.
 pub(super) struct Probes {
     registries: HashMap<Protocol, Registry>,
-    tasks: Mutex<HashMap<(Protocol, String), (Instant, AbortOnDrop)>>,
+    tasks: Mutex<HashMap<(Protocol, String), Probe>>,
+    allow: Mutex<Arc<[ProbeAllow]>>,
+    refused: [AtomicU64; 4],
     series_limit: usize,
     /// The fleet's runtime, where probe collectors run (not the HTTP thread's).
     runtime: tokio::runtime::Handle,
 }
 
+struct Probe {
+    used: Instant,
+    addr: SocketAddr,
+    _task: AbortOnDrop,
+}
+
 impl Probes {
-    pub(super) fn new(series_limit: usize, runtime: tokio::runtime::Handle) -> Self {
+    pub(super) fn new(series_limit: usize, allow: Vec<ProbeAllow>, runtime: tokio::runtime::Handle) -> Self {
         let registries = Protocol::ALL.into_iter().map(|p| (p, Registry::new())).collect();
-        Probes { registries, tasks: Mutex::new(HashMap::new()), series_limit, runtime }
+        Probes {
+            registries,
+            tasks: Mutex::new(HashMap::new()),
+            allow: Mutex::new(allow.into()),
+            refused: Default::default(),
+            series_limit,
+            runtime,
+        }
+    }
+
+    /// Replaces the allow list; probe targets it no longer allows are dropped.
+    pub(super) fn set_allow(&self, allow: Vec<ProbeAllow>) {
+        let allow: Arc<[ProbeAllow]> = allow.into();
+        *self.allow.lock().unwrap_or_else(|e| e.into_inner()) = allow.clone();
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, p| probe_allowed(&allow, p.addr));
+    }
+
+    /// `telemon_probe_refused_total{reason}`.
+    pub(super) fn render(&self, open_metrics: bool) -> String {
+        let labels: Vec<String> =
+            ProbeRefusal::ALL.iter().map(|r| format!("reason=\"{}\"", r.label())).collect();
+        let samples: Vec<(&str, f64)> = ProbeRefusal::ALL
+            .iter()
+            .zip(&labels)
+            .map(|(r, l)| (l.as_str(), self.refused[*r as usize].load(Ordering::Relaxed) as f64))
+            .collect();
+        let mut out = String::new();
+        telemon_fleet::own::write_family(
+            &mut out,
+            "telemon_probe_refused_total",
+            "counter",
+            "/probe requests refused, by reason: invalid (not HOST:PORT, bad protocol), not_allowed (outside probe_allow), unresolved, limit.",
+            open_metrics,
+            &samples,
+        );
+        out
     }
 
     pub(super) fn snapshot(&self) -> Vec<Arc<TargetSnapshot>> {
         Protocol::ALL.iter().flat_map(|p| self.registries[p].snapshot().targets).collect()
     }
 
-    /// Starts (or reuses) the collector of `addr` and waits up to `timeout` for its values; `None`
-    /// when there are too many probe targets.
-    async fn probe(&self, protocol: Protocol, addr: &str, timeout: Duration) -> Option<TargetSnapshot> {
+    /// Resolves `target` once and checks every address it gives against the allow list.
+    async fn resolve(&self, target: &str) -> Result<SocketAddr, Refused> {
+        let addrs: Vec<SocketAddr> =
+            match tokio::time::timeout(RESOLVE_TIMEOUT, tokio::net::lookup_host(target)).await {
+                Ok(Ok(addrs)) => addrs.collect(),
+                Ok(Err(e)) => return Err(Refused::Unresolved(format!("cannot resolve: {e}"))),
+                Err(_) => {
+                    return Err(Refused::Unresolved(format!(
+                        "no answer from the resolver within {RESOLVE_TIMEOUT:?}"
+                    )))
+                }
+            };
+        let allow = self.allow.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if let Some(bad) = addrs.iter().find(|a| !probe_allowed(&allow, **a)) {
+            return Err(Refused::NotAllowed(*bad, !allow.is_empty()));
+        }
+        addrs.first().copied().ok_or_else(|| Refused::Unresolved("the name has no address".into()))
+    }
+
+    /// Starts (or reuses) the collector of `target` and waits up to `timeout` for its values.
+    async fn probe(
+        &self,
+        protocol: Protocol,
+        target: &str,
+        timeout: Duration,
+    ) -> Result<TargetSnapshot, Refused> {
         let registry = &self.registries[&protocol];
         let mut changed = registry.changed();
-        {
+        let key = (protocol, target.to_owned());
+        let known = {
             let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
-            let key = (protocol, addr.to_owned());
             let full = tasks.len() >= MAX_PROBES;
             match tasks.get_mut(&key) {
-                Some((used, _)) => *used = Instant::now(),
-                None if full => return None,
-                None => {
-                    let p = Publisher::new(registry, addr, protocol, Vec::new(), self.series_limit)
-                        .remove_on_drop();
-                    let task = match protocol {
-                        Protocol::Hmon => {
-                            let plan = collect::hmon::Plan::default();
-                            self.runtime.spawn(collect::hmon::run_connect(p, addr.to_owned(), plan))
-                        }
-                        Protocol::Smon => self
-                            .runtime
-                            .spawn(collect::smon::run(p, collect::smon::Source::Connect(addr.to_owned()))),
-                        _ => {
-                            let endpoint = collect::sysinfo::endpoint(Some(addr), None);
-                            let reports = collect::sysinfo::DEFAULT_REPORTS.to_vec();
-                            self.runtime.spawn(collect::sysinfo::run(
-                                p,
-                                endpoint,
-                                reports,
-                                Duration::from_secs(1),
-                            ))
-                        }
-                    };
-                    tasks.insert(key, (Instant::now(), AbortOnDrop(task)));
+                Some(p) => {
+                    p.used = Instant::now();
+                    true
                 }
+                None if full => return Err(Refused::Limit),
+                None => false,
+            }
+        };
+        if !known {
+            // Resolved once per probe target: the collector connects to the address checked here.
+            let addr = self.resolve(target).await?;
+            let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+            if tasks.len() >= MAX_PROBES {
+                return Err(Refused::Limit);
+            }
+            if !tasks.contains_key(&key) {
+                let p = Publisher::new(registry, target, protocol, Vec::new(), self.series_limit)
+                    .remove_on_drop();
+                let connect = addr.to_string();
+                let task = match protocol {
+                    Protocol::Hmon => {
+                        let plan = collect::hmon::Plan::default();
+                        self.runtime.spawn(collect::hmon::run_connect(p, connect, plan))
+                    }
+                    Protocol::Smon => {
+                        self.runtime.spawn(collect::smon::run(p, collect::smon::Source::Connect(connect)))
+                    }
+                    _ => {
+                        let endpoint = collect::sysinfo::endpoint(Some(&connect), None);
+                        let reports = collect::sysinfo::DEFAULT_REPORTS.to_vec();
+                        self.runtime.spawn(collect::sysinfo::run(
+                            p,
+                            endpoint,
+                            reports,
+                            Duration::from_secs(1),
+                        ))
+                    }
+                };
+                tasks.insert(key, Probe { used: Instant::now(), addr, _task: AbortOnDrop(task) });
             }
         }
         // Ready: up with values, or down after a failure.
         let ready = |t: &TargetSnapshot| {
             (t.is_up() && !t.series.is_empty()) || (!t.is_up() && t.last_error.is_some())
         };
-        let current = || registry.snapshot().get(addr).cloned();
+        let current = || registry.snapshot().get(target).cloned();
         let _ = tokio::time::timeout(timeout, async {
             loop {
                 if current().is_some_and(|t| ready(&t)) {
@@ -134,11 +296,11 @@ impl Probes {
             }
         })
         .await;
-        current()
+        current().ok_or_else(|| Refused::Unresolved("the probe target was dropped meanwhile".into()))
     }
 
     /// Drops the probe targets not asked for within `idle`.
     pub(super) fn sweep(&self, idle: Duration) {
-        self.tasks.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, (used, _)| used.elapsed() < idle);
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, p| p.used.elapsed() < idle);
     }
 }

@@ -1,0 +1,202 @@
+//! Changing a running `telemon serve`: `SIGHUP` and `POST /-/reload` (with `--web.enable-lifecycle`).
+//!
+//! A reload reads the config again (the same file and flags as at start) and checks all of it (the
+//! config, the web config, the push senders' files) before changing anything. A bad config changes
+//! nothing: the error is logged with file:line:key and `telemon_config_last_reload_successful` turns 0.
+//! A good one changes only what differs ([`Fleet::apply`], [`Push::reload`]): unchanged targets keep
+//! their connections and series; the web config, the probe allow list and the wake-up slack apply to
+//! what comes next. `[serve] listen`, `max_connections` and `idle_timeout` are read at start only (a
+//! reload that changes them says so in the log).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use telemon_fleet::config::FleetConfig;
+use telemon_fleet::Fleet;
+use telemon_push::{Push, Stats as PushStats};
+
+use super::conn::{WebConfig, WebGate};
+use super::probe::Probes;
+
+/// Reads the config anew: the file and flags `telemon serve` started with.
+pub type ConfigSource = Box<dyn Fn() -> Result<FleetConfig, String> + Send + Sync>;
+
+/// How long a reload lets a replaced push sender finish its request in flight.
+pub const PUSH_HANDOVER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The parts of a running server that a reload changes, and the reload's status.
+pub struct Control {
+    pub(super) fleet: Arc<Fleet>,
+    pub(super) web: Arc<WebGate>,
+    pub(super) probes: Arc<Probes>,
+    pub(super) push: tokio::sync::Mutex<Option<Push>>,
+    /// The push senders' stats, for `/metrics` (replaced when a reload changes the senders).
+    pub(super) push_stats: Mutex<Arc<[Arc<PushStats>]>>,
+    current: Mutex<FleetConfig>,
+    source: Mutex<Option<Arc<ConfigSource>>>,
+    lifecycle: AtomicBool,
+    last_ok: AtomicBool,
+    /// Unix time of the last successful reload (or of the start), as f64 bits.
+    last_success: AtomicU64,
+    /// The fleet's runtime: a reload starts targets, which must run there, whoever asked.
+    runtime: tokio::runtime::Handle,
+    /// One reload at a time.
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control").field("last_ok", &self.last_ok).finish_non_exhaustive()
+    }
+}
+
+fn unix_now() -> f64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64())
+}
+
+impl Control {
+    pub(super) fn new(
+        config: &FleetConfig,
+        fleet: Arc<Fleet>,
+        web: Arc<WebGate>,
+        probes: Arc<Probes>,
+        push: Push,
+    ) -> Control {
+        Control {
+            fleet,
+            web,
+            probes,
+            push_stats: Mutex::new(push.stats().into()),
+            push: tokio::sync::Mutex::new(Some(push)),
+            current: Mutex::new(config.clone()),
+            source: Mutex::new(None),
+            lifecycle: AtomicBool::new(false),
+            last_ok: AtomicBool::new(true),
+            last_success: AtomicU64::new(unix_now().to_bits()),
+            runtime: tokio::runtime::Handle::current(),
+            lock: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// Sets where a reload reads the config from; without one, a reload fails.
+    pub fn set_source(&self, source: ConfigSource) {
+        *self.source.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(source));
+    }
+
+    /// Allows `POST /-/reload` (`--web.enable-lifecycle`).
+    pub fn enable_lifecycle(&self, on: bool) {
+        self.lifecycle.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether `POST /-/reload` is allowed.
+    pub fn lifecycle(&self) -> bool {
+        self.lifecycle.load(Ordering::Relaxed)
+    }
+
+    /// Whether the last reload succeeded (true before any).
+    pub fn last_reload_successful(&self) -> bool {
+        self.last_ok.load(Ordering::Relaxed)
+    }
+
+    /// The config in force.
+    pub fn config(&self) -> FleetConfig {
+        self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Reads the config again and applies what changed; `Err` says why nothing changed. Runs on the
+    /// fleet's runtime whichever runtime calls it.
+    pub async fn reload(self: &Arc<Self>) -> Result<String, String> {
+        let me = self.clone();
+        match self.runtime.spawn(async move { me.reload_here().await }).await {
+            Ok(result) => result,
+            Err(e) => Err(format!("the reload task failed: {e}")),
+        }
+    }
+
+    async fn reload_here(&self) -> Result<String, String> {
+        let _one = self.lock.lock().await;
+        let result = self.apply().await;
+        match &result {
+            Ok(what) => {
+                self.last_ok.store(true, Ordering::Relaxed);
+                self.last_success.store(unix_now().to_bits(), Ordering::Relaxed);
+                tracing::info!("reloaded the config: {what}");
+                eprintln!("telemon: reloaded the config: {what}");
+            }
+            Err(why) => {
+                self.last_ok.store(false, Ordering::Relaxed);
+                tracing::error!(error = %why, "reload failed; the running config is unchanged");
+                eprintln!("telemon: reload failed, nothing changed: {why}");
+            }
+        }
+        result
+    }
+
+    async fn apply(&self) -> Result<String, String> {
+        let source = self.source.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let source = source.ok_or("this server was started without a config to read again")?;
+        let new = source()?;
+        // Everything that can be checked is checked before anything changes.
+        let web =
+            new.serve.web_config.as_deref().map(WebConfig::load).transpose().map_err(|e| e.to_string())?;
+        telemon_push::check(&new).map_err(|e| e.to_string())?;
+        let old = self.config();
+        let applied = self.fleet.apply(&new).await.map_err(|e| e.to_string())?;
+        let mut push = self.push.lock().await;
+        let mut senders = 0;
+        if let Some(push) = push.as_mut() {
+            match push.reload(&new, self.fleet.registry(), PUSH_HANDOVER).await {
+                Ok(n) => senders = n,
+                // The targets changed already: say what failed and keep going with the other senders.
+                Err(e) => return Err(format!("targets reloaded ({applied}), but a push sender failed: {e}")),
+            }
+            *self.push_stats.lock().unwrap_or_else(|e| e.into_inner()) = push.stats().into();
+        }
+        self.web.set(web);
+        self.probes.set_allow(new.serve.probe_allow.clone());
+        telemon_fleet::pace::set_wakeup_slack(new.serve.wakeup_slack);
+        for (key, changed) in [
+            ("listen", old.serve.listen != new.serve.listen),
+            ("max_connections", old.serve.max_connections != new.serve.max_connections),
+            ("idle_timeout", old.serve.idle_timeout != new.serve.idle_timeout),
+        ] {
+            if changed {
+                tracing::warn!("[serve] {key} changed: it takes effect at the next start");
+            }
+        }
+        *self.current.lock().unwrap_or_else(|e| e.into_inner()) = new;
+        Ok(format!("targets: {applied}; push senders started or replaced: {senders}"))
+    }
+
+    /// Stops the push senders (within `deadline`).
+    pub(super) async fn shutdown_push(&self, deadline: std::time::Duration) {
+        if let Some(push) = self.push.lock().await.take() {
+            push.shutdown(deadline).await;
+        }
+    }
+
+    /// `telemon_config_last_reload_successful` and `…_success_timestamp_seconds`.
+    pub fn render(&self, open_metrics: bool) -> String {
+        let mut out = String::new();
+        let ok = if self.last_reload_successful() { 1.0 } else { 0.0 };
+        let at = f64::from_bits(self.last_success.load(Ordering::Relaxed));
+        telemon_fleet::own::write_family(
+            &mut out,
+            "telemon_config_last_reload_successful",
+            "gauge",
+            "Whether the last configuration reload attempt was successful.",
+            open_metrics,
+            &[("", ok)],
+        );
+        telemon_fleet::own::write_family(
+            &mut out,
+            "telemon_config_last_reload_success_timestamp_seconds",
+            "gauge",
+            "Timestamp of the last successful configuration reload (or of the start).",
+            open_metrics,
+            &[("", at)],
+        );
+        out
+    }
+}
