@@ -303,11 +303,12 @@ impl History {
     pub fn last_seconds(&self, target: &str, key: &str, seconds: u32) -> Vec<Option<f32>> {
         let mut out = vec![None; seconds as usize];
         if let Some(ring) = self.targets.get(target).and_then(|s| s.get(key)) {
-            let from = self.now.saturating_sub(seconds.saturating_sub(1));
+            // The first second of the span (before the history began when it is young).
+            let from = i64::from(self.now) - i64::from(seconds) + 1;
             for (t, v) in ring.fine.iter() {
-                let t = t * FINE_STEP;
-                if t >= from && t <= self.now {
-                    out[(t - from) as usize] = Some(v);
+                let i = i64::from(t * FINE_STEP) - from;
+                if (0..i64::from(seconds)).contains(&i) {
+                    out[i as usize] = Some(v);
                 }
             }
         }
@@ -393,6 +394,7 @@ mod tests {
         assert_eq!(h.movement(&t, "g{i=0}", 10), 10.0);
         let last = h.last_seconds("t", "g{i=0}", 3);
         assert_eq!(last, [Some(97.0), Some(98.0), Some(99.0)]);
+        assert_eq!(h.last_seconds("t", "g{i=0}", 200)[199], Some(99.0), "ends at now, however long");
         h.put("t", "=busy", 0.5);
         h.put("t", "busy", 0.5);
         h.record(&FleetSnapshot::from(vec![target("t", 100.0, None)]), 100);
