@@ -3,7 +3,9 @@
 //! * `cargo xtask sim` starts every emulator on its default address or directory and, on a terminal, opens
 //!   the `telemon top` dashboard over them (their logs go to `target/sim-logs/`); with `--plain` or when
 //!   stdout is not a terminal, it points one `telemon` at each and shows their live output, prefixed by name,
-//!   until Ctrl-C.
+//!   until Ctrl-C. Either way it serves the web view at <http://127.0.0.1:9465/> and prints that address.
+//! * `cargo xtask screenshots` regenerates `docs/screenshots/` (the web view in headless Chromium, light and
+//!   dark: the `screenshots` test of `crates/telemon/tests/web.rs`).
 //! * `cargo xtask sim NAME [-- ARGS]` runs one emulator in the foreground.
 //! * `cargo xtask fuzz [--seconds N] [--jobs J] [--minimize] [TARGET]` runs cargo-fuzz on stable (`-s none`),
 //!   installing it when missing, J targets at a time, prints executions, corpus and crashes per target, and with
@@ -124,6 +126,8 @@ enum Task {
     },
     /// Run the CI script, `.ci/run`.
     Ci,
+    /// Regenerate docs/screenshots/ (the web view in headless Chromium, light and dark).
+    Screenshots,
 }
 
 fn main() -> Result<()> {
@@ -159,6 +163,9 @@ fn main() -> Result<()> {
             fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, record, &push)
         }
         Task::Ci => run(Command::new("bash").arg(".ci/run")),
+        Task::Screenshots => run(Command::new(cargo())
+            .args(["test", "-p", "telemon", "--test", "web", "screenshots", "--", "--exact"])
+            .env("TELEMON_SCREENSHOTS", root.join("docs/screenshots"))),
     }
 }
 
@@ -309,7 +316,19 @@ fn sim_all(root: &Path) -> Result<()> {
         watcher.args(sim.telemon);
         relays.extend(spawn_relayed(&children, sim.name, &mut watcher)?);
     }
-    eprintln!("[xtask] running {}; Ctrl-C stops everything", names());
+    // The web view: one `telemon serve` over every emulator but the Mono agent, whose inspector port the
+    // `telemon mono listen` above holds.
+    let logs = sim_logs(root)?;
+    let config = logs.join("web.toml");
+    std::fs::write(&config, SIMS.iter().filter(|s| s.name != "mono").map(|s| s.fleet).collect::<String>())?;
+    let mut web = Command::new(binary(root, "telemon"));
+    web.arg("serve").arg("--config").arg(&config).args(["--listen", sims::WEB]);
+    relays.extend(spawn_relayed(&children, "web", &mut web)?);
+    eprintln!(
+        "[xtask] running {}; the web view is at http://{}/; Ctrl-C stops everything",
+        names(),
+        sims::WEB
+    );
     for relay in relays {
         let _ = relay.join();
     }
@@ -338,10 +357,7 @@ fn sim_dashboard(root: &Path) -> Result<()> {
     let mut packages: Vec<&str> = SIMS.iter().map(|s| s.package).collect();
     packages.push("telemon");
     build(&packages)?;
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
-    let logs = target.join("sim-logs");
-    std::fs::create_dir_all(&logs)?;
+    let logs = sim_logs(root)?;
     let config = logs.join("telemon.toml");
     std::fs::write(&config, SIMS.iter().map(|s| s.fleet).collect::<Vec<_>>().join(""))?;
 
@@ -359,14 +375,17 @@ fn sim_dashboard(root: &Path) -> Result<()> {
     }
     // A moment to bind, so the dashboard does not open on connection errors.
     std::thread::sleep(std::time::Duration::from_millis(500));
+    eprintln!("[xtask] the web view of the dashboard's targets: http://{}/", sims::WEB);
     let status = Command::new(binary(root, "telemon"))
         .arg("top")
         .arg("--config")
         .arg(&config)
         .arg("--log")
         .arg(logs.join("telemon.log"))
+        .args(["--web", sims::WEB])
         .status()
         .context("starting telemon top");
+    eprintln!("[xtask] (the web view was at http://{}/)", sims::WEB);
     for child in children.lock().unwrap().iter_mut() {
         let _ = child.kill();
         let _ = child.wait();
@@ -377,6 +396,15 @@ fn sim_dashboard(root: &Path) -> Result<()> {
         bail!("telemon top failed ({status})");
     }
     Ok(())
+}
+
+/// `target/sim-logs/` (under `CARGO_TARGET_DIR` when set), created.
+fn sim_logs(root: &Path) -> Result<PathBuf> {
+    let target =
+        std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let logs = target.join("sim-logs");
+    std::fs::create_dir_all(&logs)?;
+    Ok(logs)
 }
 
 /// Spawns `cmd` and relays each line of its stdout and stderr with a `[prefix]`.

@@ -18,6 +18,10 @@ pub struct Sim {
     pub fleet: &'static str,
 }
 
+/// Where `cargo xtask sim` serves the web view of the emulators (`telemon top --web`, or in `--plain` mode a
+/// `telemon serve` beside the per-emulator telemons).
+pub const WEB: &str = "127.0.0.1:9465";
+
 /// Every emulator that exists so far, in start-up order.
 pub const SIMS: &[Sim] = &[
     // one entry per protocol

@@ -37,6 +37,10 @@ pub struct Args {
     /// With --replay: `1x` (the recorded pace), `10x`, `0.5x`, or `max`.
     #[arg(long, default_value = "1x", requires = "replay")]
     speed: telemon_capture::Speed,
+    /// Also serve the web view of these targets (`/`, `/target/NAME`, `/api/v1/...`) on ADDR, e.g.
+    /// 127.0.0.1:9465: the same pages as `telemon serve`, without its authentication (keep it on loopback).
+    #[arg(long, value_name = "ADDR")]
+    web: Option<String>,
 }
 
 /// Where the log goes while the dashboard runs: `--log FILE`, or nowhere.
@@ -70,6 +74,11 @@ pub async fn run(args: Args) -> CliResult {
             Fleet::start(&config).await.map_err(CliError::peer)?
         }
     };
+    let fleet = std::sync::Arc::new(fleet);
+    let _web = match &args.web {
+        Some(addr) => Some(serve_web(&fleet, addr).await?),
+        None => None,
+    };
     let result = if args.once {
         once(&fleet, &args).await
     } else if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
@@ -81,7 +90,23 @@ pub async fn run(args: Args) -> CliResult {
     result
 }
 
-/// Collects for `--wait`, sampling once a second, then prints one frame.
+/// Serves the web view of `fleet` on `addr` until the guard is dropped.
+async fn serve_web(
+    fleet: &std::sync::Arc<Fleet>,
+    addr: &str,
+) -> Result<telemon_fleet::collect::AbortOnDrop, CliError> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::Usage(format!("--web {addr}: cannot listen: {e}")))?;
+    let app = telemon::web::routes(fleet.clone());
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!("the web view stopped: {e}");
+        }
+    });
+    Ok(telemon_fleet::collect::AbortOnDrop(task))
+}
+
 /// A fleet whose targets are the recording's, played back at `speed`.
 fn replay(file: &std::path::Path, speed: telemon_capture::Speed) -> Result<Fleet, CliError> {
     use telemon_capture::{Capture, Limits};
@@ -100,6 +125,7 @@ fn replay(file: &std::path::Path, speed: telemon_capture::Speed) -> Result<Fleet
     Ok(fleet)
 }
 
+/// Collects for `--wait`, sampling once a second, then prints one frame.
 async fn once(fleet: &Fleet, args: &Args) -> CliResult {
     if args.width < 20 || args.height < 5 {
         return Err(CliError::Usage("--width must be at least 20 and --height at least 5".into()));
