@@ -938,7 +938,7 @@ do
         "Mono Thread", "Mono ThreadPool", "Mono System", "Custom"}
     local types = {[0] = "INT", "LONG", "WORD", "DOUBLE"}
     local units = {[0] = "NONE", "BYTES", "TIME", "EVENTS", "CONFIG", "PERCENTAGE"}
-    local variances = {[1] = "CONSTANT", "MONOTONIC", "VARIABLE"}
+    local variances = {[1] = "CONSTANT", [2] = "MONOTONIC", [3] = "VARIABLE"}
     local statuses = {[0] = "OK", "NOK", "NOTFOUND", "EXISTING"}
     local F = {
         command = ProtoField.string("mono_counters.command", "Command or response"),

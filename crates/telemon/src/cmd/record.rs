@@ -123,7 +123,12 @@ pub fn finish(recording: &Recording) {
 }
 
 /// `telemon record`: collect every target of a config (as `serve` does) without serving, and record it.
+///
+/// Wireshark and tshark decode the recordings with the Lua dissectors of `contrib/wireshark/telemon.lua`
+/// (see docs/wireshark.md).
 #[derive(Debug, clap::Args)]
+#[command(after_help = "Wireshark and tshark decode the recordings with the Lua dissectors of \
+                        contrib/wireshark/telemon.lua: see docs/wireshark.md.")]
 pub struct Args {
     #[command(flatten)]
     targets: TargetArgs,
