@@ -1,0 +1,225 @@
+//! `telemon serve` changed while it runs: SIGHUP and `POST /-/reload` apply only what changed, a bad
+//! config changes nothing, and reloading does not leak.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use support::{free_addr, http_get, until, within, Telemon};
+
+/// The sims: 50 rvOS sysinfo services, in-process.
+async fn rvos_sims(n: usize, shutdown: &sim_common::Shutdown) -> Vec<String> {
+    let mut addrs = Vec::new();
+    for _ in 0..n {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        addrs.push(l.local_addr().unwrap().to_string());
+        tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
+    }
+    addrs
+}
+
+/// A config of sysinfo targets `(name, addr, room)` and a Mono listener on `mono`.
+fn config(targets: &[(String, String, &str)], mono: SocketAddr) -> String {
+    let mut text = format!("[[mono_listen]]\nname = \"agents\"\nlisten = \"{mono}\"\n");
+    for (name, addr, room) in targets {
+        text += &format!(
+            "[[sysinfo]]\nname = \"{name}\"\nconnect = \"{addr}\"\nreports = [\"ps\"]\nevery = \"500ms\"\nlabels = {{ room = \"{room}\" }}\n"
+        );
+    }
+    text
+}
+
+/// `family{...target="NAME"...} VALUE` lines of a page: `target -> value`.
+fn by_target(page: &str, family: &str) -> BTreeMap<String, f64> {
+    page.lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .filter_map(|l| {
+            let target = l.split("target=\"").nth(1)?.split('"').next()?.to_owned();
+            let value = l.rsplit(' ').next()?.parse().ok()?;
+            Some((target, value))
+        })
+        .collect()
+}
+
+fn gauge(page: &str, name: &str) -> Option<f64> {
+    page.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+async fn scrape(addr: SocketAddr) -> String {
+    let (status, body) = http_get(addr, "/metrics", &[]).await.expect("a scrape");
+    assert_eq!(status, 200);
+    body
+}
+
+/// Fds and RSS of a process.
+fn fds_and_rss(pid: u32) -> (usize, u64) {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0);
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0);
+    (fds, rss)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_restarts_only_what_changed_and_a_bad_one_changes_nothing() {
+    let shutdown = sim_common::Shutdown::new();
+    let sims = rvos_sims(50, &shutdown).await;
+    let name = |i: usize| format!("s{i:02}");
+    let mono = free_addr();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("telemon.toml");
+    // 49 targets; the reload removes s00, relabels s01, adds s49, and leaves 47 as they were.
+    let before: Vec<(String, String, &str)> = (0..49).map(|i| (name(i), sims[i].clone(), "a")).collect();
+    std::fs::write(&file, config(&before, mono)).unwrap();
+    let http = free_addr();
+    let mut telemon = Telemon::spawn(&[
+        "serve",
+        "--config",
+        file.to_str().unwrap(),
+        "--listen",
+        &http.to_string(),
+        "--web.enable-lifecycle",
+    ]);
+    telemon.stderr_line("serving").await;
+    let pid = telemon.pid();
+    // A dial-in Mono agent.
+    let mut agent =
+        mono_agent_sim::AgentConfig::from_options(&format!("address={mono},interval=200")).unwrap();
+    agent.backoff =
+        mono_agent_sim::Backoff { initial: Duration::from_millis(50), max: Duration::from_millis(500) };
+    tokio::spawn(mono_agent_sim::run(agent, shutdown.clone()));
+    let all_up = |page: &str, want: usize| {
+        let up = by_target(page, "telemon_target_up");
+        up.len() == want && up.values().all(|v| *v == 1.0)
+    };
+    until("49 targets and the agent up", Duration::from_millis(100), async || {
+        let page = scrape(http).await;
+        all_up(&page, 50).then_some(())
+    })
+    .await;
+
+    // Scrape every 100 ms around the reload.
+    let (stop_tx, mut stop_rx) = tokio::sync::watch::channel(false);
+    let scraper = tokio::spawn(async move {
+        let mut pages = Vec::new();
+        loop {
+            pages.push(scrape(http).await);
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = stop_rx.wait_for(|s| *s) => return pages,
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut after: Vec<(String, String, &str)> = (1..50).map(|i| (name(i), sims[i].clone(), "a")).collect();
+    after[0].2 = "b"; // s01 relabelled
+    std::fs::write(&file, config(&after, mono)).unwrap();
+    let hup = tokio::process::Command::new("kill").args(["-HUP", &pid.to_string()]).status().await.unwrap();
+    assert!(hup.success());
+    telemon.stderr_line("reloaded the config").await;
+    until("s49 up and s00 gone", Duration::from_millis(100), async || {
+        let page = scrape(http).await;
+        let up = by_target(&page, "telemon_target_up");
+        (up.get("s49") == Some(&1.0) && !up.contains_key("s00")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop_tx.send_replace(true);
+    let pages = scraper.await.unwrap();
+    assert!(pages.len() >= 10, "{} scrapes", pages.len());
+    let unchanged: Vec<String> = (2..49).map(name).chain(["mono/agents".into()]).collect();
+    for page in &pages {
+        let up = by_target(page, "telemon_target_up");
+        let connects = by_target(page, "telemon_target_connects_total");
+        for t in unchanged.iter().filter(|t| !t.starts_with("mono")) {
+            assert_eq!(up.get(t), Some(&1.0), "{t} never goes down around the reload");
+            assert_eq!(connects.get(t), Some(&1.0), "{t} keeps its one connection");
+        }
+        // The agent is named after its peer: find it by protocol.
+        let agents: Vec<f64> = page
+            .lines()
+            .filter(|l| l.starts_with("telemon_target_connects_total{protocol=\"mono\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        assert_eq!(agents, [1.0], "the dial-in agent stays connected: {agents:?}");
+    }
+    let last = pages.last().unwrap();
+    assert!(last.contains("room=\"b\"") && last.contains("target=\"s01\""), "s01 relabelled");
+    assert!(last.lines().any(|l| l.contains("target=\"s01\"") && l.contains("room=\"b\"")));
+    assert_eq!(gauge(last, "telemon_config_last_reload_successful"), Some(1.0));
+
+    // A bad config changes nothing: the file's line and key in the log, the gauge at 0.
+    std::fs::write(&file, config(&after, mono) + "[[sysinfo]]\nname = \"x\"\nconect = \"127.0.0.1:1\"\n")
+        .unwrap();
+    let (status, body) = post(http, "/-/reload").await;
+    assert_eq!(status, 500, "{body}");
+    assert!(body.contains("telemon.toml:") && body.contains("conect"), "{body}");
+    let line = telemon.stderr_line("reload failed").await;
+    assert!(line.contains("telemon.toml:") && line.contains("conect"), "{line}");
+    let page = scrape(http).await;
+    assert_eq!(gauge(&page, "telemon_config_last_reload_successful"), Some(0.0));
+    assert!(all_up(&page, 50), "all 49 and the agent still up");
+    assert!(by_target(&page, "telemon_target_connects_total").values().all(|v| *v == 1.0));
+
+    // The same good file 100 times: memory and descriptors stay where they were.
+    std::fs::write(&file, config(&after, mono)).unwrap();
+    let (status, body) = post(http, "/-/reload").await;
+    assert_eq!(status, 200, "{body}");
+    let (fds0, rss0) = fds_and_rss(pid);
+    for _ in 0..100 {
+        let (status, body) = post(http, "/-/reload").await;
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("0 started, 0 restarted, 0 stopped"), "{body}");
+    }
+    let (fds1, rss1) = fds_and_rss(pid);
+    eprintln!("100 reloads: fds {fds0} -> {fds1}, RSS {rss0} -> {rss1} KiB");
+    assert!(fds1 <= fds0 + 2, "descriptors: {fds0} -> {fds1}");
+    assert!(rss1 <= rss0 + 4096, "RSS: {rss0} -> {rss1} KiB");
+    let page = scrape(http).await;
+    assert!(all_up(&page, 50));
+    assert_eq!(gauge(&page, "telemon_config_last_reload_successful"), Some(1.0));
+    telemon.kill().await;
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn reload_over_http_needs_the_lifecycle_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("telemon.toml");
+    std::fs::write(&file, "").unwrap();
+    let http = free_addr();
+    let mut telemon =
+        Telemon::spawn(&["serve", "--config", file.to_str().unwrap(), "--listen", &http.to_string()]);
+    let line = telemon.stderr_line("serving").await;
+    assert!(
+        line.contains("no targets (/probe only)"),
+        "a config without targets is a probe-only instance: {line}"
+    );
+    let (status, body) = post(http, "/-/reload").await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("--web.enable-lifecycle"), "{body}");
+    telemon.kill().await;
+}
+
+/// `POST path` with an empty body: the status and the body.
+async fn post(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    within("a POST", async {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req =
+            format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        s.read_to_end(&mut raw).await.unwrap();
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default();
+        (status, body)
+    })
+    .await
+}
