@@ -451,7 +451,7 @@ async fn screenshots() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = dir.unwrap_or_else(|| tmp.path().to_owned());
     std::fs::create_dir_all(&dir).unwrap();
-    for (page, path) in [("fleet", "/".to_owned()), ("target", "/target/rvos".to_owned())] {
+    for (page, path) in [("fleet", "/".to_owned()), ("target", "/target/dyalog".to_owned())] {
         b.client.goto(&format!("http://{addr}{path}")).await.unwrap();
         until("the page", POLL, async || {
             b.js("return document.body.dataset.ready === '1';").await.as_bool()?.then_some(())
