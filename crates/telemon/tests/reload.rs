@@ -223,3 +223,50 @@ async fn post(addr: SocketAddr, path: &str) -> (u16, String) {
     })
     .await
 }
+
+/// A bad web config is refused on reload as at start (file:line:key), and the server goes on as it was; a good
+/// one then turns basic auth on without a restart.
+#[tokio::test]
+async fn a_bad_web_config_is_refused_on_reload() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("telemon.toml");
+    std::fs::write(&file, "").unwrap();
+    let http = free_addr();
+    let mut telemon =
+        Telemon::spawn(&["serve", "--config", file.to_str().unwrap(), "--listen", &http.to_string()]);
+    telemon.stderr_line("serving").await;
+    let pid = telemon.pid().to_string();
+    let cases = [
+        (
+            "missing.yml",
+            "tls_server_config:\n  cert_file: nowhere.pem\n  key_file: nowhere.key\n",
+            "cert_file",
+        ),
+        ("nocert.yml", "tls_server_config:\n  key_file: web.yml\n", "tls_server_config"),
+        ("plain.yml", "basic_auth_users:\n  alice: secret\n", "basic_auth_users.alice"),
+        ("unknown.yml", "basic_auth_users: {}\ntls_config: {}\n", "tls_config"),
+    ];
+    for (name, yaml, key) in cases {
+        std::fs::write(dir.path().join(name), yaml).unwrap();
+        std::fs::write(&file, format!("[serve]\nweb_config = \"{name}\"\n")).unwrap();
+        tokio::process::Command::new("kill").args(["-HUP", &pid]).status().await.unwrap();
+        let line = telemon.stderr_line("reload failed").await;
+        assert!(line.contains(&format!("{name}:")) && line.contains(key), "{name}: {line}");
+        let (status, page) = http_get(http, "/metrics", &[]).await.unwrap();
+        assert_eq!(status, 200, "still served as before");
+        assert_eq!(gauge(&page, "telemon_config_last_reload_successful"), Some(0.0));
+    }
+    // A good one: users from now on.
+    let hash = bcrypt::hash("pw", 4).unwrap();
+    std::fs::write(dir.path().join("good.yml"), format!("basic_auth_users:\n  alice: '{hash}'\n")).unwrap();
+    std::fs::write(&file, "[serve]\nweb_config = \"good.yml\"\n").unwrap();
+    tokio::process::Command::new("kill").args(["-HUP", &pid]).status().await.unwrap();
+    telemon.stderr_line("reloaded the config").await;
+    let (status, _) = http_get(http, "/metrics", &[]).await.unwrap();
+    assert_eq!(status, 401, "basic auth applies after the reload");
+    let (status, _) = http_get(http, "/metrics", &[("Authorization", "Basic YWxpY2U6cHc=")]).await.unwrap();
+    assert_eq!(status, 200, "alice:pw");
+    let (status, _) = http_get(http, "/healthz", &[]).await.unwrap();
+    assert_eq!(status, 200, "/healthz stays open");
+    telemon.kill().await;
+}

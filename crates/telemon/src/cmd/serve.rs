@@ -83,17 +83,16 @@ pub async fn run(args: Args) -> CliResult {
     } else {
         config.summary()
     };
-    eprintln!("telemon: serving {what}{shard} on http://{}/metrics", server.local_addr());
-    // SIGHUP reloads the config, as for Prometheus and node_exporter.
+    // SIGHUP reloads the config, as for Prometheus and node_exporter (handled before anyone is told we serve).
+    let mut hup =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()).map_err(CliError::peer)?;
     let control = server.control().clone();
     let hangups = tokio::spawn(async move {
-        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
-            return;
-        };
         while hup.recv().await.is_some() {
             let _ = control.reload().await;
         }
     });
+    eprintln!("telemon: serving {what}{shard} on http://{}/metrics", server.local_addr());
     let result = server.run_until(shutdown_signal()).await.map_err(CliError::peer);
     hangups.abort();
     if let Some(recording) = &recording {

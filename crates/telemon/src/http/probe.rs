@@ -254,7 +254,7 @@ impl Probes {
             if tasks.len() >= MAX_PROBES {
                 return Err(Refused::Limit);
             }
-            if !tasks.contains_key(&key) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = tasks.entry(key) {
                 let p = Publisher::new(registry, target, protocol, Vec::new(), self.series_limit)
                     .remove_on_drop();
                 let connect = addr.to_string();
@@ -277,7 +277,7 @@ impl Probes {
                         ))
                     }
                 };
-                tasks.insert(key, Probe { used: Instant::now(), addr, _task: AbortOnDrop(task) });
+                slot.insert(Probe { used: Instant::now(), addr, _task: AbortOnDrop(task) });
             }
         }
         // Ready: up with values, or down after a failure.

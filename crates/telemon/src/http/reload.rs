@@ -121,12 +121,10 @@ impl Control {
             Ok(what) => {
                 self.last_ok.store(true, Ordering::Relaxed);
                 self.last_success.store(unix_now().to_bits(), Ordering::Relaxed);
-                tracing::info!("reloaded the config: {what}");
                 eprintln!("telemon: reloaded the config: {what}");
             }
             Err(why) => {
                 self.last_ok.store(false, Ordering::Relaxed);
-                tracing::error!(error = %why, "reload failed; the running config is unchanged");
                 eprintln!("telemon: reload failed, nothing changed: {why}");
             }
         }
