@@ -93,7 +93,8 @@ async fn probe_reaches_only_allowed_addresses_and_names() {
     let shutdown = sim_common::Shutdown::new();
     let listener = tokio::net::TcpListener::from_std(listener).unwrap();
     tokio::spawn(rvos_sim::run(listener, rvos_sim::Config::default(), shutdown.clone()));
-    let probe = async |target: &str| get(pid, http, &format!("/probe?target={target}&protocol=sysinfo")).await;
+    let probe =
+        async |target: &str| get(pid, http, &format!("/probe?target={target}&protocol=sysinfo")).await;
 
     // Without probe_allow: loopback only.
     let (status, body) = probe(&format!("127.0.0.1:{port}")).await;
