@@ -663,3 +663,64 @@ scrape_configs:
     with_mtls.shutdown().await;
     sims.stop().await;
 }
+
+// ---------------------------------------------------------------------------------------------------------------
+// The shipped examples
+
+/// `deploy/NAME` at the root of the workspace.
+fn deploy(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy").join(name)
+}
+
+#[test]
+fn the_example_web_config_loads() {
+    // Its relative file names, beside it.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(deploy("web-config.yml"), dir.path().join("web-config.yml")).unwrap();
+    std::fs::copy(data("server.pem"), dir.path().join("telemon.pem")).unwrap();
+    std::fs::copy(data("server.key"), dir.path().join("telemon.key")).unwrap();
+    let config = WebConfig::load(&dir.path().join("web-config.yml")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(config.is_tls());
+    assert_eq!(config.user_names(), ["prometheus"]);
+    assert_eq!(config.headers.len(), 2);
+}
+
+#[tokio::test]
+async fn the_https_scrape_example_is_a_valid_prometheus_config_once_uncommented() {
+    let Some(promtool) = support::need_on_path(
+        "the_https_scrape_example_is_a_valid_prometheus_config_once_uncommented",
+        "promtool",
+        "apt-get install prometheus (bash .ci/prometheus.sh)",
+    ) else {
+        return;
+    };
+    let config = std::fs::read_to_string(deploy("prometheus/prometheus.yml")).unwrap();
+    let (begin, end) = ("# --- BEGIN https example ---", "# --- END https example ---");
+    let (Some(from), Some(to)) = (config.find(begin), config.find(end)) else {
+        panic!("prometheus.yml should hold the https example between {begin:?} and {end:?}")
+    };
+    // The BEGIN marker's line stays (its indent is already in config[..from]); the lines after it lose their "# ".
+    let mut lines = config[from..to].lines();
+    let marker = lines.next().unwrap_or_default();
+    let block: String =
+        std::iter::once(format!("{marker}\n")).chain(lines.map(|l| l.replacen("# ", "", 1) + "\n")).collect();
+    assert!(
+        block.contains("scheme: https") && block.contains("basic_auth:") && block.contains("ca_file:"),
+        "{block}"
+    );
+    let uncommented = format!("{}{block}{}", &config[..from], &config[to..]);
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("prometheus.yml"), uncommented).unwrap();
+    std::fs::copy(deploy("prometheus/rules.yml"), dir.path().join("rules.yml")).unwrap();
+    std::fs::copy(data("ca.pem"), dir.path().join("telemon-ca.pem")).unwrap();
+    std::fs::write(dir.path().join("telemon.password"), format!("{PASSWORD}\n")).unwrap();
+    let out = tokio::process::Command::new(promtool)
+        .arg("check")
+        .arg("config")
+        .arg(dir.path().join("prometheus.yml"))
+        .output()
+        .await
+        .unwrap();
+    let printed = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "promtool check config: {printed}");
+}
