@@ -263,6 +263,7 @@ impl Push {
         if let Some(old) = old_queue.and_then(|q| q.downcast::<Arc<queue::Queue<W::Item>>>().ok()) {
             let dropped = queue.push(old.take(usize::MAX));
             stats.add_dropped(stats::reason::QUEUE_FULL, dropped);
+            stats.set_queue(queue.bytes(), queue.oldest_ms());
         }
         let context = wire.context();
         let sampler = tokio::spawn(sender::sampler(

@@ -66,6 +66,26 @@ impl<T: Queued> Queue<T> {
         dropped
     }
 
+    /// Puts `items` (taken with [`Queue::take`] and not sent) back at the front, oldest first; drops the
+    /// oldest while over the bound and returns how many were dropped.
+    pub fn put_back(&self, items: Vec<T>) -> u64 {
+        let mut dropped = 0u64;
+        {
+            let mut q = self.lock();
+            for item in items.into_iter().rev() {
+                q.bytes += item.weight();
+                q.items.push_front(item);
+            }
+            while q.bytes > self.limit {
+                let Some(old) = q.items.pop_front() else { break };
+                q.bytes -= old.weight();
+                dropped += 1;
+            }
+        }
+        self.notify.notify_one();
+        dropped
+    }
+
     /// Takes up to `max` items from the front.
     pub fn take(&self, max: usize) -> Vec<T> {
         let mut q = self.lock();

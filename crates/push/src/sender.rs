@@ -263,11 +263,27 @@ pub(crate) async fn sender<W: Wire>(
         stats.set_inflight(batch.first().map(Queued::timestamp_ms));
         stats.set_queue(queue.bytes(), queue.oldest_ms());
         let body = W::encode(&context, &batch);
-        drop(batch);
         let mut tries = Tries { url: &plan.url, stats: &stats, failing: &mut failing, backoff: &mut backoff };
         while let Some(delay) = tries.attempt::<W>(&client, &body, n).await {
-            tokio::time::sleep(delay).await;
+            // A retry waits; a replacement (handoff) takes the batch back at the front of the queue instead.
+            if *stop.borrow() {
+                tokio::time::sleep(delay).await;
+            } else {
+                let mut stop = stop.clone();
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    _ = stop.wait_for(|s| *s) => {}
+                }
+            }
+            if handoff.load(std::sync::atomic::Ordering::Relaxed) {
+                let dropped = queue.put_back(batch);
+                stats.add_dropped(reason::QUEUE_FULL, dropped);
+                inflight.store(0, std::sync::atomic::Ordering::Relaxed);
+                stats.set_inflight(None);
+                return;
+            }
         }
+        drop(batch);
         inflight.store(0, std::sync::atomic::Ordering::Relaxed);
         stats.set_inflight(None);
         stats.set_queue(queue.bytes(), queue.oldest_ms());

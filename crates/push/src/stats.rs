@@ -98,6 +98,11 @@ impl Stats {
         }
     }
 
+    /// Bytes waiting in the sender's memory queue.
+    pub fn queue_bytes(&self) -> u64 {
+        self.queue_bytes.load(Relaxed)
+    }
+
     /// Whether the sender has a disk queue.
     pub fn has_disk(&self) -> bool {
         self.disk.is_some()
