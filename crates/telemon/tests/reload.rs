@@ -270,3 +270,46 @@ async fn a_bad_web_config_is_refused_on_reload() {
     assert_eq!(status, 200, "/healthz stays open");
     telemon.kill().await;
 }
+
+/// A reload that changes `[serve] listen` moves HTTP alone: the targets keep their connections; one that asks for
+/// a port in use changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_listen_address_moves_http_alone() {
+    let shutdown = sim_common::Shutdown::new();
+    let sims = rvos_sims(1, &shutdown).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("telemon.toml");
+    let (a, b) = (free_addr(), free_addr());
+    let text = |listen: SocketAddr| {
+        format!("[serve]\nlisten = \"{listen}\"\n[[sysinfo]]\nname = \"vm\"\nconnect = \"{}\"\n", sims[0])
+    };
+    std::fs::write(&file, text(a)).unwrap();
+    let mut telemon = Telemon::spawn(&["serve", "--config", file.to_str().unwrap()]);
+    telemon.stderr_line("serving").await;
+    let pid = telemon.pid().to_string();
+    until("vm up", Duration::from_millis(50), async || {
+        by_target(&scrape(a).await, "telemon_target_up").get("vm").is_some_and(|v| *v == 1.0).then_some(())
+    })
+    .await;
+    // A port in use: refused, HTTP stays where it was.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    std::fs::write(&file, text(taken.local_addr().unwrap())).unwrap();
+    tokio::process::Command::new("kill").args(["-HUP", &pid]).status().await.unwrap();
+    let line = telemon.stderr_line("reload failed").await;
+    assert!(line.contains("cannot listen"), "{line}");
+    assert_eq!(gauge(&scrape(a).await, "telemon_config_last_reload_successful"), Some(0.0));
+    // A free one: HTTP moves, the target keeps its connection.
+    std::fs::write(&file, text(b)).unwrap();
+    tokio::process::Command::new("kill").args(["-HUP", &pid]).status().await.unwrap();
+    let line = telemon.stderr_line("reloaded the config").await;
+    assert!(line.contains(&format!("HTTP on {b}")), "{line}");
+    let page = scrape(b).await;
+    assert_eq!(by_target(&page, "telemon_target_connects_total").get("vm"), Some(&1.0));
+    assert_eq!(gauge(&page, "telemon_config_last_reload_successful"), Some(1.0));
+    until("the old address to close", Duration::from_millis(100), async || {
+        http_get(a, "/healthz", &[]).await.is_err().then_some(())
+    })
+    .await;
+    telemon.kill().await;
+    shutdown.cancel();
+}

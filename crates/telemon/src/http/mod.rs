@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant, UNIX_EPOCH};
+use std::time::{Instant, UNIX_EPOCH};
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -23,7 +23,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use telemon_fleet::collect::AbortOnDrop;
 use telemon_fleet::config::FleetConfig;
 use telemon_fleet::render::Format;
 use telemon_fleet::{Fleet, TargetSnapshot};
@@ -35,6 +34,7 @@ mod conn;
 mod exposition;
 mod probe;
 mod reload;
+mod thread;
 
 pub use conn::{
     open_file_limit, HttpLimits, WebConfig, WebConfigError, WebGate, HTTP_SHARE_DIVISOR, OWN_FILES,
@@ -48,8 +48,10 @@ pub use probe::{
     probe_allowed, ProbeRefusal, DEFAULT_PROBE_TIMEOUT, MAX_PROBES, PROBE_IDLE, RESOLVE_TIMEOUT,
 };
 pub use reload::{ConfigSource, Control, PUSH_HANDOVER};
+pub use thread::REPLACED_LINGER;
 
-use conn::serve_http;
+use thread::{HttpThread, Serving};
+
 use exposition::exposition;
 use probe::Probes;
 
@@ -59,22 +61,17 @@ use probe::Probes;
 /// queues behind the collectors of a busy fleet, and rendering uses the second core.
 #[derive(Debug)]
 pub struct Server {
-    addr: SocketAddr,
     fleet: Arc<Fleet>,
     web: Arc<WebGate>,
     control: Arc<Control>,
-    stop: tokio::sync::watch::Sender<bool>,
-    http: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Starts every target of `config` and serves HTTP on `listen` (`config.serve.listen` when `None`).
 /// The targets run on the calling runtime.
 pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Result<Server> {
+    let listen_override = listen.map(str::to_owned);
     let listen = listen.unwrap_or(&config.serve.listen);
-    let listener = std::net::TcpListener::bind(listen)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {listen}: {e}")))?;
-    listener.set_nonblocking(true)?;
+    let listener = thread::bind(listen)?;
     let web = config.serve.web_config.as_deref().map(WebConfig::load).transpose().map_err(invalid_input)?;
     let web = Arc::new(WebGate::new(web));
     let addr = listener.local_addr()?;
@@ -83,15 +80,21 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
     let push = Push::start(config, fleet.registry(), &instance).map_err(invalid_input)?;
     let runtime = tokio::runtime::Handle::current();
     let probes = Arc::new(Probes::new(config.serve.series_limit, config.serve.probe_allow.clone(), runtime));
-    let control = Arc::new(Control::new(config, fleet.clone(), web.clone(), probes.clone(), push));
-    let state = AppState { fleet: fleet.clone(), probes, control: control.clone(), started: Instant::now() };
+    let control =
+        Arc::new(Control::new(config, fleet.clone(), web.clone(), probes.clone(), push, listen_override));
+    let state = AppState {
+        fleet: fleet.clone(),
+        probes: probes.clone(),
+        control: control.clone(),
+        started: Instant::now(),
+    };
     let app = Router::new()
         .route("/metrics", get(metrics))
         .route("/targets", get(targets))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/probe", get(probe::probe))
         .route("/-/reload", post(reload_endpoint).put(reload_endpoint))
-        .with_state(state.clone())
+        .with_state(state)
         .merge(crate::web::routes(fleet.clone()));
     let limits = HttpLimits::new(&config.serve, open_file_limit());
     tracing::info!(
@@ -99,35 +102,17 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
         idle_timeout = ?limits.idle_timeout,
         "HTTP connections are capped (the rest of the open-file limit is kept for targets)"
     );
-    let (stop, mut stopped) = tokio::sync::watch::channel(false);
-    let (done_tx, http) = tokio::sync::oneshot::channel();
-    let gate = web.clone();
-    let thread = std::thread::Builder::new().name("telemon-http".into()).spawn(move || {
-        let served = tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|rt| {
-            rt.block_on(async move {
-                let sweeper = tokio::spawn(async move {
-                    loop {
-                        tokio::time::sleep(Duration::from_secs(60)).await;
-                        state.probes.sweep(PROBE_IDLE);
-                    }
-                });
-                let _sweeper = AbortOnDrop(sweeper);
-                let listener = tokio::net::TcpListener::from_std(listener)?;
-                serve_http(listener, app, limits, gate, async move {
-                    let _ = stopped.wait_for(|s| *s).await;
-                })
-                .await
-            })
-        });
-        let _ = done_tx.send(served);
-    })?;
-    Ok(Server { addr, fleet, web, control, stop, http, thread: Some(thread) })
+    let (failed, _) = tokio::sync::watch::channel(None);
+    let serving = Serving { app, gate: web.clone(), probes, failed };
+    let http = HttpThread::spawn(listen.to_owned(), listener, limits, &serving)?;
+    control.serve(serving, http);
+    Ok(Server { fleet, web, control })
 }
 
 impl Server {
-    /// The address HTTP is served on.
+    /// The address HTTP is served on (a reload may move it).
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.control.local_addr()
     }
 
     /// The web configuration (TLS, users, headers) in force.
@@ -141,10 +126,14 @@ impl Server {
     }
 
     /// Serves until `signal` completes or the server fails, then shuts down.
-    pub async fn run_until(mut self, signal: impl std::future::Future<Output = ()>) -> std::io::Result<()> {
+    pub async fn run_until(self, signal: impl std::future::Future<Output = ()>) -> std::io::Result<()> {
+        let mut failed = self.control.failed();
         let result = tokio::select! {
             () = signal => Ok(()),
-            r = &mut self.http => r.unwrap_or_else(|_| Err(std::io::Error::other("the HTTP thread ended"))),
+            f = failed.wait_for(Option::is_some) => match f {
+                Ok(why) => Err(std::io::Error::other(why.clone().unwrap_or_default())),
+                Err(_) => Err(std::io::Error::other("the HTTP server ended")),
+            },
         };
         self.shutdown().await;
         result
@@ -163,15 +152,8 @@ impl Server {
 
     /// Stops serving, flushes the push senders (within [`telemon_push::SHUTDOWN_DEADLINE`]) and
     /// stops every target.
-    pub async fn shutdown(mut self) {
-        self.stop.send_replace(true);
-        self.control.shutdown_push(telemon_push::SHUTDOWN_DEADLINE).await;
-        let _ = tokio::time::timeout(Duration::from_secs(2), &mut self.http).await;
-        if let Some(t) = self.thread.take() {
-            if t.is_finished() {
-                let _ = t.join();
-            }
-        }
+    pub async fn shutdown(self) {
+        self.control.shutdown().await;
         self.fleet.shutdown().await;
     }
 }

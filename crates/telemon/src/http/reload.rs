@@ -5,8 +5,10 @@
 //! nothing: the error is logged with file:line:key and `telemon_config_last_reload_successful` turns 0.
 //! A good one changes only what differs ([`Fleet::apply`], [`Push::reload`]): unchanged targets keep
 //! their connections and series; the web config, the probe allow list and the wake-up slack apply to
-//! what comes next. `[serve] listen`, `max_connections` and `idle_timeout` are read at start only (a
-//! reload that changes them says so in the log).
+//! what comes next. A change of `[serve] listen`, `max_connections` or `idle_timeout` replaces the HTTP
+//! server alone: a new address is bound before anything changes (a port in use fails the reload), and the
+//! old server keeps answering for [`REPLACED_LINGER`] so that the request that asked for the reload gets
+//! its reply.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,8 +18,9 @@ use telemon_fleet::config::FleetConfig;
 use telemon_fleet::Fleet;
 use telemon_push::{Push, Stats as PushStats};
 
-use super::conn::{WebConfig, WebGate};
+use super::conn::{open_file_limit, HttpLimits, WebConfig, WebGate};
 use super::probe::Probes;
+use super::thread::{self, HttpThread, Serving, REPLACED_LINGER};
 
 /// Reads the config anew: the file and flags `telemon serve` started with.
 pub type ConfigSource = Box<dyn Fn() -> Result<FleetConfig, String> + Send + Sync>;
@@ -43,6 +46,11 @@ pub struct Control {
     runtime: tokio::runtime::Handle,
     /// One reload at a time.
     lock: tokio::sync::Mutex<()>,
+    /// `--listen`, which a reload does not override.
+    listen_override: Option<String>,
+    /// What every HTTP server thread serves, and the one running.
+    serving: std::sync::OnceLock<Serving>,
+    http: Mutex<Option<HttpThread>>,
 }
 
 impl std::fmt::Debug for Control {
@@ -62,6 +70,7 @@ impl Control {
         web: Arc<WebGate>,
         probes: Arc<Probes>,
         push: Push,
+        listen_override: Option<String>,
     ) -> Control {
         Control {
             fleet,
@@ -76,6 +85,29 @@ impl Control {
             last_success: AtomicU64::new(unix_now().to_bits()),
             runtime: tokio::runtime::Handle::current(),
             lock: tokio::sync::Mutex::new(()),
+            listen_override,
+            serving: std::sync::OnceLock::new(),
+            http: Mutex::new(None),
+        }
+    }
+
+    /// Records the HTTP server started with the config, and what a replacement serves.
+    pub(super) fn serve(&self, serving: Serving, http: HttpThread) {
+        let _ = self.serving.set(serving);
+        *self.http.lock().unwrap_or_else(|e| e.into_inner()) = Some(http);
+    }
+
+    /// The address HTTP is served on.
+    pub(super) fn local_addr(&self) -> std::net::SocketAddr {
+        let http = self.http.lock().unwrap_or_else(|e| e.into_inner());
+        http.as_ref().map_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)), |h| h.addr)
+    }
+
+    /// Turns `Some(why)` when an HTTP server thread fails.
+    pub(super) fn failed(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        match self.serving.get() {
+            Some(s) => s.failed.subscribe(),
+            None => tokio::sync::watch::channel(None).1,
         }
     }
 
@@ -139,7 +171,15 @@ impl Control {
         let web =
             new.serve.web_config.as_deref().map(WebConfig::load).transpose().map_err(|e| e.to_string())?;
         telemon_push::check(&new).map_err(|e| e.to_string())?;
-        let old = self.config();
+        // A new HTTP address is bound before anything changes.
+        let listen = self.listen_override.clone().unwrap_or_else(|| new.serve.listen.clone());
+        let limits = HttpLimits::new(&new.serve, open_file_limit());
+        let (moved, relimited) = {
+            let http = self.http.lock().unwrap_or_else(|e| e.into_inner());
+            let current = http.as_ref();
+            (current.is_some_and(|h| h.listen != listen), current.is_some_and(|h| h.limits != limits))
+        };
+        let listener = if moved { Some(thread::bind(&listen).map_err(|e| e.to_string())?) } else { None };
         let applied = self.fleet.apply(&new).await.map_err(|e| e.to_string())?;
         let mut push = self.push.lock().await;
         let mut senders = 0;
@@ -154,23 +194,59 @@ impl Control {
         self.web.set(web);
         self.probes.set_allow(new.serve.probe_allow.clone());
         telemon_fleet::pace::set_wakeup_slack(new.serve.wakeup_slack);
-        for (key, changed) in [
-            ("listen", old.serve.listen != new.serve.listen),
-            ("max_connections", old.serve.max_connections != new.serve.max_connections),
-            ("idle_timeout", old.serve.idle_timeout != new.serve.idle_timeout),
-        ] {
-            if changed {
-                tracing::warn!("[serve] {key} changed: it takes effect at the next start");
-            }
+        let mut http_note = String::new();
+        if moved || relimited {
+            http_note = self.replace_http(listen, listener, limits).await?;
         }
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = new;
-        Ok(format!("targets: {applied}; push senders started or replaced: {senders}"))
+        Ok(format!("targets: {applied}; push senders started or replaced: {senders}{http_note}"))
     }
 
-    /// Stops the push senders (within `deadline`).
-    pub(super) async fn shutdown_push(&self, deadline: std::time::Duration) {
+    /// Starts a new HTTP server (on `listener`, or on `listen` once the old one let it go) and stops the
+    /// old one after [`REPLACED_LINGER`].
+    async fn replace_http(
+        &self,
+        listen: String,
+        listener: Option<std::net::TcpListener>,
+        limits: HttpLimits,
+    ) -> Result<String, String> {
+        let serving = self.serving.get().ok_or("no HTTP server to replace")?;
+        let old = self.http.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let listener = match listener {
+            Some(l) => {
+                if let Some(old) = old {
+                    tokio::spawn(async move {
+                        tokio::time::sleep(REPLACED_LINGER).await;
+                        old.stop().await;
+                    });
+                }
+                l
+            }
+            // The same address with other limits: the old server lets it go first.
+            None => {
+                if let Some(old) = old {
+                    old.stop().await;
+                }
+                thread::bind(&listen).map_err(|e| format!("HTTP: {e}; restart telemon"))?
+            }
+        };
+        let http = HttpThread::spawn(listen, listener, limits, serving).map_err(|e| e.to_string())?;
+        let note = format!(
+            "; HTTP on {} (max_connections {}, idle_timeout {:?})",
+            http.addr, limits.max_connections, limits.idle_timeout
+        );
+        *self.http.lock().unwrap_or_else(|e| e.into_inner()) = Some(http);
+        Ok(note)
+    }
+
+    /// Stops serving HTTP and the push senders (within [`telemon_push::SHUTDOWN_DEADLINE`]).
+    pub(super) async fn shutdown(&self) {
+        let http = self.http.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(http) = http {
+            http.stop().await;
+        }
         if let Some(push) = self.push.lock().await.take() {
-            push.shutdown(deadline).await;
+            push.shutdown(telemon_push::SHUTDOWN_DEADLINE).await;
         }
     }
 
