@@ -231,7 +231,8 @@ async fn the_binary_runs_in_a_pseudo_terminal_and_quits_on_q() {
         }
     };
     let mut cmd = CommandBuilder::new(support::TELEMON);
-    cmd.args(["top", "--config", cfg.to_str().unwrap()]);
+    let web = support::free_addr().to_string();
+    cmd.args(["top", "--config", cfg.to_str().unwrap(), "--web", &web]);
     cmd.env("TERM", "xterm-256color");
     let mut child = pty.slave.spawn_command(cmd).expect("telemon starts in the pty");
     drop(pty.slave);
@@ -253,6 +254,7 @@ async fn the_binary_runs_in_a_pseudo_terminal_and_quits_on_q() {
         loop {
             let text = term.screen().contents();
             if text.contains("targets 5/5 up")
+                && text.contains(&format!("http://{web}/"))
                 && ["a-os161", "b-dyalog", "c-mono/", "d-smon", "e-rvos"].iter().all(|t| text.contains(t))
             {
                 return;

@@ -84,27 +84,29 @@ pub async fn run(args: Args) -> CliResult {
     } else if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
         Err(CliError::Usage("stdout is not a terminal: use --once for a plain-text frame".into()))
     } else {
-        telemon::top::run(&fleet, args.select.as_deref()).await.map_err(CliError::Output)
+        let web = _web.as_ref().map(|(addr, _)| addr.to_string());
+        telemon::top::run(&fleet, args.select.as_deref(), web.as_deref()).await.map_err(CliError::Output)
     };
     fleet.shutdown().await;
     result
 }
 
-/// Serves the web view of `fleet` on `addr` until the guard is dropped.
+/// Serves the web view of `fleet` on `addr` until the guard is dropped; returns the address bound.
 async fn serve_web(
     fleet: &std::sync::Arc<Fleet>,
     addr: &str,
-) -> Result<telemon_fleet::collect::AbortOnDrop, CliError> {
+) -> Result<(std::net::SocketAddr, telemon_fleet::collect::AbortOnDrop), CliError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|e| CliError::Usage(format!("--web {addr}: cannot listen: {e}")))?;
+    let bound = listener.local_addr().map_err(CliError::peer)?;
     let app = telemon::web::routes(fleet.clone());
     let task = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!("the web view stopped: {e}");
         }
     });
-    Ok(telemon_fleet::collect::AbortOnDrop(task))
+    Ok((bound, telemon_fleet::collect::AbortOnDrop(task)))
 }
 
 /// A fleet whose targets are the recording's, played back at `speed`.

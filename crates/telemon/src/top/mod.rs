@@ -72,6 +72,8 @@ pub struct App {
     scroll: usize,
     started: Instant,
     list_area: Rect,
+    /// The web view's address (`telemon top --web`), shown on the help line.
+    web: Option<String>,
 }
 
 impl Default for App {
@@ -93,7 +95,13 @@ impl App {
             scroll: 0,
             started: Instant::now(),
             list_area: Rect::default(),
+            web: None,
         }
+    }
+
+    /// Shows the web view's address (`http://ADDR/`) on the help line.
+    pub fn show_web(&mut self, addr: &str) {
+        self.web = Some(format!("http://{addr}/"));
     }
 
     /// The current time window in seconds.
@@ -289,6 +297,10 @@ impl App {
         if self.paused {
             spans.push(Span::styled(" PAUSED", Style::new().fg(Color::Yellow).add_modifier(Modifier::BOLD)));
         }
+        if let Some(web) = &self.web {
+            let label = if wide { "  web view: " } else { "  " };
+            spans.push(Span::styled(format!("{label}{web}"), Style::new().fg(Color::Cyan)));
+        }
         Line::from(spans)
     }
 
@@ -428,8 +440,8 @@ pub fn buffer_text(buf: &ratatui::buffer::Buffer) -> String {
 
 /// Runs the dashboard in the terminal until `q`, Esc or Ctrl-C, then restores the terminal (also
 /// after a panic).
-/// `select` names the target selected first.
-pub async fn run(fleet: &Fleet, select: Option<&str>) -> io::Result<()> {
+/// `select` names the target selected first; `web` is the web view's address, shown on the help line.
+pub async fn run(fleet: &Fleet, select: Option<&str>, web: Option<&str>) -> io::Result<()> {
     let mut terminal = ratatui::try_init()?;
     let _ = crossterm::execute!(io::stdout(), crossterm::event::EnableMouseCapture);
     let previous = std::panic::take_hook();
@@ -437,7 +449,7 @@ pub async fn run(fleet: &Fleet, select: Option<&str>) -> io::Result<()> {
         restore();
         previous(info);
     }));
-    let result = event_loop(&mut terminal, fleet, select).await;
+    let result = event_loop(&mut terminal, fleet, select, web).await;
     restore();
     let _ = std::panic::take_hook();
     result
@@ -452,8 +464,12 @@ async fn event_loop<B: Backend>(
     terminal: &mut Terminal<B>,
     fleet: &Fleet,
     select: Option<&str>,
+    web: Option<&str>,
 ) -> io::Result<()> {
     let mut app = App::new();
+    if let Some(addr) = web {
+        app.show_web(addr);
+    }
     app.update(fleet.snapshot());
     if let Some(name) = select {
         app.select_name(name);
