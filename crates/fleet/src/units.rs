@@ -300,23 +300,20 @@ impl Units {
     async fn listen(&self, unit: &Unit, settings: Settings) -> std::io::Result<JoinHandle<()>> {
         let reg = self.registry.clone();
         let limit = settings.series_limit;
+        fn named(block: &'static str, name: String) -> impl FnOnce(std::io::Error) -> std::io::Error {
+            move |e| std::io::Error::new(e.kind(), format!("[[{block}]] {name}: cannot listen: {e}"))
+        }
         match unit {
             Unit::HmonListen(t) => {
-                let accept = collect::hmon::listen(reg, t, limit, DIAL_IN_LINGER).await.map_err(|e| {
-                    std::io::Error::new(
-                        e.kind(),
-                        format!("[[hmon_listen]] {}: cannot listen: {e}", t.name.get_ref()),
-                    )
-                })?;
+                let accept = collect::hmon::listen(reg, t, limit, DIAL_IN_LINGER)
+                    .await
+                    .map_err(named("hmon_listen", t.name.get_ref().clone()))?;
                 Ok(tokio::spawn(accept))
             }
             Unit::MonoListen(t) => {
-                let accept = collect::mono::listen(reg, t, limit, DIAL_IN_LINGER).await.map_err(|e| {
-                    std::io::Error::new(
-                        e.kind(),
-                        format!("[[mono_listen]] {}: cannot listen: {e}", t.name.get_ref()),
-                    )
-                })?;
+                let accept = collect::mono::listen(reg, t, limit, DIAL_IN_LINGER)
+                    .await
+                    .map_err(named("mono_listen", t.name.get_ref().clone()))?;
                 Ok(tokio::spawn(accept))
             }
             _ => Err(std::io::Error::other("not a listener")),

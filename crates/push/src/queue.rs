@@ -55,33 +55,35 @@ impl<T: Queued> Queue<T> {
                 }
                 q.bytes += w;
                 q.items.push_back(item);
-                while q.bytes > self.limit {
-                    let Some(old) = q.items.pop_front() else { break };
-                    q.bytes -= old.weight();
-                    dropped += 1;
-                }
+                dropped += self.shed(&mut q);
             }
         }
         self.notify.notify_one();
         dropped
     }
 
+    /// Drops the oldest items while over the bound; how many.
+    fn shed(&self, q: &mut Inner<T>) -> u64 {
+        let mut dropped = 0;
+        while q.bytes > self.limit {
+            let Some(old) = q.items.pop_front() else { break };
+            q.bytes -= old.weight();
+            dropped += 1;
+        }
+        dropped
+    }
+
     /// Puts `items` (taken with [`Queue::take`] and not sent) back at the front, oldest first; drops the
     /// oldest while over the bound and returns how many were dropped.
     pub fn put_back(&self, items: Vec<T>) -> u64 {
-        let mut dropped = 0u64;
-        {
+        let dropped = {
             let mut q = self.lock();
             for item in items.into_iter().rev() {
                 q.bytes += item.weight();
                 q.items.push_front(item);
             }
-            while q.bytes > self.limit {
-                let Some(old) = q.items.pop_front() else { break };
-                q.bytes -= old.weight();
-                dropped += 1;
-            }
-        }
+            self.shed(&mut q)
+        };
         self.notify.notify_one();
         dropped
     }

@@ -187,14 +187,21 @@ async fn a_reload_restarts_only_what_changed_and_a_bad_one_changes_nothing() {
     shutdown.cancel();
 }
 
-#[tokio::test]
-async fn reload_over_http_needs_the_lifecycle_flag() {
+/// `telemon serve` over an empty config (a probe-only instance) in a directory of its own: the directory, the
+/// config file, the HTTP address and the process.
+fn probe_only() -> (tempfile::TempDir, std::path::PathBuf, SocketAddr, Telemon) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("telemon.toml");
     std::fs::write(&file, "").unwrap();
     let http = free_addr();
-    let mut telemon =
+    let telemon =
         Telemon::spawn(&["serve", "--config", file.to_str().unwrap(), "--listen", &http.to_string()]);
+    (dir, file, http, telemon)
+}
+
+#[tokio::test]
+async fn reload_over_http_needs_the_lifecycle_flag() {
+    let (_dir, _file, http, mut telemon) = probe_only();
     let line = telemon.stderr_line("serving").await;
     assert!(
         line.contains("no targets (/probe only)"),
@@ -228,12 +235,7 @@ async fn post(addr: SocketAddr, path: &str) -> (u16, String) {
 /// one then turns basic auth on without a restart.
 #[tokio::test]
 async fn a_bad_web_config_is_refused_on_reload() {
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("telemon.toml");
-    std::fs::write(&file, "").unwrap();
-    let http = free_addr();
-    let mut telemon =
-        Telemon::spawn(&["serve", "--config", file.to_str().unwrap(), "--listen", &http.to_string()]);
+    let (dir, file, http, mut telemon) = probe_only();
     telemon.stderr_line("serving").await;
     let pid = telemon.pid().to_string();
     let cases = [

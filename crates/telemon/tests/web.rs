@@ -124,6 +124,10 @@ async fn fleet_and_target_pages_over_the_five_sims() {
     let summary =
         b.js("const s = document.getElementById('summary'); return [s.dataset.up, s.dataset.total];").await;
     assert_eq!(summary, serde_json::json!(["5", "6"]));
+    let tti = b
+        .js("const m = performance.getEntriesByName('telemon:full')[0]; return m ? m.startTime + m.duration : null;")
+        .await;
+    eprintln!("web: 6 targets: first rows drawn {tti} ms after navigation");
     assert_eq!(state_of(&b, HOSTILE_NAME).await.as_deref(), Some("down"));
 
     // Hostile text is text: the names and the label are shown as written, and made no element.
