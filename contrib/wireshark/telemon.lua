@@ -408,7 +408,24 @@ end
 
 local function make_tcp_dissector(P)
     local convs = {}     -- tcp stream -> {cs, dirs}
-    local cache = {}     -- frame:len:first bytes -> list of {off, len, msg} and leftover
+    -- frame -> the first pass's parses of the bytes TCP handed over in that frame: {head = first bytes,
+    -- len, msgs = {{offset, len, ...}}, stop, rest, dead}. A later pass may hand over fewer bytes (TCP
+    -- then cuts a reassembled PDU where the first pass said its messages stopped): it gets the parse
+    -- of the bytes it is a prefix of, and the messages that lie within them.
+    local cache = {}
+    local HEAD = 64
+
+    local function cached(number, s)
+        local head = s:sub(1, HEAD)
+        local best
+        for _, e in ipairs(cache[number] or {}) do
+            if e.len >= #s and e.head:sub(1, #head) == head then
+                if e.len == #s then return e end
+                best = best or e
+            end
+        end
+        return best
+    end
 
     local function init()
         convs = {}
@@ -419,8 +436,7 @@ local function make_tcp_dissector(P)
         local consumed = 0
         local ok, err = pcall(function()
             local s = tvb:raw()
-            local key = pinfo.number .. ":" .. #s .. ":" .. hex(s:sub(1, 12))
-            local entry = cache[key]
+            local entry = cached(pinfo.number, s)
             if not entry then
                 local a = tostring(pinfo.src) .. ":" .. pinfo.src_port
                 local b = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
@@ -440,7 +456,7 @@ local function make_tcp_dissector(P)
                     dir = (tostring(pinfo.src) .. ":" .. pinfo.src_port == conv.first_src) and 0 or 1
                 end
                 local d = conv.dirs[dir]
-                entry = {msgs = {}, dead = d.dead}
+                entry = {msgs = {}, dead = d.dead, head = s:sub(1, HEAD), len = #s}
                 if not d.dead then
                     local pos = 1
                     while pos <= #s do
@@ -459,12 +475,15 @@ local function make_tcp_dissector(P)
                     end
                     entry.stop = pos - 1
                 end
-                cache[key] = entry
+                cache[pinfo.number] = cache[pinfo.number] or {}
+                table.insert(cache[pinfo.number], entry)
             end
             local infos = {}
             for _, msg in ipairs(entry.msgs) do
-                add_msg_tree(P, tvb(msg.offset, msg.len):tvb(), tree, pinfo, msg)
-                if msg.info then table.insert(infos, msg.info) end
+                if msg.offset + msg.len <= tvb:len() then
+                    add_msg_tree(P, tvb(msg.offset, msg.len):tvb(), tree, pinfo, msg)
+                    if msg.info then table.insert(infos, msg.info) end
+                end
             end
             if entry.dead then
                 local t = tree:add(P.c.undecoded, tvb())
@@ -496,6 +515,31 @@ local function make_tcp_dissector(P)
     return dissect, init
 end
 
+-- Heuristics over TCP. A connection's first message may come in segments too short to tell (a peer
+-- writing a few bytes at a time, Nagle off): at the start of a direction, a heuristic that cannot tell
+-- yet, but whose protocol those bytes could begin (P.prefix), asks TCP for one more segment instead of
+-- giving up, and decides once the bytes are put together (TCP hands the reassembled bytes to the
+-- heuristics again: another protocol's may claim them then). Only in the first pass: the second one
+-- follows the reassembly the first made.
+local heur_dirs = {}   -- "src:port>dst:port" -> {first = frame, start = frame, more = frame}
+
+-- Whether the bytes a heuristic sees in this frame start the direction: the direction's first data,
+-- or what TCP put together after a heuristic asked for more there.
+local function heur_at_start(pinfo)
+    local key = tostring(pinfo.src) .. ":" .. pinfo.src_port .. ">" .. tostring(pinfo.dst) .. ":" .. pinfo.dst_port
+    local h = heur_dirs[key]
+    if not h then
+        h = {first = pinfo.number}
+        heur_dirs[key] = h
+    end
+    if h.first == pinfo.number or h.start == pinfo.number then return h, true end
+    if h.more and pinfo.number > h.more then
+        h.start, h.more = pinfo.number, nil
+        return h, true
+    end
+    return h, false
+end
+
 -- Registers a protocol: its recording link type, and for TCP its port and heuristic.
 local protocols = {}
 
@@ -507,6 +551,7 @@ local function register(P)
     P.proto.init = function()
         rec_init()
         if tcp_init then tcp_init() end
+        heur_dirs = {}
     end
     local is_tcp_dissection = false
     P.proto.dissector = function(tvb, pinfo, tree)
@@ -521,11 +566,24 @@ local function register(P)
         if P.port then DissectorTable.get("tcp.port"):add(P.port, P.proto) end
         if P.heuristic then
             P.proto:register_heuristic("tcp", function(tvb, pinfo, tree)
-                local ok, yes = pcall(P.heuristic, tvb:raw(0, math.min(tvb:len(), 64)))
-                if not ok or not yes then return false end
-                pinfo.conversation = P.proto
-                P.proto.dissector(tvb, pinfo, tree)
-                return true
+                local s = tvb:raw(0, math.min(tvb:len(), 64))
+                local ok, yes = pcall(P.heuristic, s)
+                if ok and yes then
+                    pinfo.conversation = P.proto
+                    P.proto.dissector(tvb, pinfo, tree)
+                    return true
+                end
+                if P.prefix and not pinfo.visited then
+                    local h, start = heur_at_start(pinfo)
+                    local ok2, could = pcall(P.prefix, s)
+                    if start and ok2 and could then
+                        h.more = pinfo.number
+                        pinfo.desegment_offset = 0
+                        pinfo.desegment_len = DESEGMENT_ONE_MORE_SEGMENT
+                        return true
+                    end
+                end
+                return false
             end)
         end
     end
@@ -922,8 +980,15 @@ do
         return #s >= 8 and s:sub(5, 8) == "HMON" and u32be(s, 1) > 8
     end
 
+    -- Fewer than 8 bytes that could begin a frame: a length up to the limit (16 MiB), then "HMON".
+    local function prefix(s)
+        if #s == 0 or #s >= 8 or s:byte(1) > 1 then return false end
+        if #s >= 4 and (u32be(s, 1) <= 8 or u32be(s, 1) > MAX_FRAME) then return false end
+        return #s <= 4 or s:sub(5) == ("HMON"):sub(1, #s - 4)
+    end
+
     register({proto = p, abbr = "hmon", colname = "HMON", c = c, parse = parse,
-        encap = wtap_encaps.USER1, tcp = true, port = 4512, heuristic = heuristic})
+        encap = wtap_encaps.USER1, tcp = true, port = 4512, heuristic = heuristic, prefix = prefix})
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -1232,8 +1297,28 @@ do
         return cat >= 0 and cat <= 8 and n >= 0 and n <= MAX_STRING
     end
 
+    -- Fewer than 13 bytes that could begin a Hello with counters: opcode 0, version 1, a header count
+    -- and a category (a little-endian i32 from 0 to 8).
+    local function prefix(s)
+        if #s == 0 or #s >= 13 then return false end
+        local want = {0, 1, 0}
+        for i = 1, math.min(#s, 3) do
+            if s:byte(i) ~= want[i] then return false end
+        end
+        if #s >= 5 then
+            local count = i16le(s, 4)
+            if count <= 0 or count > MAX_HEADERS then return false end
+        end
+        if #s >= 6 and s:byte(6) > 8 then return false end
+        for i = 7, math.min(#s, 9) do
+            if s:byte(i) ~= 0 then return false end
+        end
+        return true
+    end
+
     register({proto = p, abbr = "mono_counters", colname = "Mono", c = c, parse = parse,
-        encap = wtap_encaps.USER2, tcp = true, port = 8888, heuristic = heuristic, tcp_dir = tcp_dir})
+        encap = wtap_encaps.USER2, tcp = true, port = 8888, heuristic = heuristic, prefix = prefix,
+        tcp_dir = tcp_dir})
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -1643,8 +1728,16 @@ do
         return (tostring(pinfo.src) .. ":" .. pinfo.src_port == conv.server) and 1 or 0
     end
 
+    -- Fewer than 18 bytes that could begin the resync: FFs.
+    local function prefix(s)
+        if #s == 0 or #s >= 18 then return false end
+        for i = 1, #s do if s:byte(i) ~= 255 then return false end end
+        return true
+    end
+
     register({proto = p, abbr = "smon", colname = "smon", c = c, parse = parse, new_conn = new_conn,
-        encap = wtap_encaps.USER3, tcp = true, port = 7399, heuristic = heuristic, tcp_dir = tcp_dir})
+        encap = wtap_encaps.USER3, tcp = true, port = 7399, heuristic = heuristic, prefix = prefix,
+        tcp_dir = tcp_dir})
 end
 
 ---------------------------------------------------------------------------------------------------
@@ -1853,21 +1946,6 @@ do
         return total, msg
     end
 
-    -- The client side: the one that asks for a service on the boot channel, else the one dialling 7461.
-    local function tcp_dir(conv, pinfo, s)
-        local src = tostring(pinfo.src) .. ":" .. pinfo.src_port
-        if not conv.client then
-            if #s > 18 and s:byte(1) == 1 and u32le(s, 2) == 0 and s:byte(14) == 0 and s:byte(17) == 0 and #s >= 20 then
-                conv.client = src
-            elseif pinfo.dst_port == 7461 then
-                conv.client = src
-            else
-                conv.client = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
-            end
-        end
-        return src == conv.client and 0 or 1
-    end
-
     local function heuristic(s)
         -- The first frame of a connection: a MESSAGE on the boot channel 0 with no caps whose data is
         -- BootRequest::ConnectService{name}.
@@ -1877,9 +1955,40 @@ do
         return u16le(s, 18) == len - 3
     end
 
+    -- The client side: the one that asks for a service on the boot channel (what the heuristic sees:
+    -- 19 bytes may be all TCP has put together yet), else the one dialling 7461.
+    local function tcp_dir(conv, pinfo, s)
+        local src = tostring(pinfo.src) .. ":" .. pinfo.src_port
+        if not conv.client then
+            if heuristic(s) or pinfo.dst_port == 7461 then
+                conv.client = src
+            else
+                conv.client = tostring(pinfo.dst) .. ":" .. pinfo.dst_port
+            end
+        end
+        return src == conv.client and 0 or 1
+    end
+
+    -- Fewer than 19 bytes that could begin that frame: kind 1, channel 0, a sender pid, no caps, a
+    -- length from 3 to 1024, the ConnectService tag 0.
+    local function prefix(s)
+        if #s == 0 or #s >= 19 or s:byte(1) ~= 1 then return false end
+        for i = 2, math.min(#s, 5) do
+            if s:byte(i) ~= 0 then return false end
+        end
+        if #s >= 14 and s:byte(14) ~= 0 then return false end
+        if #s >= 16 then
+            local len = u16le(s, 15)
+            if len < 3 or len > 1024 then return false end
+        end
+        if #s >= 17 and s:byte(17) ~= 0 then return false end
+        return true
+    end
+
     register({proto = p, abbr = "rvos_sysinfo", colname = "rvOS sysinfo", c = c, parse = parse,
         new_conn = new_conn,
-        encap = wtap_encaps.USER4, tcp = true, port = 7461, heuristic = heuristic, tcp_dir = tcp_dir})
+        encap = wtap_encaps.USER4, tcp = true, port = 7461, heuristic = heuristic, prefix = prefix,
+        tcp_dir = tcp_dir})
 end
 
 ---------------------------------------------------------------------------------------------------
