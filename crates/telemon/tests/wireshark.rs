@@ -15,7 +15,7 @@ use serde_json::Value;
 use telemon_capture::{Direction, Protocol, Record, RecordKind, Target, Writer};
 
 mod support;
-use support::{code, free_addr, need_on_path, run, stderr, stdout, within, SimOptions, Sims, Telemon};
+use support::{code, need_on_path, run, stderr, stdout, within, SimOptions, Sims, Telemon};
 
 const LUA: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../contrib/wireshark/telemon.lua");
 const PEERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/peers");
@@ -759,7 +759,10 @@ impl Splitter {
             let mut pumps = tokio::task::JoinSet::new();
             loop {
                 while pumps.try_join_next().is_some() {}
-                let Ok((client, peer)) = listener.accept().await else { continue };
+                let Ok((client, peer)) = listener.accept().await else {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    continue;
+                };
                 let Some(server) = dial(upstream, side, &avoid).await else { continue };
                 let mid_port =
                     if side == Side::Client { server.local_addr().unwrap().port() } else { peer.port() };
@@ -1237,7 +1240,11 @@ async fn live_tcp_sessions_split_into_tiny_segments_are_decoded_whole() {
 
     // Capture the legs between the splitters: both directions arrive there in writes of 1 to 7 bytes.
     let file = dir.path().join("live.pcapng");
-    let probe = free_addr();
+    // A port held (bound, not listening) for the whole test: dialling it is refused, and no one else's
+    // traffic can use it.
+    let probe_socket = tokio::net::TcpSocket::new_v4().unwrap();
+    probe_socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let probe = probe_socket.local_addr().unwrap();
     let ports: Vec<String> = chains
         .iter()
         .map(|c| c.inner.addr.port())
