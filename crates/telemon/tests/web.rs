@@ -475,3 +475,59 @@ async fn screenshots() {
     server.shutdown().await;
     sims.stop().await;
 }
+
+/// With users in the web config, the page, its assets, the API and the stream all need them: a browser given
+/// the credentials sees the live fleet (the page's own requests and its stream carry them), one without sees
+/// nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_basic_auth_the_page_the_api_and_the_stream_need_it() {
+    let Some(driver) = need_browser("with_basic_auth_the_page_the_api_and_the_stream_need_it") else {
+        return;
+    };
+    let shutdown = sim_common::Shutdown::new();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let rvos = l.local_addr().unwrap();
+    tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let web = dir.path().join("web.yml");
+    std::fs::write(&web, format!("basic_auth_users:\n  alice: '{}'\n", bcrypt::hash("s3cret", 4).unwrap()))
+        .unwrap();
+    let mut config =
+        FleetConfig::parse("auth.toml", &format!("[[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos}\"\n"))
+            .unwrap();
+    config.serve.web_config = Some(web);
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let addr = server.local_addr();
+    for path in
+        ["/", "/target/vm", "/web/fleet.js", "/api/v1/targets", "/api/v1/targets/vm", "/api/v1/stream"]
+    {
+        let (status, _) = http_get(addr, path, &[]).await.unwrap();
+        assert_eq!(status, 401, "{path} without credentials");
+        let wrong = [("Authorization", "Basic YWxpY2U6d3Jvbmc=")]; // alice:wrong
+        assert_eq!(http_get(addr, path, &wrong).await.unwrap().0, 401, "{path} with a wrong password");
+    }
+    let (status, body) =
+        http_get(addr, "/api/v1/targets", &[("Authorization", "Basic YWxpY2U6czNjcmV0")]).await.unwrap();
+    assert_eq!(status, 200, "{body}");
+
+    // A browser that sends the credentials (as a proxy or an SSO front would): the page, its modules, its API
+    // calls and its stream go through, and the row comes up live.
+    let b = Browser::start(&driver, 1200, 800).await;
+    b.extra_header("Authorization", "Basic YWxpY2U6czNjcmV0").await; // alice:s3cret
+    b.client.goto(&format!("http://{addr}/")).await.unwrap();
+    until("the row up", POLL, async || (state_of(&b, "vm").await.as_deref() == Some("up")).then_some(()))
+        .await;
+    no_errors(&b, "/ with credentials").await;
+    b.close().await;
+
+    // Without: no row, nothing of the fleet.
+    let b = Browser::start(&driver, 1200, 800).await;
+    b.client.goto(&format!("http://{addr}/")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rows(&b).await.is_empty());
+    let text = b.js("return document.body ? document.body.innerText : '';").await;
+    assert!(!text.as_str().unwrap_or("").contains("vm"), "{text}");
+    b.close().await;
+    server.shutdown().await;
+    shutdown.cancel();
+}

@@ -110,6 +110,17 @@ impl Browser {
         .await;
     }
 
+    /// Sends `header: value` with every request the browser makes from now on (the page, its modules, its
+    /// `fetch` calls and its `EventSource`), through the DevTools protocol.
+    pub async fn extra_header(&self, header: &str, value: &str) {
+        self.raw("goog/cdp/execute", json!({ "cmd": "Network.enable", "params": {} })).await;
+        self.raw(
+            "goog/cdp/execute",
+            json!({ "cmd": "Network.setExtraHTTPHeaders", "params": { "headers": { header: value } } }),
+        )
+        .await;
+    }
+
     /// Whether a JavaScript dialog (alert, confirm, prompt) is open.
     pub async fn dialog_open(&self) -> bool {
         self.client.get_alert_text().await.is_ok()
