@@ -6,6 +6,7 @@
 //! everything waits, so an hour of recording replays in the time its decoding takes, and every change the
 //! collector publishes is seen at its recorded time.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use telemon_capture::{Connection, Protocol, ReplayStream, Speed};
@@ -44,7 +45,7 @@ pub fn replay(connections: Vec<Connection>) -> std::io::Result<Vec<Scrape>> {
 async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
     let registry = Registry::new();
     let mut publishers: std::collections::HashMap<String, Publisher> = Default::default();
-    let mut scrapes = Vec::new();
+    let scrapes: Arc<Mutex<Vec<Scrape>>> = Arc::default();
     for connection in connections {
         let Some(protocol) = fleet_protocol(connection.target.protocol) else {
             eprintln!(
@@ -60,38 +61,22 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
             p.publish_every_change();
             p
         });
-        let mut changed = registry.changed();
-        changed.borrow_and_update();
         let stream = ReplayStream::new(&connection, Speed::Times(1.0));
-        // A change is stamped with the recorded time of the bytes that caused it.
-        let clock = stream.clock();
-        let time_ns = || connection.start_ns + clock.last_read().as_nanos() as u64;
-        {
-            let collector = drive(p, &connection, stream);
-            let mut collector = std::pin::pin!(collector);
-            loop {
-                tokio::select! {
-                    biased;
-                    Ok(()) = changed.changed() => {
-                        changed.borrow_and_update();
-                        let text = render(&registry.snapshot(), Format::OpenMetrics);
-                        scrapes.push(Scrape { time_ns: time_ns(), text });
-                    }
-                    failure = &mut collector => {
-                        tracing::debug!(target = %name, ?failure, "replay ended");
-                        break;
-                    }
-                }
-            }
-        }
+        // Every publication is rendered, stamped with the recorded time of the bytes that caused it.
+        let (clock, start_ns, sink) = (stream.clock(), connection.start_ns, scrapes.clone());
+        p.on_publish(move |registry| {
+            let text = render(&registry.snapshot(), Format::OpenMetrics);
+            let time_ns = start_ns + clock.last_read().as_nanos() as u64;
+            sink.lock().unwrap_or_else(|e| e.into_inner()).push(Scrape { time_ns, text });
+        });
+        let failure = drive(p, &connection, stream).await;
+        tracing::debug!(target = %name, ?failure, "replay ended");
         // What the collector held back for its next publication when the stream ended (a live target would
         // publish it with its next change or as it goes down).
         p.flush_if_dirty();
-        if changed.has_changed().unwrap_or(false) {
-            let text = render(&registry.snapshot(), Format::OpenMetrics);
-            scrapes.push(Scrape { time_ns: time_ns(), text });
-        }
     }
+    drop(publishers);
+    let scrapes = std::mem::take(&mut *scrapes.lock().unwrap_or_else(|e| e.into_inner()));
     scrapes
 }
 
@@ -206,9 +191,11 @@ pub fn csv(scrapes: &[Scrape]) -> String {
     out.push('\n');
     let mut cursor = vec![0usize; columns.len()];
     let mut current: Vec<Option<&str>> = vec![None; columns.len()];
-    // One row per millisecond (the time column's precision), at the last scrape within it.
+    // One row per millisecond (the time column's precision) that holds a point, at the last point within it.
+    let mut all: Vec<u64> = columns.iter().flat_map(|(_, p)| p.iter().map(|(t, _)| *t)).collect();
+    all.sort_unstable();
     let mut times: Vec<u64> = Vec::new();
-    for t in scrapes.iter().map(|s| s.time_ns) {
+    for t in all {
         match times.last_mut() {
             Some(last) if *last / 1_000_000 == t / 1_000_000 => *last = t,
             _ => times.push(t),
@@ -249,6 +236,38 @@ struct FamilyPoints {
     series: Vec<(String, Points)>,
 }
 
+/// Adds `value` at `time_ns` to a series' points. Timestamps are written in milliseconds, and a TSDB
+/// takes one sample per series and timestamp, in order. Within the millisecond of the last point:
+/// - the same value again adds nothing;
+/// - when the last point only repeated the one before it (a publication for another series, or the
+///   first part of a message cut across reads), the new value replaces it: the later state stands;
+/// - when the last point was itself a new sample (several samples that arrived in one read, so at one
+///   recorded time), the new one is placed a millisecond after it, so that every sample stays a point,
+///   in order.
+fn add_point(points: &mut Points, time_ns: u64, value: &str) {
+    const MS: u64 = 1_000_000;
+    let n = points.len();
+    let Some(last) = points.last() else {
+        points.push((time_ns, value.to_owned()));
+        return;
+    };
+    if last.0 / MS < time_ns / MS {
+        points.push((time_ns, value.to_owned()));
+        return;
+    }
+    if last.1 == value {
+        return;
+    }
+    let last_was_new = n < 2 || points[n - 2].1 != last.1;
+    if last_was_new {
+        let at = (last.0 / MS + 1) * MS;
+        points.push((at, value.to_owned()));
+    } else {
+        let at = last.0.max(time_ns);
+        points[n - 1] = (at, value.to_owned());
+    }
+}
+
 /// Parses each exposition and gathers the points of each series (every scrape's value, as a scraper
 /// would have stored them).
 fn gather(scrapes: &[Scrape]) -> Vec<FamilyPoints> {
@@ -282,15 +301,7 @@ fn gather(scrapes: &[Scrape]) -> Vec<FamilyPoints> {
                 families[f].series.push((series.to_owned(), Vec::new()));
                 (f, families[f].series.len() - 1)
             });
-            let points = &mut families[f].series[s].1;
-            match points.last_mut() {
-                // Timestamps are written in milliseconds: two values of a series within one millisecond
-                // would be two samples at one timestamp (which a TSDB rejects); the later state stands.
-                Some(last) if last.0 / 1_000_000 == scrape.time_ns / 1_000_000 => {
-                    *last = (scrape.time_ns, value.to_owned())
-                }
-                _ => points.push((scrape.time_ns, value.to_owned())),
-            }
+            add_point(&mut families[f].series[s].1, scrape.time_ns, value);
         }
     }
     families
@@ -316,6 +327,25 @@ mod tests {
         ];
         assert_eq!(openmetrics(&scrapes), "# TYPE x gauge\nx 1 10.000\nx 2 11.000\nx 3 11.001\n# EOF\n");
         assert_eq!(csv(&scrapes), "time,x\n10.000,1\n11.000,2\n11.001,3\n");
+    }
+
+    #[test]
+    fn samples_read_at_one_time_stay_points_a_millisecond_apart() {
+        let at = |ns: u64, text: &str| Scrape { time_ns: ns, text: text.to_owned() };
+        // Three samples in one read (one recorded time), then one 1.5 ms later, then the same value again.
+        let scrapes = [
+            at(5_000_000_000, "# TYPE x gauge\nx 0\n# EOF\n"),
+            at(5_000_000_000, "# TYPE x gauge\nx 1\n# EOF\n"),
+            at(5_000_000_000, "# TYPE x gauge\nx 2\n# EOF\n"),
+            at(5_001_500_000, "# TYPE x gauge\nx 3\n# EOF\n"),
+            at(5_001_700_000, "# TYPE x gauge\nx 3\n# EOF\n"),
+        ];
+        assert_eq!(
+            openmetrics(&scrapes),
+            "# TYPE x gauge\nx 0 5.000\nx 1 5.001\nx 2 5.002\nx 3 5.003\n# EOF\n",
+            "every sample a point, in order, strictly later each"
+        );
+        assert_eq!(csv(&scrapes), "time,x\n5.000,0\n5.001,1\n5.002,2\n5.003,3\n");
     }
 
     /// A Mono agent's recorded connection: its Hello (one INT counter), a sample at 1 s, the same

@@ -82,6 +82,17 @@ pub struct PublisherState {
     every_change: bool,
     /// Bytes read from the target, counted by the collector's connection (see [`Publisher::received`]).
     received: Arc<AtomicU64>,
+    /// Called after each publication (see [`Publisher::on_publish`]).
+    on_publish: Option<OnPublish>,
+}
+
+/// A callback run after each publication, with the registry published into.
+pub struct OnPublish(Box<dyn FnMut(&Registry) + Send>);
+
+impl std::fmt::Debug for OnPublish {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnPublish")
+    }
 }
 
 impl Publisher {
@@ -113,6 +124,7 @@ impl Publisher {
             remove_on_drop: false,
             every_change: false,
             received: Arc::default(),
+            on_publish: None,
         }))
     }
 
@@ -391,6 +403,13 @@ impl Publisher {
         self.every_change = true;
     }
 
+    /// Runs `f` after each publication, with the registry: a replay (`telemon export`) renders the
+    /// fleet there, so that every publication is seen, however many a burst of buffered bytes makes
+    /// before the task yields (a watch on the registry would see only the last of them).
+    pub fn on_publish(&mut self, f: impl FnMut(&Registry) + Send + 'static) {
+        self.on_publish = Some(OnPublish(Box::new(f)));
+    }
+
     /// The shortest pause between two publications.
     fn pause(&self) -> Duration {
         if self.every_change {
@@ -452,6 +471,10 @@ impl Publisher {
         self.dirty = false;
         self.touched = false;
         self.last_publish = Some(Instant::now());
+        let PublisherState { on_publish, registry, .. } = &mut *self.0;
+        if let Some(f) = on_publish {
+            (f.0)(registry);
+        }
     }
 }
 
