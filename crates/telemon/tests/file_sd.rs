@@ -106,6 +106,19 @@ async fn targets_follow_their_files_and_a_corrupt_file_keeps_its_last_targets() 
     want.sort();
     assert_eq!(names, want, "the corrupt file keeps its last targets");
 
+    // A config reload that leaves the block as it was: the discovered targets keep their connections.
+    let (_, before) = http_get(http, "/metrics", &[]).await.unwrap();
+    std::fs::write(&config, std::fs::read_to_string(&config).unwrap() + "\n# touched\n").unwrap();
+    let hup = tokio::process::Command::new("kill").args(["-HUP", &telemon.pid().to_string()]).status().await;
+    assert!(hup.unwrap().success());
+    let line = telemon.stderr_line("reloaded the config").await;
+    assert!(line.contains("0 started, 0 restarted, 0 stopped"), "{line}");
+    let (_, after) = http_get(http, "/metrics", &[]).await.unwrap();
+    let connects = |page: &str| -> Vec<String> {
+        page.lines().filter(|l| l.starts_with("telemon_target_connects_total{")).map(str::to_owned).collect()
+    };
+    assert_eq!(connects(&before), connects(&after), "one connection each, before and after");
+
     // Delete: its targets go.
     std::fs::remove_file(&json).unwrap();
     follows("a deleted file", &[&sims[2]]).await;
