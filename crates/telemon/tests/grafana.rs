@@ -29,7 +29,7 @@ use serde_json::Value;
 use telemon_fleet::config::FleetConfig;
 
 mod support;
-use support::{http_get, Receiver, SimOptions, Sims, DEADLINE};
+use support::{http_get, urlencode, Receiver, SimOptions, Sims, DEADLINE};
 
 /// What `$__rate_interval` becomes: Grafana's 4 scrape intervals, with Prometheus scraping every second here
 /// (`rate()` needs two samples in the window).
@@ -500,16 +500,6 @@ fn the_tokenizer_tells_metric_names_from_the_rest() {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Against a real Prometheus
-
-/// `s` with everything but RFC 3986's unreserved characters percent-encoded (a query-string value).
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 /// `GET path` of Prometheus's API: the `data` of a `success`, or what went wrong (an error's `errorType` and
 /// `error`, as Prometheus reports bad PromQL).

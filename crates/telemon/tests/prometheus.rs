@@ -27,23 +27,13 @@ use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
 mod support;
-use support::{http_get, Component, SimOptions, Sims, DEADLINE};
+use support::{http_get, urlencode, Component, SimOptions, Sims, DEADLINE};
 
 /// The pause between two polls of Prometheus (it scrapes every second).
 const POLL: Duration = Duration::from_millis(250);
 
 // ---------------------------------------------------------------------------------------------------------------
 // A tiny HTTP/1.1 client
-
-/// `s` with everything but RFC 3986's unreserved characters percent-encoded (a query-string value).
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Prometheus

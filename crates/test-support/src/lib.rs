@@ -15,7 +15,7 @@ mod sims;
 mod skip;
 
 pub use component::{Component, Launch, Prometheus, VictoriaMetrics};
-pub use net::{free_addr, free_port, http_get, listener, until, within, DEADLINE};
+pub use net::{free_addr, free_port, http_get, listener, until, urlencode, within, DEADLINE};
 pub use receiver::{http, Kind, Labels, Receiver};
 pub use sims::{Cpus, SimOptions, Sims};
 pub use skip::{in_ci, need, need_on_path, on_path, prometheus_and_promtool};

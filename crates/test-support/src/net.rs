@@ -98,3 +98,13 @@ pub async fn http_get(
     let body = String::from_utf8(body).map_err(|_| invalid("a body that is not UTF-8"))?;
     Ok((status, body))
 }
+
+/// `s` with everything but RFC 3986's unreserved characters percent-encoded (a query-string value).
+pub fn urlencode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => char::from(b).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
