@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+pub mod fuzz;
 pub mod http;
 pub mod top;
 pub mod web;

@@ -40,8 +40,43 @@ pub struct WebConfigError(String);
 
 impl WebConfigError {
     /// `FILE:LINE: KEY: why`.
+    ///
+    /// A key longer than [`MAX_KEY_SHOWN`] bytes (it holds what the file gave, such as a user's name)
+    /// and a reason longer than [`MAX_WHY_SHOWN`] are cut, so that an error stays a line whatever the file.
     pub(super) fn at(file: &Path, line: usize, key: &str, why: impl std::fmt::Display) -> WebConfigError {
+        let (key, why) = (cut(key, MAX_KEY_SHOWN), why.to_string());
+        let why = cut(&why, MAX_WHY_SHOWN);
         WebConfigError(format!("{}:{line}: {key}: {why}", file.display()))
+    }
+}
+
+/// The longest key an error shows (bytes; more is cut and marked with `…`).
+const MAX_KEY_SHOWN: usize = 160;
+/// The longest reason an error gives (bytes; more is cut and marked with `…`).
+const MAX_WHY_SHOWN: usize = 800;
+/// The deepest nesting of lists and mappings read (a web config file nests three deep).
+const MAX_WEB_CONFIG_DEPTH: usize = 64;
+/// The most YAML nodes read (scalars, lists and mappings; an alias counts as every node it copies).
+/// A file with a thousand users holds about two thousand.
+const MAX_WEB_CONFIG_NODES: usize = 100_000;
+
+/// `text`, cut at a character boundary to at most `max` bytes and marked with `…` when longer.
+fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes)", &text[..end], text.len()).into()
+}
+
+/// A value the file gave, quoted for an error: its first 64 characters when longer.
+fn shown(value: &str) -> String {
+    match value.char_indices().nth(64) {
+        None => format!("{value:?}"),
+        Some((end, _)) => format!("{:?}… ({} bytes)", &value[..end], value.len()),
     }
 }
 
@@ -177,6 +212,8 @@ pub struct WebConfig {
     /// `rate_limit`, when its interval is not zero.
     pub rate_limit: Option<RateLimit>,
     pub(super) users: Arc<Auth>,
+    /// `basic_auth_users` as written: (name, bcrypt hash), in the file's order.
+    user_hashes: Vec<(String, String)>,
     pub(super) limiter: Option<RateLimiter>,
     pub(super) acceptor: Option<tokio_rustls::TlsAcceptor>,
 }
@@ -209,6 +246,7 @@ impl WebConfig {
     /// `path`'s directory).
     pub fn parse(path: &Path, text: &str) -> Result<WebConfig, WebConfigError> {
         let doc = Doc { file: path, dir: path.parent().unwrap_or(Path::new("")) };
+        check_shape(path, text)?;
         let docs = MarkedYaml::load_from_str(text).map_err(|e| {
             WebConfigError::at(
                 path,
@@ -231,6 +269,7 @@ impl WebConfig {
             headers: Vec::new(),
             rate_limit: None,
             users: Arc::new(Auth::new(Vec::new())),
+            user_hashes: Vec::new(),
             limiter: None,
             acceptor: None,
         };
@@ -264,6 +303,7 @@ impl WebConfig {
                 }
             }
         }
+        config.user_hashes = users.clone();
         config.users = Arc::new(Auth::new(users));
         config.limiter = config.rate_limit.map(RateLimiter::new);
         if let Some(tls) = &config.tls {
@@ -289,6 +329,90 @@ impl WebConfig {
     pub fn user_names(&self) -> Vec<&str> {
         self.users.names()
     }
+
+    /// `basic_auth_users` as the file gives them: (name, bcrypt hash) pairs, in the file's order
+    /// (the hashes are not secret, but are never logged either).
+    pub fn basic_auth_users(&self) -> &[(String, String)] {
+        &self.user_hashes
+    }
+}
+
+/// Refuses YAML nested deeper than [`MAX_WEB_CONFIG_DEPTH`] or holding more than
+/// [`MAX_WEB_CONFIG_NODES`] nodes once its aliases are expanded, before saphyr's loader sees it:
+/// the loader recurses once per level (100,000 `- ` on a line overflowed the stack) and copies the
+/// anchored node at each alias (ten aliases of ten aliases of ... would take all memory). This
+/// walks saphyr-parser's events, which it makes without recursion; a syntax error is left to the
+/// loader to report (the events before it passed this check).
+fn check_shape(path: &Path, text: &str) -> Result<(), WebConfigError> {
+    use saphyr_parser::{Event, Parser};
+    /// A list or mapping not closed yet.
+    struct Open {
+        anchor: usize,
+        /// The node count when it opened (itself included).
+        first: usize,
+        /// Its height: 1, or 1 + its highest child's.
+        height: usize,
+    }
+    let mut open: Vec<Open> = Vec::new();
+    // Anchor id -> (nodes, height) of what it names.
+    let mut anchors: HashMap<usize, (usize, usize)> = HashMap::new();
+    let mut nodes = 0usize;
+    let too_deep = |at: usize| {
+        WebConfigError::at(
+            path,
+            at,
+            "yaml",
+            format!("nested deeper than {MAX_WEB_CONFIG_DEPTH} lists and mappings (a web config file nests three deep)"),
+        )
+    };
+    for event in Parser::new_from_str(text) {
+        let Ok((event, span)) = event else { return Ok(()) };
+        let at = span.start.line().max(1);
+        // A node just completed: (its nodes, its height, its anchor).
+        let done = match event {
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) => {
+                nodes = nodes.saturating_add(1);
+                open.push(Open { anchor, first: nodes, height: 1 });
+                if open.len() > MAX_WEB_CONFIG_DEPTH {
+                    return Err(too_deep(at));
+                }
+                None
+            }
+            Event::SequenceEnd | Event::MappingEnd => {
+                open.pop().map(|o| (nodes - o.first + 1, o.height, o.anchor))
+            }
+            Event::Scalar(_, _, anchor, _) => {
+                nodes = nodes.saturating_add(1);
+                Some((1, 0, anchor))
+            }
+            Event::Alias(id) => {
+                let (n, height) = anchors.get(&id).copied().unwrap_or((1, 0));
+                nodes = nodes.saturating_add(n);
+                if open.len().saturating_add(height) > MAX_WEB_CONFIG_DEPTH {
+                    return Err(too_deep(at));
+                }
+                Some((n, height, 0))
+            }
+            _ => None,
+        };
+        if nodes > MAX_WEB_CONFIG_NODES {
+            return Err(WebConfigError::at(
+                path,
+                at,
+                "yaml",
+                format!("more than {MAX_WEB_CONFIG_NODES} values (aliases counted as every value they copy): a web config file holds a few dozen"),
+            ));
+        }
+        if let Some((n, height, anchor)) = done {
+            if anchor > 0 {
+                anchors.insert(anchor, (n, height));
+            }
+            if let Some(parent) = open.last_mut() {
+                parent.height = parent.height.max(height + 1);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A bcrypt hash as Go's `bcrypt.Cost` accepts it (`$2a$`, `$2b$`, `$2y$`, cost 4 to 31).
@@ -377,7 +501,7 @@ impl Doc<'_> {
             YamlData::Value(Scalar::String(s)) => match s.as_ref() {
                 "yes" | "Yes" | "YES" | "on" | "On" | "ON" | "y" | "Y" => Ok(Some(true)),
                 "no" | "No" | "NO" | "off" | "Off" | "OFF" | "n" | "N" => Ok(Some(false)),
-                _ => Err(self.err(line(node), key, format!("expected true or false, not {s:?}"))),
+                _ => Err(self.err(line(node), key, format!("expected true or false, not {}", shown(s)))),
             },
             YamlData::Tagged(_, inner) => self.boolean(inner, key),
             _ => Err(self.err(line(node), key, "expected true or false")),
@@ -458,7 +582,7 @@ impl Doc<'_> {
                     let given = self.string(value, &name)?.unwrap_or_default();
                     let auth = ClientAuth::parse(&given).ok_or_else(|| {
                         self.err(key_line, &name, format!(
-                            "{given:?} is not one of NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert"
+                            "{} is not one of NoClientCert, RequestClientCert, RequireAnyClientCert, VerifyClientCertIfGiven, RequireAndVerifyClientCert", shown(&given)
                         ))
                     })?;
                     client_auth = Some((auth, key_line));
@@ -470,7 +594,7 @@ impl Doc<'_> {
                             || rustls::pki_types::DnsName::try_from(san.as_str()).is_ok();
                         if !ok {
                             return Err(self.err(at, &name, format!(
-                                "{san:?}: telemon matches DNS names and IP addresses only (rustls's verifier has no e-mail or URI names)"
+                                "{}: telemon matches DNS names and IP addresses only (rustls's verifier has no e-mail or URI names)", shown(&san)
                             )));
                         }
                         sans.push(san);
@@ -490,7 +614,7 @@ impl Doc<'_> {
                                 "{given} is not supported: rustls has TLS 1.2 and 1.3 only (use TLS12 or TLS13)"
                             )))
                         }
-                        _ => return Err(self.err(key_line, &name, format!("{given:?} is not one of TLS12, TLS13 (nor TLS10, TLS11, which rustls lacks)"))),
+                        _ => return Err(self.err(key_line, &name, format!("{} is not one of TLS12, TLS13 (nor TLS10, TLS11, which rustls lacks)", shown(&given)))),
                     };
                     if key == "min_version" {
                         min_version = (version, key_line);
@@ -515,7 +639,7 @@ impl Doc<'_> {
                                     "{curve} is not supported by rustls with ring: use X25519, CurveP256 or CurveP384"
                                 )))
                             }
-                            _ => return Err(self.err(at, &name, format!("unknown curve {curve:?} (X25519, CurveP256, CurveP384)"))),
+                            _ => return Err(self.err(at, &name, format!("unknown curve {} (X25519, CurveP256, CurveP384)", shown(&curve)))),
                         });
                     }
                 }
@@ -628,7 +752,7 @@ impl Doc<'_> {
                 continue; // "Unset if blank."
             }
             if !allowed.is_empty() && !allowed.contains(&value.as_str()) {
-                return Err(self.err(key_line, &key, format!("{value:?} is not one of {allowed:?}")));
+                return Err(self.err(key_line, &key, format!("{} is not one of {allowed:?}", shown(&value))));
             }
             let header_value = HeaderValue::from_str(&value)
                 .map_err(|_| self.err(key_line, &key, "not a valid header value (control characters?)"))?;
@@ -654,7 +778,7 @@ impl Doc<'_> {
                             self.err(
                                 key_line,
                                 &name,
-                                format!("{text:?} is not a duration such as 1s or 500ms: {e}"),
+                                format!("{} is not a duration such as 1s or 500ms: {e}", shown(&text)),
                             )
                         })?
                     };
@@ -663,7 +787,7 @@ impl Doc<'_> {
                     let text = self.string(value, &name)?.unwrap_or_default();
                     burst = Some((
                         text.parse::<u32>().map_err(|_| {
-                            self.err(key_line, &name, format!("{text:?} is not a whole number"))
+                            self.err(key_line, &name, format!("{} is not a whole number", shown(&text)))
                         })?,
                         key_line,
                     ));
@@ -713,8 +837,12 @@ fn cipher_suite(name: &str) -> Result<rustls::CipherSuite, String> {
     }
     let known: Vec<&str> = provider.cipher_suites.iter().filter_map(|s| s.suite().as_str()).collect();
     if name.starts_with("TLS_") {
-        Err(format!("{name} is not supported by rustls (it has no CBC, RSA key exchange or 3DES suites): use one of {}", known.join(", ")))
+        Err(format!(
+            "{} is not supported by rustls (it has no CBC, RSA key exchange or 3DES suites): use one of {}",
+            shown(name),
+            known.join(", ")
+        ))
     } else {
-        Err(format!("unknown cipher suite {name:?}: use one of {}", known.join(", ")))
+        Err(format!("unknown cipher suite {}: use one of {}", shown(name), known.join(", ")))
     }
 }
