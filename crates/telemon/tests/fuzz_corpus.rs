@@ -1,0 +1,56 @@
+//! Replays the committed seed corpus of the fuzz target `telemon_web_config` through the same
+//! function (`telemon::fuzz::web_config`) on stable, so that `cargo test` covers what the fuzzer
+//! starts from; and checks that the seeds that are valid files are read as such when their
+//! certificates are where they say (`tests/data/web-tls`).
+
+use std::path::{Path, PathBuf};
+
+use telemon::http::WebConfig;
+
+fn corpus(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target)
+}
+
+fn seeds(target: &str) -> Vec<PathBuf> {
+    let dir = corpus(target);
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_file())
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn telemon_web_config_corpus_replays() {
+    let files = seeds("telemon_web_config");
+    assert!(files.len() >= 10, "the corpus has {} files", files.len());
+    for file in files {
+        telemon::fuzz::web_config(&std::fs::read(&file).unwrap());
+    }
+}
+
+/// The seeds written as good files read as good files (beside the test certificates), and the
+/// `bad_` ones are refused: the corpus holds both sides of the reader.
+#[test]
+fn the_good_seeds_read_and_the_bad_ones_are_refused() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/web-tls");
+    let good = [
+        "users_headers_rate.yml",
+        "every_tls_key.yml",
+        "anchors_and_aliases.yml",
+        "crlf_and_bom.yml",
+        "empty.yml",
+    ];
+    for file in seeds("telemon_web_config") {
+        let name = file.file_name().unwrap().to_string_lossy().into_owned();
+        let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
+        let read = WebConfig::parse(&dir.join(&name), &text);
+        if good.contains(&name.as_str()) {
+            read.unwrap_or_else(|e| panic!("{name}: {e}"));
+        } else if name.starts_with("bad_") {
+            assert!(read.is_err(), "{name} was accepted");
+        }
+    }
+}
