@@ -153,7 +153,7 @@ fn groups() -> Vec<Group> {
             })
             .vs("clone_every_series"),
         );
-    vec![render, render_fleet(), update, publish]
+    vec![render, render_fleet(), update, publish, file_sd()]
 }
 
 /// Targets and series per target of [`render_fleet`].
@@ -348,6 +348,35 @@ mod baseline {
             let _ = write!(out, "{v}");
         }
     }
+}
+
+/// Reading a `[[file_sd]]` target file of 1,000 targets in 100 groups: the JSON parse alone (the baseline),
+/// the YAML parse alone, and the whole read of the JSON file (each target made a checked `[[hmon]]` block).
+fn file_sd() -> Group {
+    use std::path::Path;
+    use telemon_fleet::config::file_sd::{parse_groups, FileSdSection, Group as TargetGroup};
+    let groups: Vec<TargetGroup> = (0..100)
+        .map(|g| TargetGroup {
+            targets: (0..10).map(|t| format!("10.0.{g}.{t}:4502")).collect(),
+            labels: [("room".to_owned(), format!("b{g}")), ("site".to_owned(), "lab".to_owned())].into(),
+        })
+        .collect();
+    let json = serde_json::to_vec(&groups).unwrap();
+    let yaml = serde_yaml_ng::to_string(&groups).unwrap().into_bytes();
+    let section: FileSdSection = toml::from_str("files = ['t/*']\nprotocol = 'hmon'\npoll = '2s'\n").unwrap();
+    let json2 = json.clone();
+    Group::new("file_sd", Throughput::Elements(1000), 20)
+        .case(Case::iter("json", move || parse_groups(Path::new("t.json"), black_box(&json)).unwrap().len()))
+        .case(
+            Case::iter("yaml", move || parse_groups(Path::new("t.yml"), black_box(&yaml)).unwrap().len())
+                .vs("json"),
+        )
+        .case(
+            Case::iter("read_json_blocks", move || {
+                section.read_bytes(Path::new("t.json"), black_box(&json2)).unwrap().0.len()
+            })
+            .vs("json"),
+        )
 }
 
 fn main() {

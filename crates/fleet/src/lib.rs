@@ -72,6 +72,7 @@ pub mod collect;
 pub mod config;
 pub mod discover;
 pub mod export;
+pub mod fuzz;
 pub mod heap;
 pub mod history;
 pub mod model;

@@ -48,13 +48,15 @@ fn default_refresh() -> Duration {
     DEFAULT_REFRESH
 }
 
-/// One group of a target file.
-#[derive(Debug, Clone, Deserialize)]
+/// One group of a target file: its targets and the labels they share.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
-struct Group {
-    targets: Vec<String>,
+pub struct Group {
+    /// `HOST:PORT` (or, for meter161, a directory) each.
+    pub targets: Vec<String>,
+    /// Labels of every target of the group.
     #[serde(default)]
-    labels: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
 }
 
 /// A target found in a file, as a config block of its protocol.
@@ -202,6 +204,11 @@ impl FileSdSection {
     /// Reads one target file: its targets as blocks, and a message per target that was refused.
     /// `Err` when the file cannot be read or parsed at all.
     pub fn read_file(&self, path: &Path) -> Result<(Vec<Discovered>, Vec<String>), String> {
+        self.read_bytes(path, &Self::bytes_of(path)?)
+    }
+
+    /// A target file's bytes, at most [`MAX_FILE_BYTES`].
+    fn bytes_of(path: &Path) -> Result<Vec<u8>, String> {
         use std::io::Read as _;
         let file = std::fs::File::open(path).map_err(|e| format!("cannot read: {e}"))?;
         let mut bytes = Vec::new();
@@ -209,7 +216,13 @@ impl FileSdSection {
         if bytes.len() as u64 > MAX_FILE_BYTES {
             return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
         }
-        let groups = parse_groups(path, &bytes)?;
+        Ok(bytes)
+    }
+
+    /// The targets of a target file's `bytes` (`path` tells JSON from YAML by its extension), and a
+    /// message per target refused; `Err` when the bytes do not parse as a list of groups.
+    pub fn read_bytes(&self, path: &Path, bytes: &[u8]) -> Result<(Vec<Discovered>, Vec<String>), String> {
+        let groups = parse_groups(path, bytes)?;
         let mut found = Vec::new();
         let mut refused = Vec::new();
         for group in groups {
@@ -225,8 +238,9 @@ impl FileSdSection {
 }
 
 /// Parses a target file's groups: YAML for `.yml`/`.yaml`, JSON otherwise (as Prometheus decides by
-/// the extension).
-fn parse_groups(path: &Path, bytes: &[u8]) -> Result<Vec<Group>, String> {
+/// the extension). Bad bytes are an error, never a panic; nesting is bounded by the parsers'
+/// recursion limits.
+pub fn parse_groups(path: &Path, bytes: &[u8]) -> Result<Vec<Group>, String> {
     let yaml = path.extension().is_some_and(|e| e == "yml" || e == "yaml");
     if yaml {
         // An empty YAML document is an empty list.
