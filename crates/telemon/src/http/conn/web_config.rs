@@ -4,8 +4,11 @@
 //! The same file works for node_exporter and for telemon: every key of the toolkit's documentation
 //! is read, and what rustls cannot do (TLS 1.0 and 1.1, CBC cipher suites, P-521, post-quantum
 //! groups, e-mail and URI client SANs) is refused with an error that says so, never ignored. Every
-//! error reads `FILE:LINE: KEY: why`. Relative file names are relative to the file's directory, as
-//! in the toolkit.
+//! error reads `FILE:LINE: KEY: why`, with what the file gave cut to a few dozen characters. Relative
+//! file names are relative to the file's directory, as in the toolkit. YAML nested deeper than 64
+//! lists and mappings, or holding more than 100,000 values once its aliases are expanded, is refused
+//! before it is loaded (it would overflow the stack or take all memory; a real file nests three deep
+//! and holds a few dozen values).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
