@@ -241,46 +241,74 @@ impl History {
 
     /// Records every target's plotted series at second `at` (a counter without a rate yet, an info or a
     /// histogram is skipped). Targets gone from the fleet, and series gone from their target, are
-    /// forgotten.
+    /// forgotten. The same as [`History::begin`] with every target's series, then
+    /// [`History::record_target`] for each target.
     pub fn record(&mut self, fleet: &FleetSnapshot, at: u32) {
-        self.now = at;
         let total: usize = fleet.targets.iter().map(|t| t.series.len().min(MAX_SERIES_PER_TARGET)).sum();
-        let shape = Shape::for_series(total);
-        let shrunk =
-            self.shape.is_some_and(|s| s != shape && (shape.fine < s.fine || shape.coarse < s.coarse));
-        self.shape = Some(shape);
-        self.targets.retain(|name, _| fleet.get(name).is_some());
+        self.begin(fleet, at, total);
         for t in &fleet.targets {
-            let series = self.targets.entry(t.name.clone()).or_default();
-            let keys: Vec<String> = t.series.iter().map(|s| key(&s)).collect();
-            let live: HashSet<&str> = keys.iter().map(String::as_str).collect();
-            series.retain(|k, _| k.starts_with(DERIVED) || live.contains(k.as_str()));
-            if shrunk {
-                series.values_mut().for_each(|r| r.fit(shape));
-            }
-            for (s, k) in t.series.iter().zip(keys) {
-                let Some(v) = plotted(&s) else { continue };
-                if !series.contains_key(&k) && series.len() >= MAX_SERIES_PER_TARGET {
-                    continue;
-                }
-                series.entry(k).or_default().put(at, v as f32, shape);
-            }
+            self.record_target(t);
         }
     }
 
-    /// Records a view's own figure of `target` at the latest sample's second (a count, a ratio computed
-    /// from several series), under `key`, which must start with [`DERIVED`] (otherwise nothing is
-    /// kept). Call it after [`History::record`]; it is forgotten with its target.
-    pub fn put(&mut self, target: &str, key: &str, v: f64) {
-        if !key.starts_with(DERIVED) {
-            return;
+    /// Starts the sample of second `at` for a view that records only some series (those it shows):
+    /// forgets the targets gone from `fleet` and the series with no point in the last
+    /// [`FINE_POINTS`] seconds, and sizes the rings for `series` series in all (or for those held,
+    /// if more). Then call [`History::record_target`] and [`History::put`] for what is kept.
+    pub fn begin(&mut self, fleet: &FleetSnapshot, at: u32, series: usize) {
+        self.now = at;
+        let stale = at.saturating_sub(FINE_POINTS as u32 * FINE_STEP);
+        self.targets.retain(|name, rings| {
+            rings.retain(|_, r| r.fine.last * FINE_STEP >= stale);
+            !rings.is_empty() && fleet.get(name).is_some()
+        });
+        let shape = Shape::for_series(series.max(self.series()));
+        let shrunk =
+            self.shape.is_some_and(|s| s != shape && (shape.fine < s.fine || shape.coarse < s.coarse));
+        self.shape = Some(shape);
+        if shrunk {
+            self.targets.values_mut().flat_map(HashMap::values_mut).for_each(|r| r.fit(shape));
         }
-        let shape = self.shape();
-        let Some(series) = self.targets.get_mut(target) else { return };
-        if !series.contains_key(key) && series.len() >= MAX_SERIES_PER_TARGET {
-            return;
+    }
+
+    /// Forgets every target for which `keep` is false (a view that stopped showing them).
+    pub fn retain(&mut self, mut keep: impl FnMut(&str) -> bool) {
+        self.targets.retain(|name, _| keep(name));
+    }
+
+    /// Records every plotted series of `t` at the second [`History::begin`] started (forgetting those
+    /// gone from it, but not the ones [`History::put`] keeps under a [`DERIVED`] key).
+    pub fn record_target(&mut self, t: &TargetSnapshot) {
+        let (at, shape) = (self.now, self.shape());
+        let series = self.targets.entry(t.name.clone()).or_default();
+        let keys: Vec<String> = t.series.iter().map(|s| key(&s)).collect();
+        let live: HashSet<&str> = keys.iter().map(String::as_str).collect();
+        series.retain(|k, _| k.starts_with(DERIVED) || live.contains(k.as_str()));
+        for (s, k) in t.series.iter().zip(keys) {
+            let Some(v) = plotted(&s) else { continue };
+            if !series.contains_key(&k) && series.len() >= MAX_SERIES_PER_TARGET {
+                continue;
+            }
+            series.entry(k).or_default().put(at, v as f32, shape);
         }
-        series.entry(key.to_owned()).or_default().put(self.now, v as f32, shape);
+    }
+
+    /// Records `v` for the series `key` of `target` at the latest sample's second: a view's own figure
+    /// (a count, a ratio computed from several series) under a key starting with [`DERIVED`], or one
+    /// series it shows without recording the whole target (under [`key`]). Call it after
+    /// [`History::begin`] (or [`History::record`]); it is forgotten with its target, or once it has
+    /// had no point for [`FINE_POINTS`] seconds.
+    pub fn put(&mut self, target: &Arc<str>, key: &str, v: f64) {
+        let (at, shape) = (self.now, self.shape());
+        let series = match self.targets.get_mut(&**target) {
+            Some(s) => s,
+            None => self.targets.entry(target.clone()).or_default(),
+        };
+        if let Some(ring) = series.get_mut(key) {
+            ring.put(at, v as f32, shape);
+        } else if series.len() < MAX_SERIES_PER_TARGET {
+            series.entry(key.to_owned()).or_default().put(at, v as f32, shape);
+        }
     }
 
     /// The points of the series `key` of the target named `target` within the last `window` seconds,
@@ -395,15 +423,46 @@ mod tests {
         let last = h.last_seconds("t", "g{i=0}", 3);
         assert_eq!(last, [Some(97.0), Some(98.0), Some(99.0)]);
         assert_eq!(h.last_seconds("t", "g{i=0}", 200)[199], Some(99.0), "ends at now, however long");
-        h.put("t", "=busy", 0.5);
-        h.put("t", "busy", 0.5);
+        let name: Arc<str> = Arc::from("t");
+        h.put(&name, "=busy", 0.5);
+        h.put(&name, "busy", 0.5);
         h.record(&FleetSnapshot::from(vec![target("t", 100.0, None)]), 100);
-        h.put("t", "=busy", 0.25);
+        h.put(&name, "=busy", 0.25);
         assert_eq!(h.last_seconds("t", "=busy", 2), [Some(0.5), Some(0.25)], "kept across record");
-        assert!(h.last_seconds("t", "busy", 2).iter().all(Option::is_none), "not derived: not kept");
+        assert!(h.last_seconds("t", "busy", 2).iter().all(Option::is_none), "not derived: gone with record");
         // A target that leaves the fleet is forgotten.
         h.record(&FleetSnapshot::default(), 101);
         assert!(h.is_empty());
+    }
+
+    #[test]
+    fn a_view_records_only_what_it_shows_and_forgets_what_it_stopped_showing() {
+        let mut h = History::new();
+        let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
+        let fleet = |s: u32| FleetSnapshot::from(vec![target("a", f64::from(s), None), target("b", 1.0, None)]);
+        // Second 0..10: all of `a`, one figure of `b`.
+        for s in 0..10u32 {
+            h.begin(&fleet(s), s, 3);
+            h.record_target(&fleet(s).targets[0]);
+            h.put(&b, "g{i=0}", 7.0);
+        }
+        assert_eq!(h.series(), 2, "a's gauge (its counter has no rate yet) and b's figure");
+        assert_eq!(h.last_seconds("b", "g{i=0}", 2), [Some(7.0), Some(7.0)]);
+        assert_eq!(h.last_seconds("a", "g{i=0}", 1), [Some(9.0)]);
+        // From then on only `b`'s figure: `a`'s rings keep their past, then go once it is older than
+        // the fine tier.
+        for s in 10..=(9 + FINE_POINTS as u32) {
+            h.begin(&fleet(s), s, 1);
+            h.put(&b, "g{i=0}", 7.0);
+        }
+        assert_eq!(h.points_of("a", "g{i=0}", 3600).len(), 10);
+        h.begin(&fleet(FINE_POINTS as u32 + 10), FINE_POINTS as u32 + 10, 1);
+        assert_eq!(h.series(), 1, "a's rings had no point for {FINE_POINTS} s");
+        assert!(h.points_of("a", "g{i=0}", 3600).is_empty());
+        h.put(&a, "=x", 1.0);
+        assert_eq!(h.series(), 2, "put starts a target's rings");
+        h.retain(|name| name == "a");
+        assert_eq!(h.series(), 1);
     }
 
     #[test]

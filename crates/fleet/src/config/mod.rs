@@ -167,6 +167,23 @@ pub struct ServeSection {
     /// The networks (and optional ports) `/probe` may connect to; when empty, loopback only.
     #[serde(default, deserialize_with = "probe_allow")]
     pub probe_allow: Vec<ProbeAllow>,
+    /// When the web view keeps its history (charts, sparklines): only while a view is open
+    /// (the default), or always, so that a view opened later shows the minutes before it.
+    #[serde(default)]
+    pub web_history: WebHistory,
+}
+
+/// `[serve] web_history`: when the web view records the fleet's recent past.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum WebHistory {
+    /// While a page or a client of the view's API is watching, and a minute after: `/`'s headline
+    /// figures while `/` is open, every series of a target while its page is. Nothing else is
+    /// recorded or kept, so an unwatched exporter pays nothing for the view.
+    #[default]
+    WhileViewed,
+    /// Every series of every target, always (about 4,100 bytes a series, at most 16 MiB in all).
+    Always,
 }
 
 fn default_wakeup_slack() -> Duration {
@@ -203,6 +220,7 @@ impl Default for ServeSection {
             shard: None,
             web_config: None,
             probe_allow: Vec::new(),
+            web_history: WebHistory::WhileViewed,
         }
     }
 }

@@ -82,6 +82,7 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
     let probes = Arc::new(Probes::new(config.serve.series_limit, config.serve.probe_allow.clone(), runtime));
     let control =
         Arc::new(Control::new(config, fleet.clone(), web.clone(), probes.clone(), push, listen_override));
+    let view = crate::web::View::start(fleet.clone(), config.serve.web_history);
     let state = AppState {
         fleet: fleet.clone(),
         probes: probes.clone(),
@@ -95,7 +96,7 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
         .route("/probe", get(probe::probe))
         .route("/-/reload", post(reload_endpoint).put(reload_endpoint))
         .with_state(state)
-        .merge(crate::web::routes(fleet.clone()));
+        .merge(view.routes());
     let limits = HttpLimits::new(&config.serve, open_file_limit());
     tracing::info!(
         max_connections = limits.max_connections,
@@ -103,7 +104,7 @@ pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Resul
         "HTTP connections are capped (the rest of the open-file limit is kept for targets)"
     );
     let (failed, _) = tokio::sync::watch::channel(None);
-    let serving = Serving { app, gate: web.clone(), probes, failed };
+    let serving = Serving { app, gate: web.clone(), probes, view, failed };
     let http = HttpThread::spawn(listen.to_owned(), listener, limits, &serving)?;
     control.serve(serving, http);
     Ok(Server { fleet, web, control })

@@ -193,6 +193,9 @@ impl Control {
         }
         self.web.set(web);
         self.probes.set_allow(new.serve.probe_allow.clone());
+        if let Some(serving) = self.serving.get() {
+            serving.view.set_history(new.serve.web_history);
+        }
         telemon_fleet::pace::set_wakeup_slack(new.serve.wakeup_slack);
         let mut http_note = String::new();
         if moved || relimited {

@@ -45,6 +45,8 @@ pub struct Serving {
     pub app: Router,
     pub gate: Arc<WebGate>,
     pub probes: Arc<Probes>,
+    /// The web view served in `app` (a reload sets its `web_history`).
+    pub view: crate::web::View,
     /// Set when a server thread fails (its error); `run_until` then returns it.
     pub failed: watch::Sender<Option<String>>,
 }
@@ -59,7 +61,7 @@ impl HttpThread {
     ) -> std::io::Result<HttpThread> {
         let addr = listener.local_addr()?;
         let (stop, mut stopped) = watch::channel(false);
-        let Serving { app, gate, probes, failed } = serving.clone();
+        let Serving { app, gate, probes, failed, .. } = serving.clone();
         let thread = std::thread::Builder::new().name("telemon-http".into()).spawn(move || {
             let served = tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|rt| {
                 rt.block_on(async move {

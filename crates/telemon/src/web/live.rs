@@ -1,9 +1,23 @@
-//! The web view's live state: a sampler that, once a second, records the fleet into the shared
-//! [`History`], keeps each target's state log, and publishes what changed since the last second.
+//! The web view's live state: a sampler that, once a second, keeps each target's state log and, while
+//! a view is watching, records what the views show into the shared [`History`] and publishes what
+//! changed since the last second.
+//!
+//! What is watched decides what is done (see [`WebHistory`]):
+//!
+//! | watched | done each second |
+//! |---|---|
+//! | nothing (and not for a [`LINGER`]) | each target's state and since when (for the state log); nothing else is kept |
+//! | `/` (its stream, or its API within a [`LINGER`]) | also `/`'s rows and delta, and the headline figures' history |
+//! | a target's page (its stream, or its API within a [`LINGER`]) | also every series of that target into the history |
+//! | anything, with `web_history = "always"` | every series of every target into the history, and `/`'s rows |
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use telemon_fleet::config::WebHistory;
+use tokio::time::Instant;
 
 use serde_json::{json, Map, Value};
 use telemon_fleet::collect::AbortOnDrop;
@@ -17,6 +31,11 @@ pub const SPARK_SECS: u32 = 300;
 pub const TARGET_WINDOW: u32 = 600;
 /// State changes kept per target.
 pub const STATE_LOG: usize = 32;
+/// How long a view counts as watching after its stream closed or its last API request: a page
+/// reloaded, or a tab opened again, finds its charts where it left them.
+pub const LINGER: Duration = Duration::from_secs(60);
+/// The series planned in the history per target for `/`'s headline figures.
+const HEADLINES: usize = 3;
 
 /// One second's update, shared by every stream.
 #[derive(Debug)]
@@ -36,9 +55,24 @@ struct Kept {
     state: TargetState,
     since: f64,
     log: VecDeque<(f64, TargetState)>,
+    /// The row `/` last got (empty while `/` is not watched).
     row: Map<String, Value>,
     /// smon's CPU counters at the last second: (idle, total).
     cpu: Option<(f64, f64)>,
+}
+
+/// Who watches one thing (`/`, or a target's page): streams open, and the last time one was asked
+/// for or closed.
+#[derive(Debug, Clone, Copy)]
+struct Watchers {
+    streams: usize,
+    last: Instant,
+}
+
+impl Watchers {
+    fn watching(&self, now: Instant) -> bool {
+        self.streams > 0 || now.duration_since(self.last) < LINGER
+    }
 }
 
 #[derive(Debug, Default)]
@@ -47,6 +81,12 @@ struct Inner {
     at: u32,
     kept: HashMap<Arc<str>, Kept>,
     summary: Value,
+    /// `/`'s watchers.
+    fleet: Option<Watchers>,
+    /// Whether the rows of `/` in `kept` (and `summary`) are of the last sample.
+    rows: bool,
+    /// The target pages' watchers, by target name.
+    pages: HashMap<Arc<str>, Watchers>,
 }
 
 /// The sampler's state, shared by the handlers.
@@ -58,6 +98,31 @@ pub struct Live {
     started_unix: f64,
     inner: Mutex<Inner>,
     ticks: broadcast::Sender<Arc<Tick>>,
+    /// `web_history = "always"`.
+    always: AtomicBool,
+}
+
+/// What a view stream is watching; dropped with the stream, it starts that view's [`LINGER`].
+#[derive(Debug)]
+pub struct Watch {
+    live: Weak<Live>,
+    page: Option<Arc<str>>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let Some(live) = self.live.upgrade() else { return };
+        let now = Instant::now();
+        let mut inner = live.lock();
+        let w = match &self.page {
+            None => inner.fleet.as_mut(),
+            Some(name) => inner.pages.get_mut(name),
+        };
+        if let Some(w) = w {
+            w.streams = w.streams.saturating_sub(1);
+            w.last = now;
+        }
+    }
 }
 
 fn unix(at: SystemTime) -> f64 {
@@ -186,7 +251,7 @@ pub fn labels(t: &TargetSnapshot) -> Value {
 impl Live {
     /// Starts the sampler on the current runtime; it ends when the returned guard is dropped (or the
     /// handlers' last reference to the state goes).
-    pub fn start(fleet: Arc<Fleet>) -> (Arc<Live>, AbortOnDrop) {
+    pub fn start(fleet: Arc<Fleet>, history: WebHistory) -> (Arc<Live>, AbortOnDrop) {
         let (ticks, _) = broadcast::channel(8);
         let live = Arc::new(Live {
             fleet,
@@ -194,11 +259,18 @@ impl Live {
             started_unix: unix(SystemTime::now()),
             inner: Mutex::new(Inner::default()),
             ticks,
+            always: AtomicBool::new(false),
         });
-        live.sample();
+        live.set_history(history);
+        live.sample(false);
         let weak = Arc::downgrade(&live);
         let task = tokio::spawn(run(weak));
         (live, AbortOnDrop(task))
+    }
+
+    /// Sets when the history is kept (a reload of `[serve] web_history`).
+    pub fn set_history(&self, history: WebHistory) {
+        self.always.store(history == WebHistory::Always, Ordering::Relaxed);
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -215,27 +287,85 @@ impl Live {
         self.started_unix + f64::from(at)
     }
 
-    /// Samples the fleet once: history, state logs, the delta of `/`; publishes it.
-    fn sample(&self) {
-        let snapshot = self.fleet.snapshot();
+    /// `/` is watched: by a stream (until the returned guard is dropped, then a [`LINGER`]), or by a
+    /// request of its API (for a [`LINGER`]). If `/`'s rows were not kept, the fleet is sampled at
+    /// once, so that [`Live::full`] answers with every row.
+    pub fn watch_fleet(self: &Arc<Self>, stream: bool) -> Option<Watch> {
+        let now = Instant::now();
+        let stale = {
+            let mut inner = self.lock();
+            let w = inner.fleet.get_or_insert(Watchers { streams: 0, last: now });
+            w.last = now;
+            w.streams += usize::from(stream);
+            !inner.rows
+        };
+        if stale {
+            self.sample(false);
+        }
+        stream.then(|| Watch { live: Arc::downgrade(self), page: None })
+    }
+
+    /// The page of the target `name` is watched (as [`Live::watch_fleet`]): every series of it is
+    /// recorded from the next second on. A request of the API counts only for a target that exists;
+    /// a stream counts while it is open (and waits for the target to come).
+    pub fn watch_page(self: &Arc<Self>, name: &str, stream: bool) -> Option<Watch> {
+        let now = Instant::now();
+        let name: Arc<str> = match self.fleet.snapshot().get(name) {
+            Some(t) => t.name.clone(),
+            None if stream => Arc::from(name),
+            None => return None,
+        };
         let mut inner = self.lock();
-        let elapsed = self.started.elapsed().as_secs_f64().round() as u32;
-        let at = if inner.kept.is_empty() && inner.at == 0 { elapsed } else { elapsed.max(inner.at + 1) };
+        let w = inner.pages.entry(name.clone()).or_insert(Watchers { streams: 0, last: now });
+        w.last = now;
+        w.streams += usize::from(stream);
+        stream.then(|| Watch { live: Arc::downgrade(self), page: Some(name) })
+    }
+
+    /// Samples the fleet once: the state logs always; while watched, what the views show into the
+    /// history and `/`'s delta; then publishes it. `periodic` is the sampler's second (always a new
+    /// second); otherwise a view asked for a sample now (at the current second).
+    fn sample(&self, periodic: bool) {
+        let snapshot = self.fleet.snapshot();
+        let now_i = Instant::now();
+        let always = self.always.load(Ordering::Relaxed);
+        let mut inner = self.lock();
+        let elapsed = now_i.duration_since(self.started).as_secs_f64().round() as u32;
+        let at = if periodic { elapsed.max(inner.at + 1) } else { elapsed.max(inner.at) };
         inner.at = at;
         let now = self.unix_at(at);
-        inner.history.record(&snapshot, at);
-        let Inner { history, kept, .. } = &mut *inner;
+        if !inner.fleet.is_some_and(|w| w.watching(now_i)) {
+            inner.fleet = None;
+        }
+        let fleet_on = always || inner.fleet.is_some();
+        inner.pages.retain(|_, w| w.watching(now_i));
+        let Inner { history, kept, pages, .. } = &mut *inner;
+        let recording = fleet_on || !pages.is_empty();
+        if recording {
+            let series = |t: &TargetSnapshot| t.series.len().min(history::MAX_SERIES_PER_TARGET);
+            let planned: usize = if always {
+                snapshot.targets.iter().map(|t| series(t)).sum()
+            } else {
+                let pages: usize = pages.keys().filter_map(|n| snapshot.get(n)).map(series).sum();
+                pages + if fleet_on { snapshot.targets.len() * HEADLINES } else { 0 }
+            };
+            history.begin(&snapshot, at, planned);
+        } else {
+            *history = History::new();
+        }
         let mut rows = Vec::new();
-        let mut present = std::collections::HashSet::with_capacity(snapshot.targets.len());
         for t in &snapshot.targets {
-            present.insert(t.name.clone());
-            let k = kept.entry(t.name.clone()).or_insert_with(|| Kept {
-                state: t.state,
-                since: now,
-                log: VecDeque::from([(now, t.state)]),
-                row: Map::new(),
-                cpu: None,
-            });
+            if !kept.contains_key(&t.name) {
+                let k = Kept {
+                    state: t.state,
+                    since: now,
+                    log: VecDeque::from([(now, t.state)]),
+                    row: Map::new(),
+                    cpu: None,
+                };
+                kept.insert(t.name.clone(), k);
+            }
+            let Some(k) = kept.get_mut(&t.name) else { continue };
             if k.state != t.state {
                 k.state = t.state;
                 k.since = now;
@@ -244,9 +374,17 @@ impl Live {
                 }
                 k.log.push_back((now, t.state));
             }
+            let whole = always || pages.contains_key(&t.name);
+            if whole {
+                history.record_target(t);
+            }
+            if !fleet_on {
+                continue;
+            }
             let heads = headlines(t, &mut k.cpu);
-            for h in heads.iter().filter(|h| h.key.starts_with(DERIVED)) {
-                if let Some(v) = h.value {
+            for h in &heads {
+                // A whole target's series are recorded already; its derived figures are not.
+                if let Some(v) = h.value.filter(|_| !h.key.is_empty() && (!whole || h.key.starts_with(DERIVED))) {
                     history.put(&t.name, &h.key, v);
                 }
             }
@@ -263,15 +401,39 @@ impl Live {
             }
             k.row = row;
         }
-        let gone: Vec<Arc<str>> = kept.keys().filter(|n| !present.contains(*n)).cloned().collect();
-        for name in &gone {
-            kept.remove(name);
+        let mut gone: Vec<Arc<str>> = Vec::new();
+        if kept.len() > snapshot.targets.len() {
+            gone = kept.keys().filter(|n| snapshot.get(n).is_none()).cloned().collect();
+            for name in &gone {
+                kept.remove(name);
+            }
         }
-        let summary = summary(&snapshot);
-        let delta = json!({ "at": at, "t": now, "rows": rows, "gone": gone.iter().map(|n| &**n).collect::<Vec<&str>>(), "summary": summary });
-        inner.summary = summary;
+        if !fleet_on && inner.rows {
+            // `/` is no longer watched: its rows go (and the smon CPU figures, now out of date), and
+            // the history of the targets whose page is not watched either.
+            let Inner { history, kept, pages, summary, .. } = &mut *inner;
+            for k in kept.values_mut() {
+                k.row = Map::new();
+                k.cpu = None;
+            }
+            *summary = Value::Null;
+            history.retain(|name| pages.contains_key(name));
+        }
+        inner.rows = fleet_on;
+        if !recording {
+            return;
+        }
+        let delta = if fleet_on {
+            let summary = summary(&snapshot);
+            let gone: Vec<&str> = gone.iter().map(|n| &**n).collect();
+            let delta = json!({ "at": at, "t": now, "rows": rows, "gone": gone, "summary": summary });
+            inner.summary = summary;
+            delta.to_string()
+        } else {
+            String::new()
+        };
         drop(inner);
-        let _ = self.ticks.send(Arc::new(Tick { at, snapshot, delta: delta.to_string() }));
+        let _ = self.ticks.send(Arc::new(Tick { at, snapshot, delta }));
     }
 
     /// `/`'s full state: every row, the summary, and the second it is of.
@@ -433,7 +595,7 @@ async fn run(live: Weak<Live>) {
     loop {
         every.tick().await;
         let Some(live) = live.upgrade() else { return };
-        live.sample();
+        live.sample(true);
     }
 }
 
@@ -442,18 +604,22 @@ mod tests {
     use super::*;
     use telemon_fleet::{LabelSet, Series, SeriesSet, Value as V};
 
-    fn sys161(name: &str, kinsns: f64, rate: f64) -> TargetSnapshot {
+    fn sys161(name: &str, kinsns_total: f64, rate: f64) -> TargetSnapshot {
         let mut t = TargetSnapshot::new(name, Protocol::Meter161, vec![("room".into(), "<b>".into())]);
         t.state = TargetState::Up;
-        t.series = SeriesSet::from(vec![Series {
+        t.series = SeriesSet::from(vec![kinsns(kinsns_total, rate)]);
+        t
+    }
+
+    fn kinsns(total: f64, rate: f64) -> Series {
+        Series {
             family: Arc::from("sys161_kernel_instructions_total"),
             help: "kernel instructions",
             labels: LabelSet::default(),
             kind: MetricKind::Counter,
-            value: V::Number(kinsns),
+            value: V::Number(total),
             rate: Some(rate),
-        }]);
-        t
+        }
     }
 
     #[tokio::test]
@@ -461,10 +627,11 @@ mod tests {
         let fleet = Arc::new(Fleet::new());
         fleet.registry().put(sys161("a", 10.0, 5.0));
         fleet.registry().put(sys161("b", 10.0, 5.0));
-        let (live, _guard) = Live::start(fleet.clone());
+        let (live, _guard) = Live::start(fleet.clone(), WebHistory::WhileViewed);
+        let _watch = live.watch_fleet(true);
         let mut rx = live.subscribe();
         fleet.registry().update("b", |t| t.state = TargetState::Down);
-        live.sample();
+        live.sample(true);
         let tick = rx.recv().await.unwrap();
         let delta: Value = serde_json::from_str(&tick.delta).unwrap();
         let rows = delta["rows"].as_array().unwrap();
@@ -484,12 +651,88 @@ mod tests {
         assert_eq!(page["families"][0]["unit"], "/s");
         assert_eq!(page["families"][0]["series"][0]["value"], 10.0);
         fleet.registry().remove("a");
-        live.sample();
+        live.sample(true);
         let delta: Value = serde_json::from_str(&rx.recv().await.unwrap().delta).unwrap();
         assert_eq!(delta["gone"], json!(["a"]));
         let full = live.full();
         assert_eq!(full["rows"].as_array().unwrap().len(), 1);
         assert_eq!(full["rows"][0]["labels"]["room"], "<b>");
+    }
+
+    /// Seconds of the sampler, on paused time.
+    async fn seconds(n: u64) {
+        for _ in 0..n {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn nothing_is_recorded_unless_watched_and_it_goes_a_linger_after() {
+        let fleet = Arc::new(Fleet::new());
+        fleet.registry().put(sys161("a", 10.0, 5.0));
+        fleet.registry().put(sys161("b", 10.0, 5.0));
+        let (live, _guard) = Live::start(fleet.clone(), WebHistory::WhileViewed);
+        let mut rx = live.subscribe();
+        seconds(5).await;
+        assert!(rx.try_recv().is_err(), "no tick while nobody watches");
+        {
+            let inner = live.lock();
+            assert_eq!(inner.history.series(), 0);
+            assert!(inner.kept.values().all(|k| k.row.is_empty()), "no rows kept");
+            assert_eq!(inner.kept.len(), 2, "but the states are followed");
+        }
+        // `b` goes down unwatched: its page later says since when.
+        fleet.registry().update("b", |t| t.state = TargetState::Down);
+        seconds(2).await;
+        let down_at = live.lock().kept[&Arc::from("b")].since;
+        // An API request of `/` samples at once, and `/` is watched for a linger.
+        live.watch_fleet(false);
+        assert_eq!(live.full()["rows"].as_array().map(Vec::len), Some(2));
+        seconds(3).await;
+        {
+            let inner = live.lock();
+            assert_eq!(inner.history.series(), 2, "one headline of each (the other has no series)");
+            assert_eq!(inner.kept[&Arc::from("b")].since, down_at);
+        }
+        // A page stream records all of its target, and keeps `/`'s sampling off once `/`'s linger
+        // ends.
+        fleet.registry().update("a", |t| {
+            t.series = SeriesSet::from(vec![
+                kinsns(10.0, 5.0),
+                Series {
+                    family: Arc::from("sys161_cpu_cycles_total"),
+                    help: "cycles",
+                    labels: LabelSet::default(),
+                    kind: MetricKind::Counter,
+                    value: V::Number(1.0),
+                    rate: Some(2.0),
+                },
+            ]);
+        });
+        let page = live.watch_page("a", true);
+        assert!(live.watch_page("nope", false).is_none(), "an API request of no target counts for nothing");
+        seconds(LINGER.as_secs() + 2).await;
+        {
+            let inner = live.lock();
+            assert!(!inner.rows && inner.fleet.is_none(), "`/` was not asked for since");
+            assert!(inner.kept.values().all(|k| k.row.is_empty()));
+            assert_eq!(inner.history.series(), 2, "a's two series, b's headline forgotten");
+            assert_eq!(inner.history.last_seconds("a", "sys161_cpu_cycles_total", 1), [Some(2.0)]);
+        }
+        drop(page);
+        seconds(LINGER.as_secs() - 2).await;
+        assert_eq!(live.lock().history.series(), 2, "kept for a linger after the page closed");
+        seconds(3).await;
+        assert_eq!(live.lock().history.series(), 0, "and then let go");
+        let mut rx = live.subscribe();
+        seconds(2).await;
+        assert!(rx.try_recv().is_err(), "no tick once nobody watches");
+        // Always: everything is recorded with no one watching.
+        live.set_history(WebHistory::Always);
+        seconds(2).await;
+        let inner = live.lock();
+        assert_eq!(inner.history.series(), 3, "every series of both, and a's headline is one of them");
+        assert!(inner.rows);
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //! | `/api/v1/stream?target=NAME` | Server-Sent Events: `full` (as `/api/v1/targets/NAME`), then a `delta` a second with the series that changed |
 //!
 //! A `NAME` holding `/` is written with `%2F` in the API's paths (the page's own path takes it either way).
-//! One sampler a second (see [`live`]) records the fleet into the shared [`telemon_fleet::history`] and
-//! computes `/`'s delta once for every viewer. Every page is served with a Content-Security-Policy that
+//! One sampler a second (see [`live`]) keeps each target's state log and, only while a view watches
+//! (or with `[serve] web_history = "always"`), records what the views show into the shared
+//! [`telemon_fleet::history`] and computes `/`'s delta once for every viewer. Every page is served with a Content-Security-Policy that
 //! allows only this origin's scripts and styles (no inline script): the page asks nothing of another host.
 
 pub mod live;
@@ -34,6 +35,7 @@ use axum::Router;
 use futures::StreamExt as _;
 use serde_json::{json, Map, Value};
 use telemon_fleet::collect::AbortOnDrop;
+use telemon_fleet::config::WebHistory;
 use telemon_fleet::render::{render, Format};
 use telemon_fleet::{FleetSnapshot, TargetSnapshot};
 use tokio::sync::broadcast::error::RecvError;
@@ -80,13 +82,43 @@ struct WebState {
     _sampler: Arc<AbortOnDrop>,
 }
 
-/// The routes of the web view, merged into the exporter's router (behind its authentication).
-///
-/// Starts the sampler on the current runtime (so it must be called within one); it stops when the
-/// router is dropped.
+/// The web view of a fleet: its sampler and its routes.
+#[derive(Clone)]
+pub struct View {
+    state: WebState,
+}
+
+impl std::fmt::Debug for View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("View").finish_non_exhaustive()
+    }
+}
+
+impl View {
+    /// Starts the view's sampler on the current runtime (so it must be called within one); it stops
+    /// when the view and every router from it are dropped. `history` is `[serve] web_history`.
+    pub fn start(fleet: Arc<telemon_fleet::Fleet>, history: WebHistory) -> View {
+        let (live, sampler) = Live::start(fleet, history);
+        View { state: WebState { live, _sampler: Arc::new(sampler) } }
+    }
+
+    /// Sets when the history is kept (a reload of `[serve] web_history`).
+    pub fn set_history(&self, history: WebHistory) {
+        self.state.live.set_history(history);
+    }
+
+    /// The routes of the view, to merge into the exporter's router (behind its authentication).
+    pub fn routes(&self) -> Router {
+        router(self.state.clone())
+    }
+}
+
+/// The routes of a new web view of `fleet` keeping its history while watched (see [`View`]).
 pub fn routes(fleet: Arc<telemon_fleet::Fleet>) -> Router {
-    let (live, sampler) = Live::start(fleet);
-    let state = WebState { live, _sampler: Arc::new(sampler) };
+    View::start(fleet, WebHistory::WhileViewed).routes()
+}
+
+fn router(state: WebState) -> Router {
     Router::new()
         .route("/", get(|h: HeaderMap| async move { asset("index.html", &h) }))
         .route("/target/{*name}", get(|h: HeaderMap| async move { asset("target.html", &h) }))
@@ -137,6 +169,7 @@ fn json_response(v: &Value) -> Response {
 }
 
 async fn api_targets(State(s): State<WebState>) -> Response {
+    s.live.watch_fleet(false);
     json_response(&s.live.full())
 }
 
@@ -150,6 +183,7 @@ async fn api_target(
     Path(name): Path<String>,
     Query(q): Query<WindowQuery>,
 ) -> Response {
+    s.live.watch_page(&name, false);
     match s.live.target(&name, q.window.unwrap_or(live::TARGET_WINDOW)) {
         Some(v) => json_response(&v),
         None => error(StatusCode::NOT_FOUND, &format!("no such target: {name}")),
@@ -180,6 +214,7 @@ async fn api_sparklines(State(s): State<WebState>, body: Bytes) -> Response {
     if names.len() > MAX_SPARKLINE_NAMES {
         return error(StatusCode::BAD_REQUEST, &format!("at most {MAX_SPARKLINE_NAMES} names"));
     }
+    s.live.watch_fleet(false);
     json_response(&s.live.sparklines(&names))
 }
 
@@ -204,17 +239,19 @@ fn event(kind: &str, data: &str) -> Result<Event, std::convert::Infallible> {
 
 /// `/`'s stream: `full`, then each second's delta (a `full` again if this viewer fell behind).
 fn fleet_stream(live: Arc<Live>) -> Events {
+    // Watched first (which may sample now), then subscribed: `full` is of that sample or later.
+    let watch = live.watch_fleet(true);
     let rx = live.subscribe();
     let first = Event::default().event("full").retry(Duration::from_secs(1)).data(live.full().to_string());
     let weak = Arc::downgrade(&live);
     drop(live);
-    let rest = futures::stream::unfold((rx, weak), |(mut rx, weak)| async move {
+    let rest = futures::stream::unfold((rx, weak, watch), |(mut rx, weak, watch)| async move {
         let ev = match rx.recv().await {
             Ok(tick) => event("delta", &tick.delta),
             Err(RecvError::Lagged(_)) => event("full", &weak.upgrade()?.full().to_string()),
             Err(RecvError::Closed) => return None,
         };
-        Some((ev, (rx, weak)))
+        Some((ev, (rx, weak, watch)))
     });
     futures::stream::once(async move { Ok(first) }).chain(rest).boxed()
 }
@@ -243,6 +280,7 @@ impl Sent {
 /// and the state fields that changed (a `full` again when its series come or go, `gone` when it does).
 fn target_stream(live: Arc<Live>, name: String) -> Events {
     let rx = live.subscribe();
+    let watch = live.watch_page(&name, true);
     let snapshot = live.fleet.snapshot();
     let sent = snapshot.get(&name).map(|t| {
         let (keys, values) = Sent::of(t);
@@ -257,7 +295,8 @@ fn target_stream(live: Arc<Live>, name: String) -> Events {
     };
     let weak = Arc::downgrade(&live);
     drop(live);
-    let rest = futures::stream::unfold((rx, weak, name, sent), |(mut rx, weak, name, mut sent)| async move {
+    let state = (rx, weak, name, sent, watch);
+    let rest = futures::stream::unfold(state, |(mut rx, weak, name, mut sent, watch)| async move {
         let tick: Arc<Tick> = loop {
             match rx.recv().await {
                 Ok(tick) => break tick,
@@ -307,7 +346,7 @@ fn target_stream(live: Arc<Live>, name: String) -> Events {
                 }
             }
         };
-        Some((ev, (rx, weak, name, sent)))
+        Some((ev, (rx, weak, name, sent, watch)))
     });
     futures::stream::once(async move { Ok(first) }).chain(rest).boxed()
 }
