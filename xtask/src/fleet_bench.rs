@@ -20,6 +20,11 @@
 //! Everything runs under `target/fleet-bench/PROTOCOL-N/` (config, logs, sys161 socket folders),
 //! which is kept for a look after the run.
 //!
+//! With `--views K`, a second window of the same length follows the first with K web views open: each
+//! asks `POST /api/v1/sparklines` for every target, then reads `/api/v1/stream` as a page does. The
+//! table's notes give telemon's CPU over it beside the window with none (same run), its peak RSS
+//! after it, and the bytes a stream carried per second.
+//!
 //! With `--push`, telemon also runs a `[[remote_write]]` sender pushing every series each second to a
 //! sink in this process (a minimal HTTP server answering 204); run it beside a run without it to read
 //! the sender's cost. `--push-disk` adds a run whose sender keeps its queue on disk (`queue_dir`), with
@@ -31,6 +36,8 @@ use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -103,6 +110,17 @@ struct Row {
     up: usize,
     /// Down transitions of targets during the window.
     flaps: u64,
+    /// With `--views`: the second window's figures.
+    views: Option<Views>,
+}
+
+/// The window with web views open.
+struct Views {
+    count: usize,
+    cpu_percent: f64,
+    peak_rss_mib: f64,
+    /// Bytes one stream carried per second over the window.
+    stream_bytes_per_s: f64,
 }
 
 /// Runs every (protocol, N) pair, prints the table and writes it to `target/fleet-bench.md`.
@@ -113,6 +131,7 @@ pub fn fleet_bench(
     seconds: u64,
     record: bool,
     push: &[Push],
+    views: usize,
 ) -> Result<()> {
     let mut chosen = Vec::new();
     for p in protocols {
@@ -147,6 +166,7 @@ pub fn fleet_bench(
         clk_tck: clock_ticks(),
         record,
         pinned: pinning_works(),
+        views,
     };
     if !bench.pinned {
         eprintln!("[xtask] no taskset or a single core: telemon and the sims share the cores");
@@ -236,6 +256,21 @@ fn table(rows: &[Row]) -> String {
          during the window (from each target's `telemon_target_connects_total` and `telemon_target_up`). gzip: scrapes with `Accept-Encoding: gzip` after the window (n/a: not served gzip).\n",
     );
     for r in rows {
+        if let Some(v) = &r.views {
+            let _ = writeln!(
+                t,
+                "\n{} x {}{}: with {} web views open, telemon's CPU {:.2}% ({:.2}x the window with none), peak RSS \
+                 {:.1} MiB; each stream carried {:.0} bytes/s.",
+                r.protocol,
+                r.n,
+                r.push.label(),
+                v.count,
+                v.cpu_percent,
+                v.cpu_percent / r.cpu_percent.max(1e-3),
+                v.peak_rss_mib,
+                v.stream_bytes_per_s
+            );
+        }
         if let Some(b) = r.disk_bytes_per_sample {
             let _ = writeln!(
                 t,
@@ -325,6 +360,8 @@ struct Bench {
     clk_tck: f64,
     /// `telemon serve --record WORK/recordings`.
     record: bool,
+    /// Web views open over a second window (0: none).
+    views: usize,
     /// Whether the sims and the collector run on cores of their own.
     pinned: bool,
 }
@@ -502,6 +539,10 @@ impl Bench {
             std::thread::sleep(Duration::from_secs(1).saturating_sub(t.elapsed()));
         }
         gzip_latencies.sort_by(f64::total_cmp);
+        let views = match self.views {
+            0 => None,
+            k => Some(self.views_window(&listen, pid, k)?),
+        };
         children.check_alive(&work)?;
         children.stop("telemon");
 
@@ -539,6 +580,75 @@ impl Bench {
             gzip: gzip_size.map(|size| (percentile(&gzip_latencies, 99.0), size)),
             up,
             flaps,
+            views,
+        })
+    }
+
+    /// The second window: `k` web views open (sparklines of every target, then the stream), a
+    /// scrape of `/metrics` each second as in the first.
+    fn views_window(&self, listen: &str, pid: u32, k: usize) -> Result<Views> {
+        let names: Vec<String> = {
+            let answer = http_get(listen, "/api/v1/targets", false)?;
+            let v: serde_json::Value = serde_json::from_slice(&answer.body).context("/api/v1/targets")?;
+            v["rows"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|r| r["name"].as_str().map(str::to_owned))
+                .collect()
+        };
+        let body = serde_json::to_string(&names)?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let bytes = Arc::new(AtomicUsize::new(0));
+        let mut streams = Vec::new();
+        for _ in 0..k {
+            let mut s = TcpStream::connect(listen)?;
+            write!(
+                s,
+                "POST /api/v1/sparklines HTTP/1.1\r\nHost: {listen}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )?;
+            std::io::copy(&mut s, &mut std::io::sink())?;
+            let mut s = TcpStream::connect(listen)?;
+            write!(s, "GET /api/v1/stream HTTP/1.1\r\nHost: {listen}\r\nAccept: text/event-stream\r\n\r\n")?;
+            s.set_read_timeout(Some(Duration::from_millis(200)))?;
+            let (stop, bytes) = (stop.clone(), bytes.clone());
+            streams.push(std::thread::spawn(move || {
+                let mut buf = vec![0u8; 1 << 16];
+                while !stop.load(Ordering::Relaxed) {
+                    match s.read(&mut buf) {
+                        Ok(0) => break,
+                        Ok(n) => {
+                            bytes.fetch_add(n, Ordering::Relaxed);
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }));
+        }
+        // The `full` events and the first seconds are not counted.
+        std::thread::sleep(WARM_UP);
+        let bytes_before = bytes.load(Ordering::Relaxed);
+        let ticks_before = cpu_ticks(pid)?;
+        let start = Instant::now();
+        for i in 1..=self.seconds {
+            http_get(listen, "/metrics", false)?;
+            if let Some(wait) = (start + Duration::from_secs(i)).checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+        }
+        let elapsed = start.elapsed().as_secs_f64();
+        let ticks = cpu_ticks(pid)? - ticks_before;
+        let carried = (bytes.load(Ordering::Relaxed) - bytes_before) as f64 / elapsed;
+        stop.store(true, Ordering::Relaxed);
+        for s in streams {
+            let _ = s.join();
+        }
+        Ok(Views {
+            count: k,
+            cpu_percent: ticks as f64 / self.clk_tck / elapsed * 100.0,
+            peak_rss_mib: proc_status_kib(pid, "VmHWM")? as f64 / 1024.0,
+            stream_bytes_per_s: carried / k as f64,
         })
     }
 
@@ -880,6 +990,7 @@ mod tests {
             gzip: None,
             up: 0,
             flaps: 0,
+            views: None,
         };
         let rows = [row(100, 10_000, 1_000), row(1000, 19_000, 10_000)];
         assert_eq!(bytes_per_series(&rows[0], &rows), "10240");

@@ -18,7 +18,7 @@
 //! * `cargo xtask soak --fleet [--minutes N]` runs `telemon serve` (release) over 200 sims of the five
 //!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
 //!   every up/down caused against those seen (see `sims/fleet-soak`).
-//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push] [--push-disk]` measures `telemon serve` (release) watching
+//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push] [--push-disk] [--views K]` measures `telemon serve` (release) watching
 //!   N sim targets of each protocol (N = 10, 100, 1000 unless given; 60 s windows) and prints one table:
 //!   telemon's CPU beside the floor's (`sims/fleet-floor`, the same polling with the protocol crates alone)
 //!   and the sims', peak RSS, bytes per series, scrape latency and size (plain and gzip), targets up and
@@ -123,6 +123,10 @@ enum Task {
         /// Also run each size with a remote write sender whose queue is on disk (`queue_dir`).
         #[arg(long)]
         push_disk: bool,
+        /// After the window, a second one of the same length with K web views open (each a
+        /// `/api/v1/stream` read as a page reads it, after its sparklines), for the view's cost.
+        #[arg(long, value_name = "K", default_value_t = 0)]
+        views: usize,
     },
     /// Run the CI script, `.ci/run`.
     Ci,
@@ -154,13 +158,13 @@ fn main() -> Result<()> {
         }
         Task::Soak { fleet: true, minutes, .. } => soak_fleet(&root, minutes),
         Task::Soak { minutes, clients, sims, .. } => soak(&root, minutes, clients, &sims),
-        Task::FleetBench { sizes, protocols, seconds, record, push, push_disk } => {
+        Task::FleetBench { sizes, protocols, seconds, record, push, push_disk, views } => {
             let push: Vec<fleet_bench::Push> =
                 [(push, fleet_bench::Push::Memory), (push_disk, fleet_bench::Push::Disk)]
                     .into_iter()
                     .filter_map(|(on, p)| on.then_some(p))
                     .collect();
-            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, record, &push)
+            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, record, &push, views)
         }
         Task::Ci => run(Command::new("bash").arg(".ci/run")),
         Task::Screenshots => run(Command::new(cargo())

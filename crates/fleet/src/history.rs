@@ -439,7 +439,8 @@ mod tests {
     fn a_view_records_only_what_it_shows_and_forgets_what_it_stopped_showing() {
         let mut h = History::new();
         let (a, b): (Arc<str>, Arc<str>) = (Arc::from("a"), Arc::from("b"));
-        let fleet = |s: u32| FleetSnapshot::from(vec![target("a", f64::from(s), None), target("b", 1.0, None)]);
+        let fleet =
+            |s: u32| FleetSnapshot::from(vec![target("a", f64::from(s), None), target("b", 1.0, None)]);
         // Second 0..10: all of `a`, one figure of `b`.
         for s in 0..10u32 {
             h.begin(&fleet(s), s, 3);

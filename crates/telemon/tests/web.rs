@@ -379,12 +379,13 @@ async fn a_thousand_targets() {
     let _server = telemon_fleet::collect::AbortOnDrop(server);
     tokio::time::sleep(Duration::from_secs(2)).await;
 
+    // No view yet (the sampler follows states only): the baseline.
+    let idle = cpu_over(Duration::from_secs(10)).await;
+
     let (plain, gz) = telemon::web::bundle_size();
     eprintln!("web: the bundle is {plain} bytes, {gz} gzipped");
     let (full, per_second) = stream_rate(addr, Duration::from_secs(5)).await;
     eprintln!("web: 1,000 targets: the stream's first event {full} bytes, then {per_second:.0} bytes/s");
-
-    let idle = cpu_over(Duration::from_secs(10)).await;
 
     let b = Browser::start(&driver, 1400, 900).await;
     b.js("window.__longtasks = []; try { new PerformanceObserver(l => window.__longtasks.push(...l.getEntries().map(e => e.duration))).observe({ type: 'longtask', buffered: true }); } catch (e) {}").await;

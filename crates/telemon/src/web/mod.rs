@@ -215,7 +215,7 @@ async fn api_sparklines(State(s): State<WebState>, body: Bytes) -> Response {
         return error(StatusCode::BAD_REQUEST, &format!("at most {MAX_SPARKLINE_NAMES} names"));
     }
     s.live.watch_fleet(false);
-    json_response(&s.live.sparklines(&names))
+    secure(([(header::CONTENT_TYPE, "application/json")], s.live.sparklines(&names)).into_response())
 }
 
 #[derive(serde::Deserialize)]
