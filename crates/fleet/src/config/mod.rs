@@ -865,6 +865,17 @@ reports = ["ps"]
     }
 
     #[test]
+    fn web_history_is_while_viewed_unless_always() {
+        let c = FleetConfig::parse("t.toml", FULL).unwrap();
+        assert_eq!(c.serve.web_history, WebHistory::WhileViewed);
+        let always = FleetConfig::parse("t.toml", "[serve]\nweb_history = \"always\"\n").unwrap();
+        assert_eq!(always.serve.web_history, WebHistory::Always);
+        let e = FleetConfig::parse("t.toml", "[serve]\nweb_history = \"sometimes\"\n").unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (2, "web_history"), "{e}");
+        assert!(e.message.contains("while_viewed") && e.message.contains("always"), "{e}");
+    }
+
+    #[test]
     fn wakeup_slack_defaults_to_5ms_and_is_bounded() {
         let c = FleetConfig::parse("t.toml", FULL).unwrap();
         assert_eq!(c.serve.wakeup_slack, Duration::from_millis(5));

@@ -194,11 +194,30 @@ fn labelled<'a>(t: &'a TargetSnapshot, family: &str, name: &str, value: &str) ->
     t.series.family(family).find(|s| s.label(name) == value)
 }
 
-fn smon<'a>(t: &'a TargetSnapshot, prefix: &'a str) -> impl Iterator<Item = (Cow<'a, str>, f64)> + 'a {
-    t.series.family("smon_value").filter_map(move |s| {
+/// smon's figures for `/`, in one pass over its values: the CPU counters (idle and iowait, all) and
+/// memory (total, available). Only the series whose label text names `linux.cpu.` or `linux.mem.`
+/// have their labels read.
+fn smon_figures(t: &TargetSnapshot) -> ((f64, f64), Option<f64>, Option<f64>) {
+    let (mut idle, mut total, mut mem_total, mut avail) = (0.0, 0.0, None, None);
+    for s in t.series.family("smon_value") {
+        let text = s.label_text();
+        if !text.contains("linux.cpu.") && !text.contains("linux.mem.") {
+            continue;
+        }
         let name = s.label("name");
-        name.starts_with(prefix).then(|| (name, s.number().unwrap_or(0.0)))
-    })
+        let v = s.number().unwrap_or(0.0);
+        if name.starts_with("linux.cpu.") {
+            total += v;
+            if name == "linux.cpu.idle" || name == "linux.cpu.iowait" {
+                idle += v;
+            }
+        } else if name == "linux.mem.total" {
+            mem_total = Some(v);
+        } else if name == "linux.mem.available" {
+            avail = Some(v);
+        }
+    }
+    ((idle, total), mem_total, avail)
 }
 
 /// The two or three figures `/` shows of a target, per protocol (see docs/web.md). `cpu` is smon's
@@ -221,25 +240,11 @@ fn headlines<'a>(t: &'a TargetSnapshot, cpu: &mut Option<(f64, f64)>) -> Vec<Hea
             .map(|s| from_series(s.label("counter"), Some(s)))
             .collect(),
         Protocol::Smon => {
-            let (mut idle, mut total) = (0.0, 0.0);
-            for (name, v) in smon(t, "linux.cpu.") {
-                total += v;
-                if name == "linux.cpu.idle" || name == "linux.cpu.iowait" {
-                    idle += v;
-                }
-            }
+            let ((idle, total), mem_total, avail) = smon_figures(t);
             let busy = match cpu.replace((idle, total)) {
                 Some((i0, t0)) if total > t0 => Some(1.0 - (idle - i0) / (total - t0)),
                 _ => None,
             };
-            let (mut mem_total, mut avail) = (None, None);
-            for (name, v) in smon(t, "linux.mem.") {
-                match &*name {
-                    "linux.mem.total" => mem_total = Some(v),
-                    "linux.mem.available" => avail = Some(v),
-                    _ => {}
-                }
-            }
             let used = mem_total.zip(avail).map(|(total, avail)| total - avail);
             vec![
                 derived("CPU busy", "ratio", "=cpu_busy", busy),
@@ -853,6 +858,33 @@ mod tests {
         let inner = live.lock();
         assert_eq!(inner.history.series(), 3, "every series of both, and a's headline is one of them");
         assert!(inner.rows);
+    }
+
+    #[test]
+    fn smon_figures_take_cpu_and_memory_in_one_pass() {
+        let value = |name: &str, v: f64| Series {
+            family: Arc::from("smon_value"),
+            help: "a value",
+            labels: LabelSet::new([("name", name)]),
+            kind: MetricKind::Gauge,
+            value: V::Number(v),
+            rate: None,
+        };
+        let mut t = TargetSnapshot::new("s", Protocol::Smon, vec![]);
+        t.series = SeriesSet::from(vec![
+            value("linux.cpu.idle", 70.0),
+            value("linux.cpu.iowait", 5.0),
+            value("linux.cpu.user", 25.0),
+            value("linux.mem.available", 3.0),
+            value("linux.mem.total", 8.0),
+            value("linux.net.rx", 1e9),
+        ]);
+        assert_eq!(smon_figures(&t), ((75.0, 100.0), Some(8.0), Some(3.0)));
+        let mut cpu = Some((65.0, 80.0));
+        let heads = headlines(&t, &mut cpu);
+        assert_eq!(heads[0].value, Some(0.5), "10 of 20 ticks busy since the last second");
+        assert_eq!(heads[1].value, Some(5.0));
+        assert_eq!(cpu, Some((75.0, 100.0)));
     }
 
     #[test]
