@@ -109,7 +109,8 @@ pub use error::{AppendError, DiskError, Op};
 pub use fs::{Fs, FsFile, StdFs};
 #[doc(hidden)]
 pub use fuzz::record_reader;
-pub use queue::{Appended, Config, DiskQueue, Next, Position, WhenFull, READ_TRIES};
+pub use queue::{Appended, Config, DiskQueue, Next, Position, WhenFull};
 pub use record::{Meta, Record, RecordIn, MAX_PAYLOAD};
 pub use recovery::{CursorFound, Recovery};
+pub use segment::READ_TRIES;
 pub use sync::{SyncJob, Synced};

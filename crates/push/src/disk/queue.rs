@@ -11,12 +11,8 @@ use super::drops::{DropReason, Dropped, Runs};
 use super::error::{AppendError, DiskError, Op};
 use super::fs::{Fs, FsFile};
 use super::record::{self, decode_header, encoded_len, Meta, Record, RecordIn, HEADER_LEN};
-use super::segment;
+use super::segment::{self, READ_TRIES};
 use super::sync::{Pending, Shared, SyncJob, Synced};
-
-/// A failed read of the same record this many times in a row drops it (`disk_error`), so that
-/// one unreadable record never stops the queue.
-pub const READ_TRIES: u32 = 3;
 
 /// What to drop when an append would take the queue over `max_bytes`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -6,7 +6,8 @@ use super::cursor;
 use super::drops::{DropReason, Dropped};
 use super::error::{DiskError, Op};
 use super::fs::{Fs, FsFile};
-use super::queue::{Config, DiskQueue, Entry, Segment, READ_TRIES};
+use super::queue::{Config, DiskQueue, Entry, Segment};
+use super::segment::READ_TRIES;
 use super::segment::{self, Damage};
 
 /// Which cursor file the queue started from.

@@ -6,8 +6,11 @@
 use std::io;
 
 use super::fs::FsFile;
-use super::queue::READ_TRIES;
 use super::record::{decode, decode_header, Decoded, Header, HEADER_LEN};
+
+/// A failed read of the same record this many times in a row drops it (`disk_error`), so that
+/// one unreadable record never stops the queue.
+pub const READ_TRIES: u32 = 3;
 
 const PREFIX: &str = "segment-";
 const SUFFIX: &str = ".log";

@@ -8,15 +8,15 @@ use axum::Router;
 use telemon_fleet::collect;
 
 mod auth;
+mod gate;
+mod settings;
 mod tls;
 mod web_config;
 
 pub use auth::{AUTH_CACHE_ENTRIES, OPEN_PATH};
+pub use settings::{ClientAuth, Curve, PemSource, RateLimit, TlsSettings, TlsVersion, MAX_PEM_BYTES};
 pub use tls::CERT_CHECK_INTERVAL;
-pub use web_config::{
-    ClientAuth, Curve, PemSource, RateLimit, TlsSettings, TlsVersion, WebConfig, WebConfigError,
-    ALLOWED_HEADERS, MAX_PEM_BYTES, MAX_WEB_CONFIG_BYTES,
-};
+pub use web_config::{WebConfig, WebConfigError, ALLOWED_HEADERS, MAX_WEB_CONFIG_BYTES};
 
 /// Descriptors kept aside for the process itself (logs, the config, listeners) before the
 /// open-file limit is shared out.
@@ -109,7 +109,7 @@ pub(super) async fn serve_http(
         let _ = stream.set_nodelay(true);
         let web = gate.current();
         let acceptor = web.as_ref().and_then(|w| w.acceptor.clone());
-        let service = auth::Gatekeeper::new(service.clone(), web);
+        let service = gate::Gatekeeper::new(service.clone(), web);
         let builder = builder.clone();
         let handshake_deadline = limits.idle_timeout;
         connections.spawn(async move {

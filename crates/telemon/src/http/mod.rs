@@ -12,10 +12,9 @@
 //! connection), waits within the scrape timeout for its first values, and answers with that target
 //! alone. Probe targets nobody asked for in [`PROBE_IDLE`] are dropped.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Instant, UNIX_EPOCH};
+use std::time::Instant;
 
 use axum::extract::State;
 use axum::http::{header, HeaderMap};
@@ -25,17 +24,18 @@ use axum::Router;
 
 use telemon_fleet::config::FleetConfig;
 use telemon_fleet::render::Format;
-use telemon_fleet::{Fleet, TargetSnapshot};
+use telemon_fleet::Fleet;
 use telemon_push::{Push, Stats as PushStats};
 
 use axum::http::StatusCode;
 
 mod conn;
-mod exposition;
 mod probe;
 mod reload;
 mod thread;
 
+pub use crate::exposition::accepts_gzip;
+pub use crate::web::target_json;
 pub use conn::{
     open_file_limit, HttpLimits, WebConfig, WebConfigError, WebGate, HTTP_SHARE_DIVISOR, OWN_FILES,
 };
@@ -43,7 +43,6 @@ pub use conn::{
     ClientAuth, Curve, PemSource, RateLimit, TlsSettings, TlsVersion, ALLOWED_HEADERS, AUTH_CACHE_ENTRIES,
     CERT_CHECK_INTERVAL, MAX_PEM_BYTES, MAX_WEB_CONFIG_BYTES, OPEN_PATH,
 };
-pub use exposition::accepts_gzip;
 pub use probe::{
     probe_allowed, ProbeRefusal, DEFAULT_PROBE_TIMEOUT, MAX_PROBES, PROBE_IDLE, RESOLVE_TIMEOUT,
 };
@@ -52,7 +51,7 @@ pub use thread::REPLACED_LINGER;
 
 use thread::{HttpThread, Serving};
 
-use exposition::exposition;
+use crate::exposition::exposition;
 use probe::Probes;
 
 /// A running exporter: the fleet and its HTTP server.
@@ -193,28 +192,6 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
         own.push_str(&recording.render(open_metrics));
     }
     exposition(state.fleet.snapshot(), &headers, own)
-}
-
-/// One target as `/targets` shows it.
-pub fn target_json(t: &TargetSnapshot) -> serde_json::Value {
-    let unix =
-        |at: std::time::SystemTime| at.duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
-    let errors: serde_json::Map<String, serde_json::Value> =
-        t.errors.iter().map(|(k, n)| (k.as_str().to_owned(), n.into())).collect();
-    serde_json::json!({
-        "name": &*t.name,
-        "protocol": t.protocol.as_str(),
-        "labels": t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<HashMap<_, _>>(),
-        "state": t.state.as_str(),
-        "last_error": t.last_error.as_deref(),
-        "last_update": t.last_update.map(unix),
-        "connects": t.connects,
-        "reconnects": t.connects.saturating_sub(1),
-        "errors": errors,
-        "series": t.series.len(),
-        "dropped_series": t.dropped_series,
-        "received_bytes": t.received_bytes,
-    })
 }
 
 async fn targets(State(state): State<AppState>) -> Response {

@@ -16,8 +16,8 @@ use telemon_fleet::config::file_sd::check_host_port;
 use telemon_fleet::config::ProbeAllow;
 use telemon_fleet::{FleetSnapshot, Protocol, Publisher, Registry, TargetSnapshot};
 
-use super::exposition::exposition;
 use super::AppState;
+use crate::exposition::exposition;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ProbeQuery {

@@ -570,7 +570,7 @@ impl Live {
 
 /// A target's state fields, events included.
 fn target_fields(t: &TargetSnapshot, k: Option<&Kept>) -> Map<String, Value> {
-    let mut o = match crate::http::target_json(t) {
+    let mut o = match super::target_json(t) {
         Value::Object(o) => o,
         _ => Map::new(),
     };

@@ -59,6 +59,29 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("target.js", "text/javascript; charset=utf-8", include_str!("static/target.js")),
 ];
 
+/// One target as `/targets` shows it.
+pub fn target_json(t: &TargetSnapshot) -> serde_json::Value {
+    let unix = |at: std::time::SystemTime| {
+        at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+    };
+    let errors: serde_json::Map<String, serde_json::Value> =
+        t.errors.iter().map(|(k, n)| (k.as_str().to_owned(), n.into())).collect();
+    serde_json::json!({
+        "name": &*t.name,
+        "protocol": t.protocol.as_str(),
+        "labels": t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<std::collections::HashMap<_, _>>(),
+        "state": t.state.as_str(),
+        "last_error": t.last_error.as_deref(),
+        "last_update": t.last_update.map(unix),
+        "connects": t.connects,
+        "reconnects": t.connects.saturating_sub(1),
+        "errors": errors,
+        "series": t.series.len(),
+        "dropped_series": t.dropped_series,
+        "received_bytes": t.received_bytes,
+    })
+}
+
 /// Each asset gzipped once, on first use.
 static GZIPPED: LazyLock<Vec<Vec<u8>>> = LazyLock::new(|| {
     ASSETS
@@ -144,7 +167,8 @@ fn asset(file: &str, headers: &HeaderMap) -> Response {
         return error(StatusCode::NOT_FOUND, &format!("no such file: /web/{file}"));
     };
     let (_, content_type, body) = ASSETS[i];
-    let gzip = crate::http::accepts_gzip(headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()));
+    let gzip =
+        crate::exposition::accepts_gzip(headers.get(header::ACCEPT_ENCODING).and_then(|v| v.to_str().ok()));
     let mut r = if gzip {
         ([(header::CONTENT_ENCODING, "gzip")], GZIPPED[i].clone()).into_response()
     } else {

@@ -13,7 +13,7 @@ use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
 
-use super::web_config::{ClientAuth, Curve, PemSource, TlsSettings, TlsVersion};
+use super::settings::{ClientAuth, Curve, PemSource, TlsSettings, TlsVersion};
 
 /// How often, at most, the certificate and key files are looked at (their size, mtime and inode)
 /// for a change. The look happens in a TLS handshake, on the connection's own task.
