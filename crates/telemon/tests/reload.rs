@@ -315,3 +315,59 @@ async fn a_new_listen_address_moves_http_alone() {
     telemon.kill().await;
     shutdown.cancel();
 }
+
+/// The points of every series' history in a `/api/v1/targets/NAME` answer.
+async fn history_points(addr: SocketAddr, name: &str) -> usize {
+    let (status, body) = http_get(addr, &format!("/api/v1/targets/{name}"), &[]).await.expect("the API");
+    assert_eq!(status, 200, "{body}");
+    let page: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let families = page["families"].as_array().expect("families");
+    assert!(!families.is_empty(), "{name} has series");
+    families
+        .iter()
+        .flat_map(|f| f["series"].as_array().into_iter().flatten())
+        .map(|s| s["history"].as_array().map_or(0, Vec::len))
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn web_history_keeps_nothing_unwatched_until_a_reload_says_always() {
+    let shutdown = sim_common::Shutdown::new();
+    let sims = rvos_sims(2, &shutdown).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("telemon.toml");
+    let addr = free_addr();
+    let text = |history: &str| {
+        format!(
+            "[serve]\nlisten = \"{addr}\"\nweb_history = \"{history}\"\n\
+             [[sysinfo]]\nname = \"first\"\nconnect = \"{}\"\nevery = \"500ms\"\n\
+             [[sysinfo]]\nname = \"second\"\nconnect = \"{}\"\nevery = \"500ms\"\n",
+            sims[0], sims[1]
+        )
+    };
+    std::fs::write(&file, text("while_viewed")).unwrap();
+    let mut telemon = Telemon::spawn(&["serve", "--config", file.to_str().unwrap()]);
+    telemon.stderr_line("serving").await;
+    until("both up", Duration::from_millis(50), async || {
+        let up = by_target(&scrape(addr).await, "telemon_target_up");
+        (up.get("first") == Some(&1.0) && up.get("second") == Some(&1.0)).then_some(())
+    })
+    .await;
+    // Seconds with nobody watching leave no history: a page opened now starts empty.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(history_points(addr, "first").await, 0, "nothing recorded while unwatched");
+    // Its page is watched from then on (the request counts for a minute).
+    until("first's charts to fill", Duration::from_millis(200), async || {
+        (history_points(addr, "first").await > 0).then_some(())
+    })
+    .await;
+    // `always`, by a reload: `second`, never asked for, is recorded too.
+    std::fs::write(&file, text("always")).unwrap();
+    tokio::process::Command::new("kill").args(["-HUP", &telemon.pid().to_string()]).status().await.unwrap();
+    telemon.stderr_line("reloaded the config").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let points = history_points(addr, "second").await;
+    assert!(points >= 2, "{points} points of second's history after 3 s of `always`");
+    telemon.kill().await;
+    shutdown.cancel();
+}
