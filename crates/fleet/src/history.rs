@@ -23,6 +23,7 @@ use std::fmt::Write as _;
 use std::sync::Arc;
 
 use crate::model::{FleetSnapshot, MetricKind, SeriesRef, TargetSnapshot};
+use crate::series::Schema;
 
 /// The fine tier's step, in seconds.
 pub const FINE_STEP: u32 = 1;
@@ -214,10 +215,19 @@ impl Ring {
     }
 }
 
+/// One target's rings, and the keys of its series as last recorded.
+#[derive(Debug, Default)]
+struct Rings {
+    rings: HashMap<Arc<str>, Ring>,
+    /// The schema of the series set last recorded whole, and its series' keys in order: while a
+    /// target publishes the same series (the same schema), its keys are not built again.
+    keys: Option<(Arc<Schema>, Vec<Arc<str>>)>,
+}
+
 /// The recent past of every target.
 #[derive(Debug, Default)]
 pub struct History {
-    targets: HashMap<Arc<str>, HashMap<String, Ring>>,
+    targets: HashMap<Arc<str>, Rings>,
     /// The second of the latest sample.
     now: u32,
     shape: Option<Shape>,
@@ -258,16 +268,16 @@ impl History {
     pub fn begin(&mut self, fleet: &FleetSnapshot, at: u32, series: usize) {
         self.now = at;
         let stale = at.saturating_sub(FINE_POINTS as u32 * FINE_STEP);
-        self.targets.retain(|name, rings| {
-            rings.retain(|_, r| r.fine.last * FINE_STEP >= stale);
-            !rings.is_empty() && fleet.get(name).is_some()
+        self.targets.retain(|name, t| {
+            t.rings.retain(|_, r| r.fine.last * FINE_STEP >= stale);
+            !t.rings.is_empty() && fleet.get(name).is_some()
         });
         let shape = Shape::for_series(series.max(self.series()));
         let shrunk =
             self.shape.is_some_and(|s| s != shape && (shape.fine < s.fine || shape.coarse < s.coarse));
         self.shape = Some(shape);
         if shrunk {
-            self.targets.values_mut().flat_map(HashMap::values_mut).for_each(|r| r.fit(shape));
+            self.targets.values_mut().flat_map(|t| t.rings.values_mut()).for_each(|r| r.fit(shape));
         }
     }
 
@@ -280,16 +290,23 @@ impl History {
     /// gone from it, but not the ones [`History::put`] keeps under a [`DERIVED`] key).
     pub fn record_target(&mut self, t: &TargetSnapshot) {
         let (at, shape) = (self.now, self.shape());
-        let series = self.targets.entry(t.name.clone()).or_default();
-        let keys: Vec<String> = t.series.iter().map(|s| key(&s)).collect();
-        let live: HashSet<&str> = keys.iter().map(String::as_str).collect();
-        series.retain(|k, _| k.starts_with(DERIVED) || live.contains(k.as_str()));
-        for (s, k) in t.series.iter().zip(keys) {
+        let target = self.targets.entry(t.name.clone()).or_default();
+        let schema = t.series.schema();
+        if !target.keys.as_ref().is_some_and(|(s, _)| Arc::ptr_eq(s, schema)) {
+            // Another set of series: their keys, and the rings of series gone are forgotten.
+            let keys: Vec<Arc<str>> = t.series.iter().map(|s| Arc::from(key(&s))).collect();
+            let live: HashSet<&str> = keys.iter().map(|k| &**k).collect();
+            target.rings.retain(|k, _| k.starts_with(DERIVED) || live.contains(&**k));
+            target.keys = Some((schema.clone(), keys));
+        }
+        let Rings { rings, keys: Some((_, keys)) } = target else { return };
+        for (s, k) in t.series.iter().zip(keys.iter()) {
             let Some(v) = plotted(&s) else { continue };
-            if !series.contains_key(&k) && series.len() >= MAX_SERIES_PER_TARGET {
-                continue;
+            if let Some(ring) = rings.get_mut(&**k) {
+                ring.put(at, v as f32, shape);
+            } else if rings.len() < MAX_SERIES_PER_TARGET {
+                rings.entry(k.clone()).or_default().put(at, v as f32, shape);
             }
-            series.entry(k).or_default().put(at, v as f32, shape);
         }
     }
 
@@ -300,21 +317,25 @@ impl History {
     /// had no point for [`FINE_POINTS`] seconds.
     pub fn put(&mut self, target: &Arc<str>, key: &str, v: f64) {
         let (at, shape) = (self.now, self.shape());
-        let series = match self.targets.get_mut(&**target) {
-            Some(s) => s,
+        let t = match self.targets.get_mut(&**target) {
+            Some(t) => t,
             None => self.targets.entry(target.clone()).or_default(),
         };
-        if let Some(ring) = series.get_mut(key) {
+        if let Some(ring) = t.rings.get_mut(key) {
             ring.put(at, v as f32, shape);
-        } else if series.len() < MAX_SERIES_PER_TARGET {
-            series.entry(key.to_owned()).or_default().put(at, v as f32, shape);
+        } else if t.rings.len() < MAX_SERIES_PER_TARGET {
+            t.rings.entry(Arc::from(key)).or_default().put(at, v as f32, shape);
+            if !key.starts_with(DERIVED) {
+                // The next whole record checks that it is one of the target's series.
+                t.keys = None;
+            }
         }
     }
 
     /// The points of the series `key` of the target named `target` within the last `window` seconds,
     /// as (seconds before now, negative, value), oldest first.
     pub fn points_of(&self, target: &str, key: &str, window: u32) -> Vec<Point> {
-        let Some(ring) = self.targets.get(target).and_then(|s| s.get(key)) else { return Vec::new() };
+        let Some(ring) = self.targets.get(target).and_then(|s| s.rings.get(key)) else { return Vec::new() };
         ring.points(self.now, window)
             .into_iter()
             .map(|(t, v)| (f64::from(t) - f64::from(self.now), f64::from(v)))
@@ -330,7 +351,7 @@ impl History {
     /// and ending at [`History::now`], `None` where there is none (for a sparkline of fixed width).
     pub fn last_seconds(&self, target: &str, key: &str, seconds: u32) -> Vec<Option<f32>> {
         let mut out = vec![None; seconds as usize];
-        if let Some(ring) = self.targets.get(target).and_then(|s| s.get(key)) {
+        if let Some(ring) = self.targets.get(target).and_then(|s| s.rings.get(key)) {
             // The first second of the span (before the history began when it is young).
             let from = i64::from(self.now) - i64::from(seconds) + 1;
             for (t, v) in ring.fine.iter() {
@@ -351,7 +372,7 @@ impl History {
 
     /// Points held in total (gaps included).
     pub fn len(&self) -> usize {
-        self.targets.values().flat_map(|s| s.values()).map(Ring::len).sum()
+        self.targets.values().flat_map(|s| s.rings.values()).map(Ring::len).sum()
     }
 
     /// Whether nothing is held.
@@ -361,18 +382,26 @@ impl History {
 
     /// Series held in total.
     pub fn series(&self) -> usize {
-        self.targets.values().map(HashMap::len).sum()
+        self.targets.values().map(|t| t.rings.len()).sum()
     }
 
-    /// The memory the history holds, in bytes, estimated from its allocations (rings, keys, tables).
+    /// The memory the history holds, in bytes, estimated from its allocations (rings, keys, tables;
+    /// a key is shared by its ring and the target's list of keys).
     pub fn memory(&self) -> usize {
-        let entry = std::mem::size_of::<(String, Ring)>() + 1;
+        let entry = std::mem::size_of::<(Arc<str>, Ring)>() + 1;
+        let key = 2 * std::mem::size_of::<usize>();
         self.targets
             .values()
-            .map(|s| {
-                std::mem::size_of::<(Arc<str>, HashMap<String, Ring>)>()
-                    + s.capacity() * entry
-                    + s.iter().map(|(k, r)| k.capacity() + r.fine.bytes() + r.coarse.bytes()).sum::<usize>()
+            .map(|t| {
+                let listed =
+                    t.keys.as_ref().map_or(0, |(_, k)| k.capacity() * std::mem::size_of::<Arc<str>>());
+                std::mem::size_of::<(Arc<str>, Rings)>()
+                    + t.rings.capacity() * entry
+                    + listed
+                    + t.rings
+                        .iter()
+                        .map(|(k, r)| key + k.len() + r.fine.bytes() + r.coarse.bytes())
+                        .sum::<usize>()
             })
             .sum()
     }

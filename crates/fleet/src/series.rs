@@ -683,6 +683,11 @@ impl<'a> FamilyRef<'a> {
 }
 
 impl SeriesSet {
+    /// The schema: the same `Arc` while the target publishes the same series.
+    pub(crate) fn schema(&self) -> &Arc<Schema> {
+        &self.schema
+    }
+
     /// Number of series.
     pub fn len(&self) -> usize {
         self.schema.len()
