@@ -16,8 +16,9 @@
 //! A `NAME` holding `/` is written with `%2F` in the API's paths (the page's own path takes it either way).
 //! One sampler a second (see [`live`]) keeps each target's state log and, only while a view watches
 //! (or with `[serve] web_history = "always"`), records what the views show into the shared
-//! [`telemon_fleet::history`] and computes `/`'s delta once for every viewer. Every page is served with a Content-Security-Policy that
-//! allows only this origin's scripts and styles (no inline script): the page asks nothing of another host.
+//! [`telemon_fleet::history`] and computes `/`'s delta once for every viewer. Every page is served
+//! with a Content-Security-Policy that allows only this origin's scripts and styles (no inline
+//! script): the page asks nothing of another host.
 
 pub mod live;
 
