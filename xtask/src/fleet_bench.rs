@@ -621,7 +621,13 @@ impl Bench {
                         Ok(n) => {
                             bytes.fetch_add(n, Ordering::Relaxed);
                         }
-                        Err(_) => {}
+                        // The read timeout, to look at `stop`.
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) => {}
+                        Err(_) => break,
                     }
                 }
             }));
