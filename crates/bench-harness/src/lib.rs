@@ -8,6 +8,8 @@
 //! --toggle-collect='*telemon_counted*'`. Set-up runs outside `telemon_counted`, as it runs outside criterion's
 //! timing.
 //!
+//! [`corpus`] is what the tests that replay the fuzz targets' seed corpora share.
+//!
 //! ```no_run
 //! use bench_harness::{Case, Group};
 //! fn groups() -> Vec<Group> {
@@ -17,6 +19,8 @@
 //! }
 //! bench_harness::main("example", groups);
 //! ```
+
+pub mod corpus;
 
 /// A criterion group, its cases and how many iterations count mode runs by default.
 pub struct Group {

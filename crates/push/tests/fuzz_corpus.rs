@@ -5,7 +5,7 @@
 //! committed seeds are still what they encode: after a deliberate change of the encoding,
 //! `TELEMON_WRITE_SEEDS=1 cargo test -p telemon-push --test fuzz_corpus` writes them again.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use opentelemetry_proto::tonic::collector::metrics::v1::{
     ExportMetricsPartialSuccess, ExportMetricsServiceResponse,
@@ -16,37 +16,19 @@ use telemon_push::remote_write::{
     STALE_NAN_BITS,
 };
 
-fn corpus(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target)
-}
-
-fn replay(target: &str, run: fn(&[u8])) {
-    let dir = corpus(target);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    assert!(files.len() >= 3, "corpus {} has {} files", dir.display(), files.len());
-    for file in files {
-        run(&std::fs::read(&file).unwrap());
-    }
-}
-
 #[test]
 fn push_disk_record_corpus_replays() {
-    replay("push_disk_record", telemon_push::disk::record_reader);
+    bench_harness::corpus::replay("push_disk_record", 3, telemon_push::disk::record_reader);
 }
 
 #[test]
 fn telemon_remote_write_corpus_replays() {
-    replay("telemon_remote_write", telemon_push::fuzz::remote_write_request);
+    bench_harness::corpus::replay("telemon_remote_write", 3, telemon_push::fuzz::remote_write_request);
 }
 
 #[test]
 fn telemon_otlp_reply_corpus_replays() {
-    replay("telemon_otlp_reply", telemon_push::fuzz::otlp_reply);
+    bench_harness::corpus::replay("telemon_otlp_reply", 3, telemon_push::fuzz::otlp_reply);
 }
 
 fn snapshot(up: bool, with_histogram: bool) -> FleetSnapshot {
@@ -79,7 +61,7 @@ fn snapshot(up: bool, with_histogram: bool) -> FleetSnapshot {
 /// The committed seeds are what the encoders make (or, with `TELEMON_WRITE_SEEDS=1`, are written again).
 #[test]
 fn the_seeds_are_what_the_encoders_make() {
-    let rw = corpus("telemon_remote_write");
+    let rw = bench_harness::corpus::dir("telemon_remote_write");
     let rewrite = std::env::var_os("TELEMON_WRITE_SEEDS").is_some();
     let write = |dir: &Path, name: &str, bytes: &[u8]| {
         let path = dir.join(name);
@@ -127,7 +109,7 @@ fn the_seeds_are_what_the_encoders_make() {
     write(&rw, "empty", b"");
     write(&rw, "garbage", b"\x0a\x05hello\x12\xff\x01not a request");
 
-    let otlp = corpus("telemon_otlp_reply");
+    let otlp = bench_harness::corpus::dir("telemon_otlp_reply");
     let reply = |n: i64, msg: &str| ExportMetricsServiceResponse {
         partial_success: Some(ExportMetricsPartialSuccess {
             rejected_data_points: n,

@@ -3,32 +3,13 @@
 //! starts from; and checks that the seeds that are valid files are read as such when their
 //! certificates are where they say (`tests/data/web-tls`).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use telemon::http::WebConfig;
 
-fn corpus(target: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target)
-}
-
-fn seeds(target: &str) -> Vec<PathBuf> {
-    let dir = corpus(target);
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("corpus {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_file())
-        .collect();
-    files.sort();
-    files
-}
-
 #[test]
 fn telemon_web_config_corpus_replays() {
-    let files = seeds("telemon_web_config");
-    assert!(files.len() >= 10, "the corpus has {} files", files.len());
-    for file in files {
-        telemon::fuzz::web_config(&std::fs::read(&file).unwrap());
-    }
+    bench_harness::corpus::replay("telemon_web_config", 10, telemon::fuzz::web_config);
 }
 
 /// The seeds written as good files read as good files (beside the test certificates), and the
@@ -43,7 +24,7 @@ fn the_good_seeds_read_and_the_bad_ones_are_refused() {
         "crlf_and_bom.yml",
         "empty.yml",
     ];
-    for file in seeds("telemon_web_config") {
+    for file in bench_harness::corpus::seeds("telemon_web_config") {
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         let text = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
         let read = WebConfig::parse(&dir.join(&name), &text);
