@@ -38,6 +38,11 @@ impl Auth {
         }
     }
 
+    /// (name, bcrypt hash) pairs, in the file's order.
+    pub(crate) fn users(&self) -> &[(String, String)] {
+        &self.users
+    }
+
     pub(crate) fn names(&self) -> Vec<&str> {
         self.users.iter().map(|(u, _)| u.as_str()).collect()
     }

@@ -97,8 +97,6 @@ pub struct WebConfig {
     /// `rate_limit`, when its interval is not zero.
     pub rate_limit: Option<RateLimit>,
     pub(super) users: Arc<Auth>,
-    /// `basic_auth_users` as written: (name, bcrypt hash), in the file's order.
-    user_hashes: Vec<(String, String)>,
     pub(super) limiter: Option<RateLimiter>,
     pub(super) acceptor: Option<tokio_rustls::TlsAcceptor>,
 }
@@ -154,7 +152,6 @@ impl WebConfig {
             headers: Vec::new(),
             rate_limit: None,
             users: Arc::new(Auth::new(Vec::new())),
-            user_hashes: Vec::new(),
             limiter: None,
             acceptor: None,
         };
@@ -188,7 +185,6 @@ impl WebConfig {
                 }
             }
         }
-        config.user_hashes = users.clone();
         config.users = Arc::new(Auth::new(users));
         config.limiter = config.rate_limit.map(RateLimiter::new);
         if let Some(tls) = &config.tls {
@@ -218,7 +214,7 @@ impl WebConfig {
     /// `basic_auth_users` as the file gives them: (name, bcrypt hash) pairs, in the file's order
     /// (the hashes are not secret, but are never logged either).
     pub fn basic_auth_users(&self) -> &[(String, String)] {
-        &self.user_hashes
+        self.users.users()
     }
 }
 
