@@ -450,7 +450,12 @@ async fn screenshots() {
         (rows(&b).await.iter().filter(|r| r.1 == "up").count() == 5).then_some(())
     })
     .await;
-    // Some seconds of sparkline.
+    // The target page shown below is asked for now, so that its series are recorded from here on (the
+    // view records a target's series only while its page is watched, and a minute after it was asked
+    // for): the pictures show `/` and the page some seconds after they were opened, as a user sees them.
+    let (status, _) = http_get(addr, "/api/v1/targets/dyalog", &[]).await.unwrap();
+    assert_eq!(status, 200);
+    // Some seconds of sparkline and charts.
     tokio::time::sleep(Duration::from_secs(20)).await;
     let dir = std::env::var_os("TELEMON_SCREENSHOTS").map(std::path::PathBuf::from);
     let tmp = tempfile::tempdir().unwrap();
