@@ -95,6 +95,10 @@ pub use proto::HandshakeOrder;
 pub use time::{Timestamp, TimestampError};
 pub use wire::Extra;
 
+/// The TCP port of the interface configuration in Dyalog's documentation (`HMON_INIT="SERVE:localhost:4512"`), which
+/// `dyalog-sim --serve` takes by default: what an address without a port means to telemon.
+pub const DEFAULT_PORT: u16 = 4512;
+
 #[doc(hidden)]
 pub mod fuzz;
 

@@ -92,10 +92,36 @@ struct Handover {
     queue: Option<Box<dyn Any + Send + Sync>>,
 }
 
-/// Checks that every push block of `config` can start: the files it names (token, password, CA) are read.
-pub fn check(config: &FleetConfig) -> Result<(), PushError> {
-    for (section, block) in blocks(config) {
-        client(block).map_err(|message| PushError { section, sender: block.sender_name(), message })?;
+/// A push block that cannot start: which block (its kind and place among the blocks of its kind), and which of
+/// its keys.
+#[derive(Debug, thiserror::Error)]
+#[error("[[{section}]] {sender}: {key}: {message}")]
+pub struct BlockError {
+    /// `remote_write` or `otlp`.
+    pub section: &'static str,
+    /// The block's place among the config's blocks of its kind, from 0.
+    pub index: usize,
+    /// The sender's name.
+    pub sender: String,
+    /// The key at fault, dotted inside a table (`basic_auth.password_file`, `tls.ca_file`).
+    pub key: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// Checks that every push block of `config` can start: the files it names (token, password, CA) are read
+/// and make a valid client, as [`Push::start`] and [`Push::reload`] will.
+pub fn check(config: &FleetConfig) -> Result<(), BlockError> {
+    let remote_write = config.remote_write.iter().enumerate().map(|(i, b)| ("remote_write", i, b));
+    let otlp = config.otlp.iter().enumerate().map(|(i, b)| ("otlp", i, b));
+    for (section, index, block) in remote_write.chain(otlp) {
+        client(block).map_err(|(key, message)| BlockError {
+            section,
+            index,
+            sender: block.sender_name(),
+            key,
+            message,
+        })?;
     }
     Ok(())
 }
@@ -137,10 +163,10 @@ impl Push {
         };
         for (section, block) in &wanted {
             if !self.senders.iter().any(|r| same(r, section, block)) {
-                client(block).map_err(|message| PushError {
+                client(block).map_err(|(key, message)| PushError {
                     section,
                     sender: block.sender_name(),
-                    message,
+                    message: format!("{key}: {message}"),
                 })?;
             }
         }
@@ -206,7 +232,7 @@ impl Push {
     ) -> Result<Running, PushError> {
         let name = block.sender_name();
         let fail = |message| PushError { section, sender: name.clone(), message };
-        let client = client(block).map_err(fail)?;
+        let client = client(block).map_err(|(key, message)| fail(format!("{key}: {message}")))?;
         let inflight = Arc::new(AtomicU64::new(0));
         let (stop, _) = watch::channel(false);
         let handoff = Arc::new(AtomicBool::new(false));
@@ -345,23 +371,24 @@ impl Running {
     }
 }
 
-/// The HTTP client of a block: timeout, User-Agent, headers, auth and TLS roots.
-fn client(block: &PushSection) -> Result<reqwest::Client, String> {
+/// The HTTP client of a block: timeout, User-Agent, headers, auth and TLS roots; `Err((key, why))`.
+fn client(block: &PushSection) -> Result<reqwest::Client, (&'static str, String)> {
     use base64::Engine as _;
     use reqwest::header::{HeaderMap, HeaderName, HeaderValue, AUTHORIZATION};
     let mut headers = HeaderMap::new();
     for (k, v) in block.headers() {
-        let name = HeaderName::from_bytes(k.as_bytes()).map_err(|e| format!("header {k:?}: {e}"))?;
-        let value = HeaderValue::from_str(&v).map_err(|e| format!("header {k:?}: {e}"))?;
+        let name =
+            HeaderName::from_bytes(k.as_bytes()).map_err(|e| ("headers", format!("header {k:?}: {e}")))?;
+        let value = HeaderValue::from_str(&v).map_err(|e| ("headers", format!("header {k:?}: {e}")))?;
         headers.insert(name, value);
     }
-    let read = |path: &std::path::Path, what: &str| {
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read {what} {}: {e}", path.display()))
+    let read = |path: &std::path::Path, key: &'static str| {
+        std::fs::read_to_string(path).map_err(|e| (key, format!("cannot read {}: {e}", path.display())))
     };
     if let Some(file) = &block.bearer_token_file {
         let token = read(file.get_ref(), "bearer_token_file")?;
         let mut v = HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-            .map_err(|_| "the bearer token is not a valid header value".to_owned())?;
+            .map_err(|_| ("bearer_token_file", "the bearer token is not a valid header value".to_owned()))?;
         v.set_sensitive(true);
         headers.insert(AUTHORIZATION, v);
     }
@@ -369,14 +396,14 @@ fn client(block: &PushSection) -> Result<reqwest::Client, String> {
         let a = auth.get_ref();
         let password = match (&a.password, &a.password_file) {
             (Some(p), _) => p.clone(),
-            (None, Some(f)) => read(f, "password_file")?.trim_end_matches(['\r', '\n']).to_owned(),
+            (None, Some(f)) => read(f, "basic_auth.password_file")?.trim_end_matches(['\r', '\n']).to_owned(),
             (None, None) => String::new(),
         };
         let mut v = HeaderValue::from_str(&format!(
             "Basic {}",
             base64::engine::general_purpose::STANDARD.encode(format!("{}:{password}", a.username))
         ))
-        .map_err(|_| "basic_auth is not a valid header value".to_owned())?;
+        .map_err(|_| ("basic_auth", "basic_auth is not a valid header value".to_owned()))?;
         v.set_sensitive(true);
         headers.insert(AUTHORIZATION, v);
     }
@@ -387,15 +414,16 @@ fn client(block: &PushSection) -> Result<reqwest::Client, String> {
         .connect_timeout(block.timeout.min(Duration::from_secs(10)))
         .pool_max_idle_per_host(2);
     if let Some(ca) = block.tls.as_ref().and_then(|t| t.ca_file.as_ref()) {
-        let pem = std::fs::read(ca).map_err(|e| format!("cannot read tls.ca_file {}: {e}", ca.display()))?;
+        let key = "tls.ca_file";
+        let pem = std::fs::read(ca).map_err(|e| (key, format!("cannot read {}: {e}", ca.display())))?;
         let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| format!("tls.ca_file {}: {e}", ca.display()))?;
+            .map_err(|e| (key, format!("{}: {e}", ca.display())))?;
         if certs.is_empty() {
-            return Err(format!("tls.ca_file {}: no PEM certificate in it", ca.display()));
+            return Err((key, format!("{}: no PEM certificate in it", ca.display())));
         }
         for c in certs {
             builder = builder.add_root_certificate(c);
         }
     }
-    builder.build().map_err(|e| format!("cannot build the HTTP client: {e}"))
+    builder.build().map_err(|e| ("tls", format!("cannot build the HTTP client: {e}")))
 }

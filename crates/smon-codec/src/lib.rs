@@ -149,6 +149,10 @@ pub use message::{Kind, Sample, Update, Value};
 pub use reader::{UpdateReader, FIRST_READ_CHUNK, READ_CHUNK};
 pub use wire::{Limits, BYTE_ORDER, RESYNC};
 
+/// The TCP port `smon-sim` serves a stream on by default (the 2004 protocol defines no network mode, so this is
+/// the toolkit's choice): what an address without a port means to telemon.
+pub const DEFAULT_PORT: u16 = 7399;
+
 /// Fuzz-target bodies, shared by `fuzz/` and the corpus replay test. Not a stable API.
 #[doc(hidden)]
 pub mod fuzz;

@@ -110,6 +110,10 @@ pub use transport::{
 };
 pub use wire::{WireError, MAX_MSG_SIZE};
 
+/// The TCP port of the host transport that `rvos-sim` listens on by default (`DEFAULT_ADDR`'s port): what an
+/// address without a port means to telemon.
+pub const DEFAULT_PORT: u16 = 7461;
+
 /// Names for commands on command lines: `ps memstat trace trace-clear kstat channels schedlat ipclat watchdog`.
 #[allow(unused_imports)]
 use prelude::*;

@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+pub mod check;
 pub mod exposition;
 pub mod fuzz;
 pub mod http;

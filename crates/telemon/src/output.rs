@@ -17,9 +17,10 @@ pub enum CliError {
     /// Wrong arguments that clap could not catch (e.g. two options that exclude each other at run time).
     #[error("usage: {0}")]
     Usage(String),
-    /// A fleet config that cannot be used (exit code 2, like a usage error).
+    /// A config that cannot be used (exit code 2, like a usage error): `FILE:LINE: KEY: why` of the
+    /// config file, the web config, a file either names, or a flag that stands for a config key.
     #[error("bad config: {0}")]
-    Config(#[from] telemon_fleet::config::ConfigError),
+    Config(#[from] telemon::check::BadConfig),
     /// The peer, the protocol or the input failed.
     #[error("{0}")]
     Peer(String),
@@ -46,6 +47,12 @@ impl CliError {
             CliError::Usage(_) | CliError::Config(_) => ExitCode::from(EXIT_USAGE),
             CliError::Peer(_) | CliError::Output(_) => ExitCode::from(EXIT_PEER),
         }
+    }
+}
+
+impl From<telemon_fleet::config::ConfigError> for CliError {
+    fn from(e: telemon_fleet::config::ConfigError) -> Self {
+        CliError::Config(e.into())
     }
 }
 

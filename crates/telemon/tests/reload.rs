@@ -258,6 +258,20 @@ async fn a_bad_web_config_is_refused_on_reload() {
         assert_eq!(status, 200, "still served as before");
         assert_eq!(gauge(&page, "telemon_config_last_reload_successful"), Some(0.0));
     }
+    // The files a config names, checked as `--check-config` and a start check them: at the key that names them.
+    let cases = [
+        ("[serve]\nweb_config = \"gone.yml\"\n", ":2: serve.web_config: cannot read "),
+        (
+            "[[remote_write]]\nurl = \"http://127.0.0.1:1/w\"\nbasic_auth = { username = \"u\", password_file = \"/nonexistent\" }\n",
+            ":3: remote_write.basic_auth.password_file: cannot read /nonexistent",
+        ),
+    ];
+    for (text, want) in cases {
+        std::fs::write(&file, text).unwrap();
+        tokio::process::Command::new("kill").args(["-HUP", &pid]).status().await.unwrap();
+        let line = telemon.stderr_line("reload failed").await;
+        assert!(line.contains(want), "{want}: {line}");
+    }
     // A good one: users from now on.
     let hash = bcrypt::hash("pw", 4).unwrap();
     std::fs::write(dir.path().join("good.yml"), format!("basic_auth_users:\n  alice: '{hash}'\n")).unwrap();

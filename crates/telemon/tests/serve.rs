@@ -247,7 +247,7 @@ async fn check_config_names_file_line_and_key_and_exits_2() {
     assert_eq!(support::code(&out), 2);
     let out = support::run(&["serve", "--check-config", "/nonexistent/telemon.toml"], None).await;
     assert_eq!(support::code(&out), 2);
-    assert!(support::stderr(&out).contains("/nonexistent/telemon.toml:0: -: cannot read"));
+    assert!(support::stderr(&out).contains("/nonexistent/telemon.toml: cannot read the config file"));
     let out = support::run(&["serve"], None).await;
     assert_eq!(support::code(&out), 2, "no targets is a usage error");
 

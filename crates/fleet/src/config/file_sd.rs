@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub use super::addr::check_host_port;
 use super::{FleetConfig, HmonTarget, Meter161Target, SmonTarget, SysinfoTarget};
 
 /// The default `refresh_interval`, as Prometheus's.
@@ -164,7 +165,7 @@ impl FileSdSection {
             Discovered::Smon(t) => config.smon.push(t.clone()),
             Discovered::Sysinfo(t) => config.sysinfo.push(t.clone()),
         }
-        config.validate("", "").map_err(|e| format!("{}: {}", e.key, e.message))?;
+        config.validate().map_err(|e| format!("{}: {}", e.key, e.message))?;
         Ok(found)
     }
 
@@ -253,52 +254,12 @@ pub fn parse_groups(path: &Path, bytes: &[u8]) -> Result<Vec<Group>, String> {
     }
 }
 
-/// Checks that `target` is `HOST:PORT` (a name or an address, IPv6 in brackets, port 1..=65535).
-pub fn check_host_port(target: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("{target:?} is not HOST:PORT: {why}"));
-    let Some((host, port)) = target.rsplit_once(':') else {
-        return bad("no port");
-    };
-    if !port.parse::<u16>().is_ok_and(|p| p != 0) {
-        return bad("the port must be 1 to 65535");
-    }
-    if let Some(v6) = host.strip_prefix('[') {
-        return match v6.strip_suffix(']').map(str::parse::<std::net::Ipv6Addr>) {
-            Some(Ok(_)) => Ok(()),
-            _ => bad("a bracketed host must be an IPv6 address"),
-        };
-    }
-    let name_ok = !host.is_empty()
-        && host.len() <= 253
-        && host.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-                && !l.starts_with('-')
-        });
-    if !name_ok {
-        return bad("the host must be a name or an address (IPv6 in brackets)");
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn section(text: &str) -> FileSdSection {
         toml::from_str(text).unwrap()
-    }
-
-    #[test]
-    fn host_port() {
-        for ok in ["a:1", "10.0.0.1:4502", "[::1]:80", "host.example.org:65535", "x_y:9"] {
-            check_host_port(ok).unwrap();
-        }
-        for bad in ["", "a", "a:", "a:0", "a:65536", "[::1]:99999", "::1:80", "[x]:1", ":80", "a b:1", "-a:1"]
-        {
-            assert!(check_host_port(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! flags ([`TargetArgs`]) shared by `telemon serve` and `telemon top`.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
@@ -13,6 +13,7 @@ use toml::Spanned;
 use crate::pace;
 use crate::store::DEFAULT_SERIES_LIMIT;
 
+mod addr;
 pub mod file_sd;
 mod parse;
 pub mod probe;
@@ -20,6 +21,7 @@ pub mod push;
 #[cfg(test)]
 mod push_tests;
 
+pub use addr::{check_host_port, check_listen, with_default_port};
 pub use file_sd::{Discovered, FileSdSection};
 pub use parse::ConfigError;
 use parse::{duration, line_of, one_second};
@@ -437,6 +439,46 @@ pub struct FleetConfig {
     /// `[[file_sd]]` blocks: targets listed in files (Prometheus's file_sd format).
     #[serde(default)]
     pub file_sd: Vec<FileSdSection>,
+    /// The file and text this config was read from, so that a check made after parsing (of a file it
+    /// names, say) still says `FILE:LINE: KEY`.
+    #[serde(skip)]
+    pub origin: Origin,
+}
+
+/// Where a config was read from: its file's name (`<flags>` for shorthand flags) and its text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Origin {
+    /// The file's name, as errors give it.
+    pub file: String,
+    /// The file's text (empty for flags).
+    pub text: Arc<str>,
+}
+
+impl Default for Origin {
+    fn default() -> Origin {
+        Origin { file: "<flags>".into(), text: Arc::from("") }
+    }
+}
+
+impl Origin {
+    /// An error about `key` (`password_file`, or dotted: `basic_auth.password_file`) of the `index`-th
+    /// `[[section]]` block, or of the `[section]` table (`index` 0): at the key's line when it is
+    /// written there, else at the block's header. The error's key is `section.key`.
+    pub fn error_in(
+        &self,
+        section: &str,
+        index: usize,
+        key: &str,
+        message: impl Into<String>,
+    ) -> ConfigError {
+        let last = key.rsplit('.').next().unwrap_or(key);
+        ConfigError {
+            file: self.file.clone(),
+            line: section_key_line(&self.text, section, index, last),
+            key: format!("{section}.{key}"),
+            message: message.into(),
+        }
+    }
 }
 
 /// Label names that telemon sets itself (every label named in `docs/metrics.md`, plus `le` and
@@ -495,11 +537,32 @@ pub fn check_label_name(name: &str) -> Result<(), String> {
 }
 
 /// The line of `key` inside the block that starts at or before `from` (its `name`): the first
-/// `key =` or `"key" =` at or after the block's `[[...]]` header. 0 when not found.
+/// `key =` or `"key" =` after the block's `[[...]]` header, before the next block. 0 when not found.
 fn key_line(text: &str, from: usize, key: &str) -> usize {
     let from = from.min(text.len());
-    let block = text[..from].rfind("[[").unwrap_or(0);
+    key_line_in_block(text, text[..from].rfind("[[").unwrap_or(0), key)
+}
+
+/// The line of `key` in the block whose header starts at byte `block`: the first `key =`, `"key" =`
+/// or `key.` (a dotted key) after the header and before the next table that is not one of its own
+/// (`[[x]]`, or `[y]` without a dot). 0 when not found.
+fn key_line_in_block(text: &str, block: usize, key: &str) -> usize {
     let rest = &text[block..];
+    // The block ends at the next header line that opens another table.
+    let header_end = rest.find('\n').map_or(rest.len(), |i| i + 1);
+    let end = rest[header_end..]
+        .split_inclusive('\n')
+        .scan(header_end, |at, line| {
+            let start = *at;
+            *at += line.len();
+            Some((start, line.trim_start()))
+        })
+        .find(|(_, line)| {
+            line.starts_with("[[")
+                || line.starts_with('[') && !line[..line.find(']').unwrap_or(0)].contains('.')
+        })
+        .map_or(rest.len(), |(start, _)| start);
+    let rest = &rest[..end];
     let mut patterns = vec![format!("\"{key}\""), format!("'{key}'")];
     if !key.is_empty() {
         patterns.push(key.to_owned());
@@ -518,6 +581,29 @@ fn key_line(text: &str, from: usize, key: &str) -> usize {
         while !rest.is_char_boundary(at) {
             at += 1;
         }
+    }
+    0
+}
+
+/// The line of `key` in the `index`-th `[[section]]` block (or the `[section]` table), or of the
+/// block's header when the key is not written there; 0 when there is no such block.
+fn section_key_line(text: &str, section: &str, index: usize, key: &str) -> usize {
+    let headers = [format!("[[{section}]]"), format!("[{section}]")];
+    let mut at = 0;
+    let mut found = 0;
+    for line in text.split_inclusive('\n') {
+        let trimmed = line.trim();
+        let header = trimmed.split('#').next().unwrap_or("").trim_end();
+        if headers.iter().any(|h| h == header) {
+            if found == index {
+                return match key_line_in_block(text, at, key) {
+                    0 => line_of(text, at),
+                    l => l,
+                };
+            }
+            found += 1;
+        }
+        at += line.len();
     }
     0
 }
@@ -563,8 +649,8 @@ impl FleetConfig {
         let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
             file: file.clone(),
             line: 0,
-            key: "-".into(),
-            message: format!("cannot read: {e}"),
+            key: String::new(),
+            message: format!("cannot read the config file: {e}"),
         })?;
         let mut config = FleetConfig::parse(&file, &text)?;
         config.resolve_paths(path.parent().unwrap_or(Path::new(".")));
@@ -602,44 +688,62 @@ impl FleetConfig {
                 .unwrap_or_else(|| "-".into());
             ConfigError { file: file.into(), line, key, message: e.message().trim().to_owned() }
         })?;
-        cfg.validate(file, text)?;
+        let mut cfg = FleetConfig { origin: Origin { file: file.into(), text: Arc::from(text) }, ..cfg };
+        cfg.add_default_ports();
+        cfg.validate()?;
         Ok(cfg)
     }
 
-    fn validate(&self, file: &str, text: &str) -> Result<(), ConfigError> {
-        for (i, sd) in self.file_sd.iter().enumerate() {
-            if let Err((key, message)) = sd.check() {
-                // The line of the block's header: the i-th `[[file_sd]]`.
-                let line = text
-                    .match_indices("[[file_sd]]")
-                    .nth(i)
-                    .map_or(0, |(at, _)| key_line(text, at + 2, &key).max(line_of(text, at)));
-                return Err(ConfigError { file: file.into(), line, key: format!("file_sd.{key}"), message });
+    /// Gives every target address without a port its protocol's default port (`connect = "my.host"`
+    /// of an `[[hmon]]` block is `my.host:4512`); an address that is wrong in another way is left as
+    /// it is, for [`FleetConfig::validate`] to say so.
+    fn add_default_ports(&mut self) {
+        fn add(connect: &mut Option<String>, port: u16) {
+            if let Some(addr) = connect.as_mut() {
+                if let Ok(std::borrow::Cow::Owned(with)) = with_default_port(addr, port) {
+                    *addr = with;
+                }
             }
         }
+        for t in &mut self.hmon {
+            add(&mut t.connect, hmon::DEFAULT_PORT);
+        }
+        for t in &mut self.smon {
+            add(&mut t.connect, smon_codec::DEFAULT_PORT);
+        }
+        for t in &mut self.sysinfo {
+            add(&mut t.connect, sysinfo_wire::DEFAULT_PORT);
+        }
+    }
+
+    /// Checks everything the config says by itself (its files are checked by the layers that read
+    /// them); the first problem found, at its file, line and key.
+    fn validate(&self) -> Result<(), ConfigError> {
+        let (file, text) = (self.origin.file.as_str(), &*self.origin.text);
+        for (i, sd) in self.file_sd.iter().enumerate() {
+            if let Err((key, message)) = sd.check() {
+                let key = if key == "-" { String::new() } else { key };
+                let mut e = self.origin.error_in("file_sd", i, &key, message);
+                e.key = e.key.trim_end_matches('.').to_owned();
+                return Err(e);
+            }
+        }
+        // An error at the line of `key` in the block named `name`, or at the name's line when the block
+        // does not write the key (a default, or a key that is missing).
         let err = |name: &Spanned<String>, key: &str, message: String| ConfigError {
             file: file.into(),
-            line: line_of(text, name.span().start),
+            line: match key_line(text, name.span().start, key) {
+                0 => line_of(text, name.span().start),
+                l => l,
+            },
             key: key.into(),
             message,
         };
         let mut seen: BTreeMap<&str, ()> = BTreeMap::new();
-        let names = self
-            .meter161
-            .iter()
-            .map(|t| &t.name)
-            .chain(self.hmon.iter().map(|t| &t.name))
-            .chain(self.hmon_listen.iter().map(|t| &t.name))
-            .chain(self.mono_listen.iter().map(|t| &t.name))
-            .chain(self.smon.iter().map(|t| &t.name))
-            .chain(self.sysinfo.iter().map(|t| &t.name));
-        for n in names {
+        for n in self.names() {
             if n.get_ref().is_empty() || n.get_ref().contains('/') {
-                return Err(err(
-                    n,
-                    "name",
-                    format!("target name {:?} must be non-empty and without '/'", n.get_ref()),
-                ));
+                let message = format!("target name {:?} must be non-empty and without '/'", n.get_ref());
+                return Err(err(n, "name", message));
             }
             if seen.insert(n.get_ref(), ()).is_some() {
                 return Err(err(n, "name", format!("target name {:?} is used twice", n.get_ref())));
@@ -657,16 +761,7 @@ impl FleetConfig {
         for (name, labels) in blocks_labels {
             for key in labels.keys() {
                 if let Err(message) = check_label_name(key) {
-                    let line = match key_line(text, name.span().start, key) {
-                        0 => line_of(text, name.span().start),
-                        l => l,
-                    };
-                    return Err(ConfigError {
-                        file: file.into(),
-                        line,
-                        key: format!("labels.{key}"),
-                        message,
-                    });
+                    return Err(ConfigError { key: format!("labels.{key}"), ..err(name, key, message) });
                 }
             }
         }
@@ -674,75 +769,67 @@ impl FleetConfig {
             if t.dir.is_some() == t.dir_glob.is_some() {
                 return Err(err(&t.name, "dir", "give exactly one of `dir` or `dir_glob`".into()));
             }
-            if t.interval.is_zero() {
-                return Err(err(&t.name, "interval", "must be above zero".into()));
+            if let Some(Err(e)) = t.dir_glob.as_deref().map(glob::Pattern::new) {
+                return Err(err(&t.name, "dir_glob", format!("not a glob: {e}")));
+            }
+            if meter161::interval_ns(t.interval).is_err() {
+                let min = Duration::from_nanos(meter161::MIN_INTERVAL_NS);
+                let max = Duration::from_nanos(meter161::MAX_INTERVAL_NS);
+                let line = key_line(text, t.name.span().start, "interval");
+                let written = written_value(text, line)
+                    .unwrap_or_else(|| humantime::format_duration(t.interval).to_string());
+                let message = format!(
+                    "{written} is outside {}..{} (what sys161 takes)",
+                    humantime::format_duration(min),
+                    humantime::format_duration(max)
+                );
+                return Err(err(&t.name, "interval", message));
             }
         }
         for t in &self.hmon {
             if t.connect.is_none() || t.listen.is_some() {
-                return Err(err(
-                    &t.name,
-                    "connect",
-                    "[[hmon]] takes `connect` (use [[hmon_listen]] for `listen`)".into(),
-                ));
+                let message = "[[hmon]] takes `connect` (use [[hmon_listen]] for `listen`)".into();
+                return Err(err(&t.name, if t.listen.is_some() { "listen" } else { "connect" }, message));
             }
-        }
-        for t in &self.hmon_listen {
-            if t.listen.is_none() || t.connect.is_some() {
-                return Err(err(
-                    &t.name,
-                    "listen",
-                    "[[hmon_listen]] takes `listen` (use [[hmon]] for `connect`)".into(),
-                ));
-            }
-        }
-        let key_err = |name: &Spanned<String>, key: &str, message: String| ConfigError {
-            file: file.into(),
-            line: match key_line(text, name.span().start, key) {
-                0 => line_of(text, name.span().start),
-                l => l,
-            },
-            key: key.into(),
-            message,
-        };
-        for t in &self.hmon {
             let keys = [
                 ("max_targets", t.max_targets.is_some()),
                 ("allow", t.allow.is_some()),
                 ("hello_timeout", t.hello_timeout.is_some()),
             ];
             if let Some((key, _)) = keys.iter().find(|(_, given)| *given) {
-                return Err(key_err(&t.name, key, "only for [[hmon_listen]] and [[mono_listen]]".into()));
+                return Err(err(&t.name, key, "only for [[hmon_listen]] and [[mono_listen]]".into()));
+            }
+        }
+        for t in &self.hmon_listen {
+            if t.listen.is_none() || t.connect.is_some() {
+                let message = "[[hmon_listen]] takes `listen` (use [[hmon]] for `connect`)".into();
+                return Err(err(&t.name, if t.connect.is_some() { "connect" } else { "listen" }, message));
             }
         }
         let listeners = self
             .hmon_listen
             .iter()
-            .map(|t| (&t.name, t.max_targets, t.allow.as_deref(), t.hello_timeout))
-            .chain(
-                self.mono_listen
-                    .iter()
-                    .map(|t| (&t.name, t.max_targets, t.allow.as_deref(), t.hello_timeout)),
-            );
-        for (name, max_targets, allow, hello_timeout) in listeners {
-            if let Err((key, message)) = ListenerLimits::new(max_targets, allow, hello_timeout) {
-                return Err(key_err(name, key, message));
+            .map(|t| (&t.name, t.listen.as_deref(), t.max_targets, t.allow.as_deref(), t.hello_timeout))
+            .chain(self.mono_listen.iter().map(|t| {
+                (&t.name, Some(t.listen.as_str()), t.max_targets, t.allow.as_deref(), t.hello_timeout)
+            }));
+        for (name, listen, max_targets, allow, hello_timeout) in listeners {
+            if let Err(message) = check_listen(listen.unwrap_or_default()) {
+                return Err(err(name, "listen", message));
             }
-        }
-        for t in &self.hmon.iter().chain(&self.hmon_listen).collect::<Vec<_>>() {
-            if t.poll.is_zero() {
-                return Err(err(&t.name, "poll", "must be above zero".into()));
+            if let Err((key, message)) = ListenerLimits::new(max_targets, allow, hello_timeout) {
+                return Err(err(name, key, message));
             }
         }
         for t in self.hmon.iter().chain(&self.hmon_listen) {
+            if t.poll.is_zero() {
+                return Err(err(&t.name, "poll", "must be above zero".into()));
+            }
             for fact in t.facts.iter().flatten() {
                 if hmon::FactKind::resolve(&hmon::IdOrName::parse_word(fact)).is_none() {
                     let known: Vec<&str> = hmon::FactKind::ALL.iter().map(|k| k.name()).collect();
-                    return Err(err(
-                        &t.name,
-                        "facts",
-                        format!("unknown fact {fact:?} (known: {})", known.join(", ")),
-                    ));
+                    let message = format!("unknown fact {fact:?} (known: {})", known.join(", "));
+                    return Err(err(&t.name, "facts", message));
                 }
             }
             for event in t.subscribe.iter().flatten() {
@@ -753,26 +840,9 @@ impl FleetConfig {
                 }
             }
         }
-        for t in &self.meter161 {
-            if let Some(Err(e)) = t.dir_glob.as_deref().map(glob::Pattern::new) {
-                return Err(err(&t.name, "dir_glob", format!("not a glob: {e}")));
-            }
-            if let Err(e) = meter161::interval_ns(t.interval) {
-                return Err(err(&t.name, "interval", e.to_string()));
-            }
-        }
         for t in &self.mono_listen {
             if let Some(bad) = t.add.iter().find(|c| mono_counters::CounterName::parse(c).is_none()) {
                 return Err(err(&t.name, "add", format!("{bad:?} is not \"Category/Name\"")));
-            }
-        }
-        for t in &self.sysinfo {
-            let names = t.reports.as_ref().map(Reports::names).unwrap_or_default();
-            if let Some(bad) = names.iter().find(|r| report_by_name(r).is_none()) {
-                let message = format!(
-                    "unknown report {bad:?} (known: ps, memstat, kstat, channels, sched_latency, ipc_latency, watchdog)"
-                );
-                return Err(err(&t.name, "reports", message));
             }
         }
         for t in &self.smon {
@@ -784,6 +854,13 @@ impl FleetConfig {
             if t.connect.is_some() == t.socket.is_some() {
                 return Err(err(&t.name, "connect", "give exactly one of `connect` or `socket`".into()));
             }
+            let names = t.reports.as_ref().map(Reports::names).unwrap_or_default();
+            if let Some(bad) = names.iter().find(|r| report_by_name(r).is_none()) {
+                let message = format!(
+                    "unknown report {bad:?} (known: ps, memstat, kstat, channels, sched_latency, ipc_latency, watchdog)"
+                );
+                return Err(err(&t.name, "reports", message));
+            }
             if t.every.is_zero() {
                 return Err(err(&t.name, "every", "must be above zero".into()));
             }
@@ -791,33 +868,57 @@ impl FleetConfig {
                 return Err(err(&t.name, "timeout", "must be above zero".into()));
             }
         }
-        let serve_key_err = |key: &str, message: &str| ConfigError {
-            file: file.into(),
-            line: text.lines().position(|l| l.trim_start().starts_with(key)).map_or(0, |i| i + 1),
-            key: format!("serve.{key}"),
-            message: message.into(),
-        };
+        let connects = self
+            .hmon
+            .iter()
+            .map(|t| (&t.name, &t.connect))
+            .chain(self.smon.iter().map(|t| (&t.name, &t.connect)))
+            .chain(self.sysinfo.iter().map(|t| (&t.name, &t.connect)));
+        for (name, connect) in connects {
+            if let Some(Err(message)) = connect.as_deref().map(check_host_port) {
+                return Err(err(name, "connect", message));
+            }
+        }
+        let serve_err = |key: &str, message: String| self.origin.error_in("serve", 0, key, message);
         if self.serve.max_connections == 0 {
-            return Err(serve_key_err("max_connections", "must be above zero"));
+            return Err(serve_err("max_connections", "must be above zero".into()));
         }
         if self.serve.idle_timeout.is_zero() {
-            return Err(serve_key_err("idle_timeout", "must be above zero"));
+            return Err(serve_err("idle_timeout", "must be above zero".into()));
         }
         if self.serve.wakeup_slack > pace::MAX_WAKEUP_SLACK {
-            let most = format!("must be at most {:?}", pace::MAX_WAKEUP_SLACK);
-            return Err(serve_key_err("wakeup_slack", &most));
+            return Err(serve_err("wakeup_slack", format!("must be at most {:?}", pace::MAX_WAKEUP_SLACK)));
         }
         validate_push(&self.remote_write, &self.otlp, file, text)?;
-        if self.serve.listen.parse::<SocketAddr>().is_err() && !self.serve.listen.contains(':') {
-            return Err(ConfigError {
-                file: file.into(),
-                line: text.lines().position(|l| l.trim_start().starts_with("listen")).map_or(0, |i| i + 1),
-                key: "serve.listen".into(),
-                message: format!("{:?} is not an address (HOST:PORT)", self.serve.listen),
-            });
+        if let Err(message) = check_listen(&self.serve.listen) {
+            return Err(serve_err("listen", message));
         }
         Ok(())
     }
+
+    /// Every target block's name, in the order of the kinds.
+    fn names(&self) -> impl Iterator<Item = &Spanned<String>> {
+        self.meter161
+            .iter()
+            .map(|t| &t.name)
+            .chain(self.hmon.iter().map(|t| &t.name))
+            .chain(self.hmon_listen.iter().map(|t| &t.name))
+            .chain(self.mono_listen.iter().map(|t| &t.name))
+            .chain(self.smon.iter().map(|t| &t.name))
+            .chain(self.sysinfo.iter().map(|t| &t.name))
+    }
+}
+
+/// The value written on `line` of `text` after its `=` (a string without its quotes), as the user wrote
+/// it: `"5s"` of `interval = "5s"  # comment` is `5s`.
+fn written_value(text: &str, line: usize) -> Option<String> {
+    let l = text.lines().nth(line.checked_sub(1)?)?;
+    let value = l.split_once('=')?.1.trim();
+    let value = match value.strip_prefix('"') {
+        Some(quoted) => quoted.split('"').next()?,
+        None => value.split('#').next()?.trim(),
+    };
+    (!value.is_empty()).then(|| value.to_owned())
 }
 
 #[cfg(test)]
@@ -889,17 +990,18 @@ reports = ["ps"]
 
     #[test]
     fn unknown_facts_events_reports_and_bad_globs_are_rejected() {
+        // Each error is at its key's line, not at the block's name.
         let cases = [
-            ("[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\nfacts = [\"Workspace\", \"Weather\"]\n", "facts"),
-            ("[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\nsubscribe = [\"Lunch\"]\n", "subscribe"),
-            ("[[sysinfo]]\nname = \"a\"\nconnect = \"x:1\"\nreports = [\"trace_clear\"]\n", "reports"),
-            ("[[meter161]]\nname = \"a\"\ndir_glob = \"/home/[x\"\n", "dir_glob"),
-            ("[[meter161]]\nname = \"a\"\ndir = \"/x\"\ninterval = \"5s\"\n", "interval"),
-            ("[[mono_listen]]\nname = \"a\"\nlisten = \"x:1\"\nadd = [\"NoSlash\"]\n", "add"),
+            ("[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\nfacts = [\"Workspace\", \"Weather\"]\n", 4, "facts"),
+            ("[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\nsubscribe = [\"Lunch\"]\n", 4, "subscribe"),
+            ("[[sysinfo]]\nname = \"a\"\nconnect = \"x:1\"\nreports = [\"trace_clear\"]\n", 4, "reports"),
+            ("[[meter161]]\nname = \"a\"\ndir_glob = \"/home/[x\"\n", 3, "dir_glob"),
+            ("[[meter161]]\nname = \"a\"\ndir = \"/x\"\ninterval = \"5s\"\n", 4, "interval"),
+            ("[[mono_listen]]\nname = \"a\"\nlisten = \"x:1\"\nadd = [\"NoSlash\"]\n", 4, "add"),
         ];
-        for (text, key) in cases {
+        for (text, line, key) in cases {
             let e = FleetConfig::parse("f.toml", text).unwrap_err();
-            assert_eq!((e.line, e.key.as_str()), (2, key), "{e}");
+            assert_eq!((e.line, e.key.as_str()), (line, key), "{e}");
         }
         let ok =
             "[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\nfacts = [\"3\", \"Host\"]\nsubscribe = [\"1\"]\n";
@@ -991,6 +1093,49 @@ reports = ["ps"]
     }
 
     #[test]
+    fn an_error_is_at_its_own_key_and_in_the_users_units() {
+        // Out of sys161's range, in the units written.
+        let text = "[[meter161]]\nname = \"a\"\ndir = \"/x\"\ninterval = \"2500ms\" # too slow\n";
+        let e = FleetConfig::parse("f.toml", text).unwrap_err();
+        assert_eq!(e.to_string(), "f.toml:4: interval: 2500ms is outside 10us..2s (what sys161 takes)");
+        let e =
+            FleetConfig::parse("f.toml", "[[meter161]]\nname = \"a\"\ndir = \"/x\"\ninterval = \"5us\"\n")
+                .unwrap_err();
+        assert!(e.to_string().starts_with("f.toml:4: interval: 5us is outside 10us..2s"), "{e}");
+        // A key a block does not write is not looked for in the next block: the block's name line.
+        let text = "[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\npoll = \"0s\"\n\
+                    [[hmon]]\nname = \"b\"\nconnect = \"x:2\"\npoll = \"1s\"\n";
+        assert_eq!(FleetConfig::parse("f.toml", text).unwrap_err().line, 4);
+        let text = "[[hmon]]\nname = \"a\"\nconnect = \"x:1\"\n[[hmon]]\nname = \"b\"\n";
+        assert_eq!(FleetConfig::parse("f.toml", text).unwrap_err().line, 5, "b lacks connect: its name");
+        // [serve] listen, after a block that has a `listen` of its own.
+        let text =
+            "[[hmon_listen]]\nname = \"h\"\nlisten = \"127.0.0.1:7000\"\n[serve]\n\nlisten = \"nowhere\"\n";
+        let e = FleetConfig::parse("f.toml", text).unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (6, "serve.listen"), "{e}");
+        // The whole file: no line 0, no key `-`.
+        let e = FleetConfig::load(Path::new("/nonexistent/t.toml")).unwrap_err();
+        assert!(e.to_string().starts_with("/nonexistent/t.toml: cannot read the config file: "), "{e}");
+    }
+
+    #[test]
+    fn addresses_without_a_port_take_the_protocols_default() {
+        let text = "[[hmon]]\nname = \"h\"\nconnect = \"127.0.0.1\"\n[[smon]]\nname = \"s\"\nconnect = \"box.lan\"\n\
+                    [[sysinfo]]\nname = \"v\"\nconnect = \"[::1]\"\n[[sysinfo]]\nname = \"w\"\nconnect = \"[::1]:9\"\n";
+        let c = FleetConfig::parse("f.toml", text).unwrap();
+        assert_eq!(c.hmon[0].connect.as_deref(), Some("127.0.0.1:4512"));
+        assert_eq!(c.smon[0].connect.as_deref(), Some("box.lan:7399"));
+        assert_eq!(c.sysinfo[0].connect.as_deref(), Some("[::1]:7461"));
+        assert_eq!(c.sysinfo[1].connect.as_deref(), Some("[::1]:9"));
+        for (bad, why) in [("nohost:", "the port"), ("127.0.0.1:99999", "the port"), ("::1", "brackets")] {
+            let text = format!("[[smon]]\nname = \"s\"\n\nconnect = \"{bad}\"\n");
+            let e = FleetConfig::parse("f.toml", &text).unwrap_err();
+            assert_eq!((e.line, e.key.as_str()), (4, "connect"), "{e}");
+            assert!(e.message.contains(why), "{e}");
+        }
+    }
+
+    #[test]
     fn an_unknown_key_names_file_line_and_key() {
         let text = "[[smon]]\nname = \"a\"\nconect = \"x:1\"\n";
         let e = FleetConfig::parse("f.toml", text).unwrap_err();
@@ -1025,8 +1170,8 @@ reports = ["ps"]
             ("reports = { ps = \"0s\" }", 4, "reports", "above zero"),
             ("reports = { ps = 5 }", 4, "reports", "string"),
             ("reports = \"ps\"", 4, "reports", "a list of reports, or a table"),
-            ("reports = { ps = \"1s\", weather = \"1s\" }", 2, "reports", "unknown report \"weather\""),
-            ("timeout = \"0s\"", 2, "timeout", "above zero"),
+            ("reports = { ps = \"1s\", weather = \"1s\" }", 4, "reports", "unknown report \"weather\""),
+            ("timeout = \"0s\"", 4, "timeout", "above zero"),
         ];
         for (line, at, key, message) in cases {
             let text = format!("[[sysinfo]]\nname = \"a\"\nconnect = \"x:1\"\n{line}\n");
@@ -1141,12 +1286,8 @@ impl TargetArgs {
             timeout: sysinfo_timeout(),
             labels: BTreeMap::new(),
         }));
-        let file = self.config.as_ref().map_or("<flags>".to_owned(), |p| p.display().to_string());
-        let text = match &self.config {
-            Some(p) => std::fs::read_to_string(p).unwrap_or_default(),
-            None => String::new(),
-        };
-        cfg.validate(&file, &text)?;
+        cfg.add_default_ports();
+        cfg.validate()?;
         Ok(cfg)
     }
 }

@@ -5,8 +5,10 @@ use std::time::Duration;
 use serde::{Deserialize, Deserializer};
 
 /// A configuration that cannot be used: names the file, the line and the key.
+///
+/// It reads `FILE:LINE: KEY: why`; a line of 0 (not known, or a command-line flag) and a key of `-` or `""`
+/// (the whole file) are left out: `FILE: why`, `<flags>: --listen: why`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{file}:{line}: {key}: {message}")]
 pub struct ConfigError {
     /// The config file (or `<flags>` for shorthand flags).
     pub file: String,
@@ -16,6 +18,19 @@ pub struct ConfigError {
     pub key: String,
     /// What is wrong.
     pub message: String,
+}
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.file)?;
+        if self.line > 0 {
+            write!(f, ":{}", self.line)?;
+        }
+        if !self.key.is_empty() && self.key != "-" {
+            write!(f, ": {}", self.key)?;
+        }
+        write!(f, ": {}", self.message)
+    }
 }
 
 /// A humantime duration ("1s", "250ms").

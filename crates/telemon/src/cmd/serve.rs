@@ -2,7 +2,8 @@
 
 use std::path::PathBuf;
 
-use telemon_fleet::config::{FleetConfig, Shard, TargetArgs};
+use telemon::check::check;
+use telemon_fleet::config::{check_listen, ConfigError, FleetConfig, Shard, TargetArgs};
 
 use super::record::{self, RotateArgs};
 use super::shutdown_signal;
@@ -52,14 +53,35 @@ fn config_of(
     Ok(config)
 }
 
+/// `--listen ADDR`, checked as `[serve] listen` is.
+fn listen_flag(listen: Option<&str>) -> Result<(), CliError> {
+    let Some(listen) = listen else { return Ok(()) };
+    check_listen(listen).map_err(|message| {
+        CliError::from(ConfigError { file: "<flags>".into(), line: 0, key: "--listen".into(), message })
+    })
+}
+
 /// Runs `telemon serve` until Ctrl-C or SIGTERM.
 pub async fn run(args: Args) -> CliResult {
+    listen_flag(args.listen.as_deref())?;
     if let Some(file) = &args.check_config {
-        let config = FleetConfig::load(file)?;
-        println!("{}: ok ({})", file.display(), config.summary());
+        // The same check as at start and at every reload, of the same file and flags.
+        let targets = TargetArgs { config: Some(file.clone()), ..args.targets.clone() };
+        let checked = check(config_of(&targets, args.shard, args.web_config_file.as_ref())?)?;
+        let web = match &checked.web {
+            Some(w) => format!(
+                "; web config {}: {}, {} basic auth users",
+                w.path.display(),
+                if w.is_tls() { "TLS" } else { "no TLS" },
+                w.user_names().len()
+            ),
+            None => String::new(),
+        };
+        println!("{}: ok ({}{web})", file.display(), checked.config.summary());
         return Ok(());
     }
-    let config = config_of(&args.targets, args.shard, args.web_config_file.as_ref())?;
+    let checked = check(config_of(&args.targets, args.shard, args.web_config_file.as_ref())?)?;
+    let config = checked.config.clone();
     if args.targets.config.is_none() && config.blocks() == 0 {
         return Err(CliError::Usage(
             "no targets: give --config FILE (a config without targets serves /probe only) or target flags such as --hmon ADDR".into(),
@@ -67,11 +89,9 @@ pub async fn run(args: Args) -> CliResult {
     }
     let recording = args.record.map(|dir| args.rotate.start(dir)).transpose()?;
     telemon_fleet::pace::set_wakeup_slack(config.serve.wakeup_slack);
-    // A bad web config is a usage error (exit 2, FILE:LINE: KEY: why), like a bad --config.
-    if let Some(web) = &config.serve.web_config {
-        telemon::http::WebConfig::load(web).map_err(|e| CliError::Usage(e.to_string()))?;
-    }
-    let server = telemon::http::start(&config, args.listen.as_deref()).await.map_err(CliError::peer)?;
+    let scheme = if checked.web.as_ref().is_some_and(|w| w.is_tls()) { "https" } else { "http" };
+    let server =
+        telemon::http::start_checked(checked, args.listen.as_deref()).await.map_err(CliError::peer)?;
     let (targets, shard, web) = (args.targets.clone(), args.shard, args.web_config_file.clone());
     server
         .control()
@@ -92,7 +112,7 @@ pub async fn run(args: Args) -> CliResult {
             let _ = control.reload().await;
         }
     });
-    eprintln!("telemon: serving {what}{shard} on http://{}/metrics", server.local_addr());
+    eprintln!("telemon: serving {what}{shard} on {scheme}://{}/metrics", server.local_addr());
     let result = server.run_until(shutdown_signal()).await.map_err(CliError::peer);
     hangups.abort();
     if let Some(recording) = &recording {

@@ -51,6 +51,7 @@ pub use thread::REPLACED_LINGER;
 
 use thread::{HttpThread, Serving};
 
+use crate::check::Checked;
 use crate::exposition::exposition;
 use probe::Probes;
 
@@ -65,13 +66,21 @@ pub struct Server {
     control: Arc<Control>,
 }
 
-/// Starts every target of `config` and serves HTTP on `listen` (`config.serve.listen` when `None`).
-/// The targets run on the calling runtime.
+/// Checks `config` ([`crate::check`]), then starts it as [`start_checked`] does; a config that fails
+/// the check is an `InvalidInput` error.
 pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Result<Server> {
+    let checked = crate::check::check(config.clone()).map_err(invalid_input)?;
+    start_checked(checked, listen).await
+}
+
+/// Starts every target of a checked config and serves HTTP on `listen` (`config.serve.listen` when
+/// `None`), behind the web configuration the check read. The targets run on the calling runtime.
+pub async fn start_checked(checked: Checked, listen: Option<&str>) -> std::io::Result<Server> {
+    let Checked { config, web } = checked;
+    let config = &config;
     let listen_override = listen.map(str::to_owned);
     let listen = listen.unwrap_or(&config.serve.listen);
     let listener = thread::bind(listen)?;
-    let web = config.serve.web_config.as_deref().map(WebConfig::load).transpose().map_err(invalid_input)?;
     let web = Arc::new(WebGate::new(web));
     let addr = listener.local_addr()?;
     let fleet = Arc::new(Fleet::start(config).await?);

@@ -18,7 +18,7 @@ use telemon_fleet::config::FleetConfig;
 use telemon_fleet::Fleet;
 use telemon_push::{Push, Stats as PushStats};
 
-use super::conn::{open_file_limit, HttpLimits, WebConfig, WebGate};
+use super::conn::{open_file_limit, HttpLimits, WebGate};
 use super::probe::Probes;
 use super::thread::{self, HttpThread, Serving, REPLACED_LINGER};
 
@@ -166,11 +166,9 @@ impl Control {
     async fn apply(&self) -> Result<String, String> {
         let source = self.source.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let source = source.ok_or("this server was started without a config to read again")?;
-        let new = source()?;
-        // Everything that can be checked is checked before anything changes.
-        let web =
-            new.serve.web_config.as_deref().map(WebConfig::load).transpose().map_err(|e| e.to_string())?;
-        telemon_push::check(&new).map_err(|e| e.to_string())?;
+        // Everything that can be checked is checked before anything changes: the same check as at start.
+        let crate::check::Checked { config: new, web } =
+            crate::check::check(source()?).map_err(|e| e.to_string())?;
         // A new HTTP address is bound before anything changes.
         let listen = self.listen_override.clone().unwrap_or_else(|| new.serve.listen.clone());
         let limits = HttpLimits::new(&new.serve, open_file_limit());
