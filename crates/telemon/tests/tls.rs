@@ -82,6 +82,7 @@ tls_server_config:
   cipher_suites:
     - TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256
     - TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256
+    - TLS_AES_128_GCM_SHA256
   prefer_server_cipher_suites: false
   curve_preferences: [X25519, CurveP256, CurveP384]
 http_server_config:
@@ -112,7 +113,14 @@ rate_limit:
     assert_eq!(tls.client_auth, ClientAuth::RequireAndVerifyClientCert);
     assert_eq!(tls.client_allowed_sans, ["prometheus.test", "127.0.0.1"]);
     assert_eq!((tls.min_version, tls.max_version), (TlsVersion::Tls12, TlsVersion::Tls13));
-    assert_eq!(tls.cipher_suites.len(), 2);
+    assert_eq!(
+        tls.cipher_suites,
+        [
+            rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+            rustls::CipherSuite::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+            rustls::CipherSuite::TLS13_AES_128_GCM_SHA256
+        ]
+    );
     assert!(!tls.prefer_server_cipher_suites);
     assert_eq!(tls.curve_preferences, [Curve::X25519, Curve::P256, Curve::P384]);
     assert!(!config.http2);
@@ -236,18 +244,6 @@ fn bad_inputs_say_file_line_and_key() {
         "is not one of",
     );
     assert_refused(
-        &format!("{tls}  client_auth_type: RequireAndVerifyClientCert\n"),
-        4,
-        "tls_server_config.client_auth_type",
-        "client_ca_file",
-    );
-    assert_refused(
-        &format!("{tls}  client_auth_type: VerifyClientCertIfGiven\n"),
-        4,
-        "tls_server_config.client_auth_type",
-        "client_ca_file",
-    );
-    assert_refused(
         &format!("{tls}  client_ca_file: ca.pem\n"),
         4,
         "tls_server_config.client_ca_file",
@@ -298,6 +294,12 @@ fn bad_inputs_say_file_line_and_key() {
         "not supported by rustls",
     );
     assert_refused(
+        &format!("{tls}  cipher_suites: [TLS13_AES_128_GCM_SHA256]\n"),
+        4,
+        "tls_server_config.cipher_suites",
+        "rustls's name: the file takes Go's, TLS_AES_128_GCM_SHA256",
+    );
+    assert_refused(
         &format!("{tls}  cipher_suites: [AES]\n"),
         4,
         "tls_server_config.cipher_suites",
@@ -343,7 +345,7 @@ fn bad_inputs_say_file_line_and_key() {
     assert_refused("http_server_config:\n  http2: 2\n", 2, "http_server_config.http2", "true or false");
     // Rate limit.
     assert_refused("rate_limit:\n  interval: soon\n  burst: 1\n", 2, "rate_limit.interval", "not a duration");
-    assert_refused("rate_limit:\n  interval: 1s\n  burst: 0\n", 3, "rate_limit.burst", "at least 1");
+    assert_refused("rate_limit:\n  interval: 1s\n  burst: -1\n", 3, "rate_limit.burst", "not a whole number");
     // YAML itself: syntax, duplicate keys, types, several documents.
     assert_refused("tls_server_config:\n  cert_file: [\n", 3, "yaml", "");
     assert_refused(&format!("{tls}  cert_file: server.pem\n"), 4, "yaml", "duplicate");
@@ -354,7 +356,7 @@ fn bad_inputs_say_file_line_and_key() {
 #[tokio::test]
 async fn the_binary_exits_2_on_a_bad_web_config() {
     let dir = tempfile::tempdir().unwrap();
-    let path = web_config(dir.path(), "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n");
+    let path = web_config(dir.path(), "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: gone.pem\n");
     let file = path.to_str().unwrap();
     let out = support::run(
         &["serve", "--web.config.file", file, "--smon", "127.0.0.1:1", "--listen", "127.0.0.1:0"],
@@ -363,7 +365,7 @@ async fn the_binary_exits_2_on_a_bad_web_config() {
     .await;
     let err = support::stderr(&out);
     assert_eq!(support::code(&out), 2, "{err}");
-    assert!(err.contains(&format!("{file}:4: tls_server_config.client_auth_type: ")), "{err}");
+    assert!(err.contains(&format!("{file}:5: tls_server_config.client_ca_file: ")), "{err}");
 
     let path = web_config(dir.path(), "basic_auth_users:\n  prometheus: telemon-test-password\n");
     let file = path.to_str().unwrap();
@@ -449,9 +451,26 @@ async fn https_with_basic_auth_covers_every_path_but_healthz() {
     let r = http.get(url("/healthz")).send().await.unwrap();
     assert_eq!(r.status(), 200, "/healthz needs no password");
     assert_eq!(r.headers()["x-frame-options"], "deny");
-    // Plain HTTP on the TLS port gets no answer.
-    let plain = support::http_get(addr, "/healthz", &[]).await;
-    assert!(plain.is_err() || plain.as_ref().is_ok_and(|(s, _)| *s != 200), "{plain:?}");
+    // Plain HTTP on the TLS port gets Go's answer, word for word.
+    let plain = support::http_get(addr, "/healthz", &[]).await.expect("an answer to plain HTTP");
+    assert_eq!(plain, (400, "Client sent an HTTP request to an HTTPS server.\n".to_owned()));
+    {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut raw = tokio::net::TcpStream::connect(addr).await.unwrap();
+        raw.write_all(b"HEAD /metrics HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut got = Vec::new();
+        support::within("the answer to plain HTTP", raw.read_to_end(&mut got)).await.unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n"
+        );
+        // Bytes that are neither TLS nor HTTP: closed without an answer.
+        let mut junk = tokio::net::TcpStream::connect(addr).await.unwrap();
+        junk.write_all(b"SSH-2.0-x\r\n").await.unwrap();
+        let mut got = Vec::new();
+        let read = support::within("junk to be closed", junk.read_to_end(&mut got)).await;
+        assert!(read.is_err() || got.is_empty(), "{:?}", String::from_utf8_lossy(&got));
+    }
 
     // ...and is dropped after the idle timeout (1 s here).
     use tokio::io::AsyncReadExt;
@@ -538,6 +557,206 @@ async fn mutual_tls_refuses_clients_without_a_good_certificate() {
         "a certificate of another CA"
     );
     server.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// exporter-toolkit's own test files, in spirit: each case of its web/testdata that Go accepts, written
+// with this repository's certificates (the toolkit's files are not copied here).
+
+#[test]
+fn exporter_toolkit_files_load_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(data("stranger.pem"), dir.path().join("stranger.pem")).unwrap();
+    let tls = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n";
+    let load = |yaml: &str| {
+        WebConfig::load(&web_config(dir.path(), yaml)).unwrap_or_else(|e| panic!("{e}\nfor:\n{yaml}"))
+    };
+    // web_config_noAuth.good.yml and most others: a Verify type without client_ca_file (Go then
+    // verifies against the system's CAs).
+    for (name, auth) in [
+        ("VerifyClientCertIfGiven", ClientAuth::VerifyClientCertIfGiven),
+        ("RequireAndVerifyClientCert", ClientAuth::RequireAndVerifyClientCert),
+    ] {
+        let config = load(&format!("{tls}  client_auth_type: \"{name}\"\n"));
+        let tls = config.tls.unwrap();
+        assert_eq!((tls.client_auth, tls.client_ca), (auth, None));
+    }
+    // web_config_noAuth_allCiphers.good.yml less its CBC suites: Go's names of TLS 1.3's suites too.
+    let config = load(&format!(
+        "{tls}  client_auth_type: \"VerifyClientCertIfGiven\"\n  cipher_suites:\n  - TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\n  - TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384\n  - TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256\n  - TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384\n  - TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256\n  - TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256\n  - TLS_AES_128_GCM_SHA256\n  - TLS_AES_256_GCM_SHA384\n  - TLS_CHACHA20_POLY1305_SHA256\n"
+    ));
+    assert_eq!(config.tls.unwrap().cipher_suites.len(), 9);
+    // tls_config_noAuth.requireandverifyclientcert.good.yml: a self-signed client certificate as its own CA.
+    let config = load(&format!(
+        "{tls}  client_auth_type: \"RequireAndVerifyClientCert\"\n  client_ca_file: \"stranger.pem\"\n"
+    ));
+    assert_eq!(config.tls.unwrap().client_ca, Some(PemSource::File(dir.path().join("stranger.pem"))));
+    // web_config_rate_limiter_one_second.yaml: burst 0 (every request refused, as with Go's limiter); no
+    // burst at all is 0 too.
+    for yaml in ["rate_limit:\n  interval: \"1s\"\n  burst: 0\n", "rate_limit:\n  interval: 1s\n"] {
+        let limit = load(yaml).rate_limit.unwrap();
+        assert_eq!((limit.interval, limit.burst), (Duration::from_secs(1), 0), "{yaml}");
+    }
+    // web_config_rate_limiter_nonblocking.yaml: interval 0 is no limit, whatever the burst.
+    assert!(load("rate_limit:\n  interval: 0\n  burst: 0\n").rate_limit.is_none());
+}
+
+/// A server for `yaml` (with the test certificates beside it) and its address.
+async fn serve(dir: &Path, yaml: &str) -> telemon::http::Server {
+    let path = web_config(dir, yaml);
+    telemon::http::start(&fleet_config(&path), Some("127.0.0.1:0")).await.expect("serve starts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_types_without_a_client_ca_verify_against_the_system_cas() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n";
+    let server = serve(dir.path(), &format!("{tls}  client_auth_type: VerifyClientCertIfGiven\n")).await;
+    let url = format!("https://127.0.0.1:{}/metrics", server.local_addr().port());
+    let r = client(None).get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200, "no certificate: served, as in Go");
+    // The test CA is no system CA: its client certificate is refused.
+    assert!(client(Some(("client.pem", "client.key"))).get(&url).send().await.is_err());
+    server.shutdown().await;
+
+    let server = serve(dir.path(), &format!("{tls}  client_auth_type: RequireAndVerifyClientCert\n")).await;
+    let url = format!("https://127.0.0.1:{}/metrics", server.local_addr().port());
+    assert!(client(None).get(&url).send().await.is_err(), "a certificate is required");
+    assert!(client(Some(("client.pem", "client.key"))).get(&url).send().await.is_err());
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_self_signed_ca_client_certificate_listed_as_the_client_ca_is_taken() {
+    // stranger.pem is self-signed with basicConstraints CA:TRUE, as the toolkit's client_selfsigned.pem.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(data("stranger.pem"), dir.path().join("stranger.pem")).unwrap();
+    let server = serve(
+        dir.path(),
+        "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n  client_ca_file: stranger.pem\n",
+    )
+    .await;
+    let url = format!("https://127.0.0.1:{}/metrics", server.local_addr().port());
+    let r = client(Some(("stranger.pem", "stranger.key"))).get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(client(None).get(&url).send().await.is_err(), "no certificate");
+    assert!(client(Some(("client.pem", "client.key"))).get(&url).send().await.is_err(), "another CA's");
+    server.shutdown().await;
+}
+
+/// The TLS handshake of a client offering only `suites` at `version`: the suite agreed on.
+async fn handshake_with(
+    addr: SocketAddr,
+    version: &'static rustls::SupportedProtocolVersion,
+    suites: &[rustls::CipherSuite],
+) -> Result<rustls::CipherSuite, std::io::Error> {
+    let mut provider = rustls::crypto::ring::default_provider();
+    provider.cipher_suites.retain(|s| suites.contains(&s.suite()));
+    let mut roots = rustls::RootCertStore::empty();
+    let ca = std::fs::read(data("ca.pem")).unwrap();
+    for cert in rustls::pki_types::pem::PemObject::pem_slice_iter(&ca) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("127.0.0.1").unwrap();
+    let tls = connector.connect(name, tcp).await?;
+    Ok(tls.get_ref().1.negotiated_cipher_suite().unwrap().suite())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_names_of_tls13_suites_are_taken_and_tls13_keeps_all_its_suites() {
+    use rustls::CipherSuite as S;
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(
+        dir.path(),
+        "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  cipher_suites:\n    - TLS_AES_256_GCM_SHA384\n    - TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256\n",
+    )
+    .await;
+    let addr = server.local_addr();
+    let tls12 = &rustls::version::TLS12;
+    let tls13 = &rustls::version::TLS13;
+    let suite = handshake_with(addr, tls12, &[S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256]).await.unwrap();
+    assert_eq!(suite, S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256);
+    assert!(
+        handshake_with(addr, tls12, &[S::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384]).await.is_err(),
+        "a TLS 1.2 suite not listed"
+    );
+    // As in Go, TLS 1.3's suites are not chosen by the list: even one it does not name is agreed on.
+    for suite in [S::TLS13_AES_256_GCM_SHA384, S::TLS13_CHACHA20_POLY1305_SHA256] {
+        assert_eq!(handshake_with(addr, tls13, &[suite]).await.unwrap(), suite);
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_0_refuses_every_request_as_the_toolkit_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve(dir.path(), "rate_limit:\n  interval: 1s\n  burst: 0\n").await;
+    for path in ["/metrics", "/healthz"] {
+        let (status, _) = support::http_get(server.local_addr(), path, &[]).await.unwrap();
+        assert_eq!(status, 429, "{path}");
+    }
+    server.shutdown().await;
+}
+
+/// `telemon serve --web.config.file FILE` on a free port, with `SSL_CERT_FILE` (the system's CAs, as
+/// rustls-native-certs and Go read them) naming `ca_file` only; ready once it accepts connections.
+async fn spawn_serve_with_system_cas(file: &Path, ca_file: &Path) -> (support::Telemon, SocketAddr) {
+    let addr = support::free_addr();
+    let telemon = support::Telemon::spawn_program(
+        Path::new("/usr/bin/env"),
+        &[
+            "-u",
+            "SSL_CERT_DIR",
+            &format!("SSL_CERT_FILE={}", ca_file.display()),
+            support::TELEMON,
+            "serve",
+            "--web.config.file",
+            file.to_str().unwrap(),
+            "--smon",
+            "127.0.0.1:1",
+            "--listen",
+            &addr.to_string(),
+        ],
+    );
+    support::until("telemon to listen", Duration::from_millis(50), async || {
+        tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
+    })
+    .await;
+    (telemon, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_system_cas_verify_clients_and_each_refusal_is_logged_with_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = web_config(
+        dir.path(),
+        "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  client_auth_type: RequireAndVerifyClientCert\n",
+    );
+    // The "system" holds the test CA only.
+    let (mut telemon, addr) = spawn_serve_with_system_cas(&path, &data("ca.pem")).await;
+    let url = format!("https://127.0.0.1:{}/metrics", addr.port());
+    let r = client(Some(("client.pem", "client.key"))).get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200, "signed by a system CA");
+    assert!(client(Some(("stranger.pem", "stranger.key"))).get(&url).send().await.is_err());
+    let line = telemon.stderr_line("TLS handshake refused").await;
+    assert!(line.contains("a CA certificate (basicConstraints CA:TRUE)"), "{line}");
+    assert!(line.contains("refused=1") && line.contains("peer=127.0.0.1:"), "{line}");
+    telemon.kill().await;
+
+    // Another server, and a client with no certificate at all.
+    let (mut telemon, addr) = spawn_serve_with_system_cas(&path, &data("ca.pem")).await;
+    let url = format!("https://127.0.0.1:{}/metrics", addr.port());
+    assert!(client(None).get(&url).send().await.is_err());
+    let line = telemon.stderr_line("TLS handshake refused").await;
+    assert!(line.contains("no client certificate was sent"), "{line}");
+    telemon.kill().await;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -303,8 +303,8 @@ fn generated() -> impl Strategy<Value = Generated> {
     ]);
     let tls = prop::option::of((auth, any::<bool>(), version.clone(), version)).prop_map(|t| {
         t.map(|((auth, name), ca, min, max)| {
-            // A CA with NoClientCert is refused, and a verifying mode needs one.
-            let ca = auth.verifies() || (ca && auth != ClientAuth::NoClientCert);
+            // A CA with NoClientCert is refused; a verifying mode without one uses the system's CAs.
+            let ca = ca && auth != ClientAuth::NoClientCert;
             let (min, max) = match (min, max) {
                 (Some(a), Some(b)) if a > b => (Some(b), Some(a)),
                 // Alone, either is within the defaults (TLS 1.2 to 1.3).
@@ -318,7 +318,8 @@ fn generated() -> impl Strategy<Value = Generated> {
         (Just("1s"), Just(std::time::Duration::from_secs(1))),
         (Just("2m30s"), Just(std::time::Duration::from_secs(150))),
     ])
-    .prop_flat_map(|r| (Just(r), 1u32..1000))
+    // burst 0 included: it refuses every request, as in the toolkit, and reads back as 0.
+    .prop_flat_map(|r| (Just(r), 0u32..1000))
     .prop_map(|(r, burst)| r.map(|(text, d)| (text, d, burst)));
     (users, headers, prop::option::of(any::<bool>()), tls, rate).prop_map(
         |(users, headers, http2, tls, rate_limit)| Generated { users, headers, http2, tls, rate_limit },

@@ -204,5 +204,8 @@ mod tests {
         let limiter = RateLimiter::new(RateLimit { interval: Duration::from_secs(3600), burst: 3 });
         assert!(limiter.allow() && limiter.allow() && limiter.allow());
         assert!(!limiter.allow());
+        // burst 0: nothing ever passes (golang.org/x/time/rate's Allow with a burst of 0).
+        let limiter = RateLimiter::new(RateLimit { interval: Duration::from_nanos(1), burst: 0 });
+        assert!(!limiter.allow() && !limiter.allow());
     }
 }

@@ -46,9 +46,11 @@ pub enum ClientAuth {
     RequestClientCert,
     /// A certificate is required but not verified (`RequireClientCert` is an old name for it).
     RequireAnyClientCert,
-    /// A certificate is not required; one that is sent must be signed by the client CA.
+    /// A certificate is not required; one that is sent must be signed by the client CA (the
+    /// system's CAs when there is no `client_ca_file`, as in Go).
     VerifyClientCertIfGiven,
-    /// A certificate signed by the client CA is required: the only safe choice for mTLS.
+    /// A certificate signed by the client CA (the system's CAs when there is no `client_ca_file`)
+    /// is required: the only safe choice for mTLS.
     RequireAndVerifyClientCert,
 }
 
@@ -64,7 +66,7 @@ impl ClientAuth {
         })
     }
 
-    /// Whether a client CA is needed to verify the certificates.
+    /// Whether client certificates are verified (against the client CA, or the system's CAs).
     pub fn verifies(self) -> bool {
         matches!(self, ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert)
     }
@@ -97,7 +99,8 @@ pub struct TlsSettings {
     pub cert: PemSource,
     /// Its private key (`key_file` or `key`).
     pub key: PemSource,
-    /// The CA that signs client certificates (`client_ca_file` or `client_ca`).
+    /// The CA that signs client certificates (`client_ca_file` or `client_ca`); the system's CAs
+    /// verify them when `None` (Go's rule). A certificate listed here is trusted as it is.
     pub client_ca: Option<PemSource>,
     /// `client_auth_type`.
     pub client_auth: ClientAuth,
@@ -107,8 +110,8 @@ pub struct TlsSettings {
     pub min_version: TlsVersion,
     /// `max_version` (default TLS 1.3).
     pub max_version: TlsVersion,
-    /// `cipher_suites`: the TLS 1.2 suites allowed, in preference order (all of rustls's when empty;
-    /// TLS 1.3's suites are always all allowed, as in Go).
+    /// `cipher_suites` (Go's names): the TLS 1.2 suites allowed, in preference order (all of
+    /// rustls's when empty). TLS 1.3's suites may be listed and are always all allowed, as in Go.
     pub cipher_suites: Vec<rustls::CipherSuite>,
     /// `prefer_server_cipher_suites` (default true): the server's order wins.
     pub prefer_server_cipher_suites: bool,
@@ -121,7 +124,8 @@ pub struct TlsSettings {
 pub struct RateLimit {
     /// One token comes back every `interval`.
     pub interval: Duration,
-    /// The bucket's size.
+    /// The bucket's size. 0 (also when `burst` is missing) refuses every request, as the toolkit
+    /// (`golang.org/x/time/rate`) does.
     pub burst: u32,
 }
 

@@ -1,7 +1,9 @@
 //! `tls_server_config` as a rustls server (ring provider): the certificate re-read when its files
-//! change, client certificates per `client_auth_type`.
+//! change, client certificates per `client_auth_type` as Go's `crypto/tls` checks them (the system's
+//! CA certificates when no `client_ca_file` is given; a certificate listed in `client_ca_file` taken
+//! as it is, even a self-signed CA one), and why a client certificate was refused, for the log.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use rustls::client::danger::HandshakeSignatureValid;
@@ -11,7 +13,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
-use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
+use rustls::{
+    CertificateError, DigitallySignedStruct, DistinguishedName, OtherError, RootCertStore, ServerConfig,
+    SignatureScheme,
+};
 
 use super::settings::{ClientAuth, Curve, PemSource, TlsSettings, TlsVersion};
 
@@ -108,41 +113,51 @@ fn client_verifier(
     tls: &TlsSettings,
     provider: &Arc<CryptoProvider>,
 ) -> Result<Arc<dyn ClientCertVerifier>, KeyError> {
-    let ca_key =
-        |ca: &PemSource| if matches!(ca, PemSource::File(_)) { "client_ca_file" } else { "client_ca" };
-    let roots = |required: bool| -> Result<Option<Arc<RootCertStore>>, KeyError> {
-        let Some(ca) = &tls.client_ca else {
-            return if required {
-                Err(("client_auth_type", "needs client_ca_file".into()))
-            } else {
-                Ok(None)
-            };
-        };
-        let bytes = ca.read().map_err(|e| (ca_key(ca), e))?;
-        let mut store = RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(&bytes) {
-            let cert = cert.map_err(|e| (ca_key(ca), format!("not a PEM certificate: {e}")))?;
-            store.add(cert).map_err(|e| (ca_key(ca), format!("not a usable CA certificate: {e}")))?;
-        }
-        if store.is_empty() {
-            return Err((ca_key(ca), "no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into()));
-        }
-        Ok(Some(Arc::new(store)))
-    };
     let algorithms = provider.signature_verification_algorithms;
     let verifier: Arc<dyn ClientCertVerifier> = match tls.client_auth {
         ClientAuth::NoClientCert => WebPkiClientVerifier::no_client_auth(),
-        ClientAuth::RequestClientCert => Arc::new(AnyClientCert { mandatory: false, algorithms }),
-        ClientAuth::RequireAnyClientCert => Arc::new(AnyClientCert { mandatory: true, algorithms }),
+        ClientAuth::RequestClientCert => Arc::new(Unchecked { mandatory: false, accept: true, algorithms }),
+        ClientAuth::RequireAnyClientCert => Arc::new(Unchecked { mandatory: true, accept: true, algorithms }),
         ClientAuth::VerifyClientCertIfGiven | ClientAuth::RequireAndVerifyClientCert => {
-            let roots = roots(true)?.ok_or(("client_auth_type", "needs client_ca_file".to_owned()))?;
-            let builder = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
-            let builder = if tls.client_auth == ClientAuth::VerifyClientCertIfGiven {
-                builder.allow_unauthenticated()
-            } else {
-                builder
+            let mandatory = tls.client_auth == ClientAuth::RequireAndVerifyClientCert;
+            let (roots, pinned) = match &tls.client_ca {
+                Some(ca) => {
+                    let certs = client_ca(ca)?;
+                    let mut store = RootCertStore::empty();
+                    for cert in &certs {
+                        store
+                            .add(cert.clone())
+                            .map_err(|e| (ca_key(ca), format!("not a usable CA certificate: {e}")))?;
+                    }
+                    (Arc::new(store), certs)
+                }
+                // Go's rule: the system's CA certificates.
+                None => (system_roots(), Vec::new()),
             };
-            builder.build().map_err(|e| ("client_ca_file", format!("cannot verify clients with it: {e}")))?
+            if roots.is_empty() {
+                tracing::warn!(
+                    "tls_server_config.client_auth_type {:?} without client_ca_file, and no system CA certificate was found (SSL_CERT_FILE, SSL_CERT_DIR, /etc/ssl/certs): every client certificate will be refused",
+                    tls.client_auth
+                );
+                Arc::new(Unchecked { mandatory, accept: false, algorithms })
+            } else {
+                let mut builder = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
+                if !mandatory {
+                    builder = builder.allow_unauthenticated();
+                }
+                if tls.client_ca.is_none() {
+                    // As Go: no list of acceptable CAs in the request (it would name every system CA).
+                    builder = builder.clear_root_hint_subjects();
+                }
+                let inner = builder
+                    .build()
+                    .map_err(|e| ("client_ca_file", format!("cannot verify clients with it: {e}")))?;
+                if pinned.is_empty() {
+                    inner
+                } else {
+                    Arc::new(Pinned { inner, pinned })
+                }
+            }
         }
     };
     if tls.client_allowed_sans.is_empty() {
@@ -156,15 +171,171 @@ fn client_verifier(
     Ok(Arc::new(AllowedSans { inner: verifier, names }))
 }
 
-/// `RequestClientCert` and `RequireAnyClientCert`: a certificate is asked for but not verified
-/// (the handshake still proves that the client holds its key).
+fn ca_key(ca: &PemSource) -> &'static str {
+    if matches!(ca, PemSource::File(_)) {
+        "client_ca_file"
+    } else {
+        "client_ca"
+    }
+}
+
+/// The certificates of `client_ca_file` (or `client_ca`): at least one.
+fn client_ca(ca: &PemSource) -> Result<Vec<CertificateDer<'static>>, KeyError> {
+    let bytes = ca.read().map_err(|e| (ca_key(ca), e))?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<_, _>>()
+        .map_err(|e| (ca_key(ca), format!("not a PEM certificate: {e}")))?;
+    if certs.is_empty() {
+        return Err((ca_key(ca), "no PEM certificate (-----BEGIN CERTIFICATE-----) in it".into()));
+    }
+    Ok(certs)
+}
+
+/// The system's CA certificates, read once per process as Go's `x509.SystemCertPool` is: the files
+/// that `SSL_CERT_FILE` and `SSL_CERT_DIR` name, or else the distribution's bundle
+/// (`/etc/ssl/certs/ca-certificates.crt` on Debian). Those that do not parse are left out, as Go does.
+fn system_roots() -> Arc<RootCertStore> {
+    static ROOTS: OnceLock<Arc<RootCertStore>> = OnceLock::new();
+    ROOTS
+        .get_or_init(|| {
+            let found = rustls_native_certs::load_native_certs();
+            for error in &found.errors {
+                tracing::debug!(%error, "a system CA certificate could not be read");
+            }
+            let mut store = RootCertStore::empty();
+            store.add_parsable_certificates(found.certs);
+            Arc::new(store)
+        })
+        .clone()
+}
+
+/// The reason `error` (a failed TLS handshake) gives, when it is about the client's certificate:
+/// none sent where one is required, or one refused.
+pub(super) fn client_certificate_refusal(error: &rustls::Error) -> Option<String> {
+    match error {
+        rustls::Error::NoCertificatesPresented => {
+            Some("no client certificate was sent, and client_auth_type requires one".into())
+        }
+        rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => Some(
+            "the client certificate is not signed by client_ca_file's CA (or by a system CA when there is no client_ca_file)"
+                .into(),
+        ),
+        rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(e)))
+            if e.downcast_ref::<webpki::Error>() == Some(&webpki::Error::CaUsedAsEndEntity) =>
+        {
+            Some("the client certificate is a CA certificate (basicConstraints CA:TRUE): rustls takes one only when it is itself in client_ca_file".into())
+        }
+        rustls::Error::InvalidCertificate(why) => Some(format!("the client certificate is refused: {why}")),
+        _ => None,
+    }
+}
+
+/// `VerifyClientCertIfGiven` and `RequireAndVerifyClientCert` with a `client_ca_file`: a certificate
+/// that is itself in that file is taken as it is, while it is valid and allows client
+/// authentication (Go's rule: a certificate found among the roots is a chain of its own). webpki
+/// would refuse such a certificate when it is a CA's (a self-signed `CA:TRUE` certificate, as
+/// exporter-toolkit's tests use); anything else goes to `inner`.
 #[derive(Debug)]
-struct AnyClientCert {
+struct Pinned {
+    inner: Arc<dyn ClientCertVerifier>,
+    pinned: Vec<CertificateDer<'static>>,
+}
+
+/// Whether `cert` is valid at `now` and its extended key usage (if any) allows client
+/// authentication, as Go checks a certificate that is one of the roots.
+fn pinned_cert_usable(cert: &CertificateDer<'_>, now: UnixTime) -> Result<(), rustls::Error> {
+    let other = |why: String| {
+        rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(Refusal(why)))))
+    };
+    let (_, parsed) = x509_parser::parse_x509_certificate(cert)
+        .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
+    let secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+    let at = x509_parser::time::ASN1Time::from_timestamp(secs)
+        .map_err(|e| other(format!("cannot compare the time {secs} with its validity: {e}")))?;
+    if !parsed.validity().is_valid_at(at) {
+        return Err(rustls::Error::InvalidCertificate(CertificateError::Expired));
+    }
+    match parsed.extended_key_usage() {
+        Ok(None) => Ok(()),
+        Ok(Some(eku)) if eku.value.any || eku.value.client_auth => Ok(()),
+        Ok(Some(_)) => Err(rustls::Error::InvalidCertificate(CertificateError::InvalidPurpose)),
+        Err(e) => Err(other(format!("its extended key usage cannot be read: {e}"))),
+    }
+}
+
+impl ClientCertVerifier for Pinned {
+    fn offer_client_auth(&self) -> bool {
+        self.inner.offer_client_auth()
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        self.inner.client_auth_mandatory()
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.inner.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        if self.pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) {
+            pinned_cert_usable(end_entity, now)?;
+            return Ok(ClientCertVerified::assertion());
+        }
+        self.inner.verify_client_cert(end_entity, intermediates, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
+/// Why a client certificate was refused, where rustls has no variant for it.
+#[derive(Debug)]
+struct Refusal(String);
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// A client certificate asked for with no chain to check: `RequestClientCert` and
+/// `RequireAnyClientCert` take any (`accept`; the handshake still proves that the client holds its
+/// key), and the `Verify` types with no CA certificate at all (no `client_ca_file`, none in the
+/// system) take none.
+#[derive(Debug)]
+struct Unchecked {
     mandatory: bool,
+    accept: bool,
     algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ClientCertVerifier for AnyClientCert {
+impl ClientCertVerifier for Unchecked {
     fn offer_client_auth(&self) -> bool {
         true
     }
@@ -183,7 +354,11 @@ impl ClientCertVerifier for AnyClientCert {
         _intermediates: &[CertificateDer<'_>],
         _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        Ok(ClientCertVerified::assertion())
+        if self.accept {
+            Ok(ClientCertVerified::assertion())
+        } else {
+            Err(rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer))
+        }
     }
 
     fn verify_tls12_signature(
@@ -237,11 +412,12 @@ impl ClientCertVerifier for AllowedSans {
     ) -> Result<ClientCertVerified, rustls::Error> {
         let verified = self.inner.verify_client_cert(end_entity, intermediates, now)?;
         let cert = webpki::EndEntityCert::try_from(end_entity)
-            .map_err(|e| rustls::Error::General(format!("cannot read the client certificate: {e}")))?;
+            .map_err(|_| rustls::Error::InvalidCertificate(CertificateError::BadEncoding))?;
         if self.names.iter().any(|n| cert.verify_is_valid_for_subject_name(n).is_ok()) {
             Ok(verified)
         } else {
-            Err(rustls::Error::General("the client certificate names none of client_allowed_sans".into()))
+            let why = Refusal("it names none of client_allowed_sans".into());
+            Err(rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(Arc::new(why)))))
         }
     }
 
@@ -372,6 +548,55 @@ mod tests {
         assert_eq!(key, "cert_file");
         let (key, _) = load_pair(&data("server.pem"), &data("server.pem"), &provider).unwrap_err();
         assert_eq!(key, "key_file");
+    }
+
+    fn der(name: &str) -> CertificateDer<'static> {
+        let PemSource::File(path) = data(name) else { unreachable!() };
+        CertificateDer::pem_file_iter(path).unwrap().next().unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_pinned_certificate_must_be_valid_and_allow_client_auth() {
+        let now = UnixTime::now();
+        // Self-signed, CA:TRUE, extended key usage clientAuth (as the toolkit's client_selfsigned.pem).
+        assert!(pinned_cert_usable(&der("stranger.pem"), now).is_ok());
+        // Valid until 2126: a time after that is refused, as before its start.
+        let later = UnixTime::since_unix_epoch(Duration::from_secs(200 * 365 * 86_400));
+        let err = pinned_cert_usable(&der("stranger.pem"), later).unwrap_err();
+        assert_eq!(err, rustls::Error::InvalidCertificate(CertificateError::Expired));
+        let before = UnixTime::since_unix_epoch(Duration::from_secs(86_400));
+        assert!(pinned_cert_usable(&der("stranger.pem"), before).is_err());
+        // Extended key usage serverAuth only: not a client's.
+        let err = pinned_cert_usable(&der("server.pem"), now).unwrap_err();
+        assert_eq!(err, rustls::Error::InvalidCertificate(CertificateError::InvalidPurpose));
+        assert!(pinned_cert_usable(&CertificateDer::from(vec![0x30, 0x03, 0x02, 0x01]), now).is_err());
+    }
+
+    #[test]
+    fn a_pinned_certificate_is_taken_and_others_go_to_webpki() {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        roots.add(der("stranger.pem")).unwrap();
+        let inner = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build().unwrap();
+        let now = UnixTime::now();
+        // webpki alone refuses the CA certificate as a client's...
+        let refused = inner.verify_client_cert(&der("stranger.pem"), &[], now).unwrap_err();
+        assert!(client_certificate_refusal(&refused).unwrap().contains("CA:TRUE"), "{refused}");
+        // ...pinned, it is taken; another CA's certificate is still refused (by webpki).
+        let pinned = Pinned { inner, pinned: vec![der("stranger.pem")] };
+        assert!(pinned.verify_client_cert(&der("stranger.pem"), &[], now).is_ok());
+        let refused = pinned.verify_client_cert(&der("client.pem"), &[], now).unwrap_err();
+        assert!(client_certificate_refusal(&refused).unwrap().contains("not signed by"), "{refused}");
+    }
+
+    #[test]
+    fn only_client_certificate_failures_are_refusals() {
+        let why = client_certificate_refusal(&rustls::Error::NoCertificatesPresented).unwrap();
+        assert!(why.contains("no client certificate"), "{why}");
+        let expired = rustls::Error::InvalidCertificate(CertificateError::Expired);
+        assert!(client_certificate_refusal(&expired).unwrap().contains("Expired"));
+        assert_eq!(client_certificate_refusal(&rustls::Error::DecryptError), None);
+        assert_eq!(client_certificate_refusal(&rustls::Error::HandshakeNotComplete), None);
     }
 
     #[test]

@@ -298,7 +298,7 @@ fn check_shape(path: &Path, text: &str) -> Result<(), WebConfigError> {
 
 /// A bcrypt hash as Go's `bcrypt.Cost` accepts it (`$2a$`, `$2b$`, `$2y$`, cost 4 to 31).
 fn check_bcrypt(hash: &str) -> Result<(), String> {
-    let why = "not a bcrypt hash: give the hash of the password (e.g. `htpasswd -nBC 10 \"\" | tr -d ':\\n'`), never the password itself";
+    let why = "not a bcrypt hash: give the hash of the password (`telemon hash-password` prints one), never the password itself";
     let parts = bcrypt::HashParts::from_str(hash).map_err(|_| why.to_owned())?;
     if !(4..=31).contains(&parts.get_cost()) {
         return Err(format!("bcrypt cost {} is outside 4..=31", parts.get_cost()));
@@ -561,16 +561,6 @@ impl Doc<'_> {
             (None, Some((text, _))) => Some(PemSource::Inline(text)),
             (None, None) => None,
         };
-        let auth_line = client_auth_line.unwrap_or(section_line);
-        if client_auth.verifies() && client_ca.is_none() {
-            return Err(self.err(
-                auth_line,
-                "tls_server_config.client_auth_type",
-                format!(
-                "{client_auth:?} verifies client certificates: give client_ca_file (the CA that signs them)"
-            ),
-            ));
-        }
         if client_ca.is_some() && client_auth == ClientAuth::NoClientCert {
             return Err(self.err(ca_at.0, ca_at.1,
                 "a client CA without a client_auth_type: set client_auth_type (RequireAndVerifyClientCert for mTLS)"));
@@ -652,12 +642,9 @@ impl Doc<'_> {
                 }
                 "burst" => {
                     let text = self.string(value, &name)?.unwrap_or_default();
-                    burst = Some((
-                        text.parse::<u32>().map_err(|_| {
-                            self.err(key_line, &name, format!("{} is not a whole number", shown(&text)))
-                        })?,
-                        key_line,
-                    ));
+                    burst = Some(text.parse::<u32>().map_err(|_| {
+                        self.err(key_line, &name, format!("{} is not a whole number", shown(&text)))
+                    })?);
                 }
                 _ => return Err(self.unknown(key_line, &name, &["interval", "burst"])),
             }
@@ -665,17 +652,15 @@ impl Doc<'_> {
         if interval.is_zero() {
             return Ok(None);
         }
-        match burst {
-            Some((burst, _)) if burst > 0 => Ok(Some(RateLimit { interval, burst })),
-            Some((_, at)) => {
-                Err(self.err(at, "rate_limit.burst", "0 would refuse every request: give at least 1"))
-            }
-            None => Err(self.err(
-                line(node),
-                "rate_limit.burst",
-                "missing: with an interval, burst (at least 1) is needed",
-            )),
+        // As the toolkit (golang.org/x/time/rate): a burst of 0, or none, lets no request through.
+        let burst = burst.unwrap_or(0);
+        if burst == 0 {
+            tracing::warn!(
+                file = %self.file.display(),
+                "rate_limit.burst is 0 (or missing): every request is refused with 429, as exporter-toolkit does; give burst: 1 or more"
+            );
         }
+        Ok(Some(RateLimit { interval, burst }))
     }
 }
 
@@ -696,13 +681,35 @@ const TLS_KEYS: [&str; 13] = [
     "curve_preferences",
 ];
 
-/// A Go cipher suite name (`tls.CipherSuites()`), as rustls's suite.
+/// Go's name (`tls.CipherSuites()`) of every cipher suite rustls (with ring) has: TLS 1.3's three
+/// (which rustls names `TLS13_...`) and TLS 1.2's six ECDHE AEAD suites.
+const GO_CIPHER_SUITES: [(&str, rustls::CipherSuite); 9] = {
+    use rustls::CipherSuite as S;
+    [
+        ("TLS_AES_128_GCM_SHA256", S::TLS13_AES_128_GCM_SHA256),
+        ("TLS_AES_256_GCM_SHA384", S::TLS13_AES_256_GCM_SHA384),
+        ("TLS_CHACHA20_POLY1305_SHA256", S::TLS13_CHACHA20_POLY1305_SHA256),
+        ("TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", S::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256),
+        ("TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", S::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384),
+        ("TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", S::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256),
+        ("TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", S::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384),
+        ("TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", S::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256),
+        ("TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256", S::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256),
+    ]
+};
+
+/// A Go cipher suite name, as rustls's suite.
 fn cipher_suite(name: &str) -> Result<rustls::CipherSuite, String> {
-    let provider = rustls::crypto::ring::default_provider();
-    if let Some(suite) = provider.cipher_suites.iter().find(|s| s.suite().as_str() == Some(name)) {
-        return Ok(suite.suite());
+    if let Some((_, suite)) = GO_CIPHER_SUITES.iter().find(|(go, _)| *go == name) {
+        return Ok(*suite);
     }
-    let known: Vec<&str> = provider.cipher_suites.iter().filter_map(|s| s.suite().as_str()).collect();
+    let known: Vec<&str> = GO_CIPHER_SUITES.iter().map(|(go, _)| *go).collect();
+    if let Some((go, _)) = GO_CIPHER_SUITES.iter().find(|(_, s)| s.as_str() == Some(name)) {
+        return Err(format!(
+            "{} is rustls's name: the file takes Go's, {go} (so that node_exporter reads it too)",
+            shown(name)
+        ));
+    }
     if name.starts_with("TLS_") {
         Err(format!(
             "{} is not supported by rustls (it has no CBC, RSA key exchange or 3DES suites): use one of {}",
@@ -711,5 +718,29 @@ fn cipher_suite(name: &str) -> Result<rustls::CipherSuite, String> {
         ))
     } else {
         Err(format!("unknown cipher suite {}: use one of {}", shown(name), known.join(", ")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_suite_of_rustls_has_its_go_name() {
+        let provider = rustls::crypto::ring::default_provider();
+        let ours: Vec<rustls::CipherSuite> = GO_CIPHER_SUITES.iter().map(|(_, s)| *s).collect();
+        let theirs: Vec<rustls::CipherSuite> = provider.cipher_suites.iter().map(|s| s.suite()).collect();
+        for suite in &theirs {
+            assert!(ours.contains(suite), "{suite:?} has no Go name");
+        }
+        assert_eq!(ours.len(), theirs.len(), "{ours:?} vs {theirs:?}");
+        for (go, suite) in GO_CIPHER_SUITES {
+            assert_eq!(cipher_suite(go), Ok(suite));
+            // TLS 1.2's names are the same in both; TLS 1.3's rustls spelling is refused with Go's.
+            let rustls_name = suite.as_str().unwrap();
+            if rustls_name != go {
+                assert!(cipher_suite(rustls_name).unwrap_err().contains(go));
+            }
+        }
     }
 }
