@@ -5,6 +5,7 @@
 //! `telemon_file_sd_read_errors_total`); a file that is gone gives none. A target refused on its own (not
 //! `HOST:PORT`, a bad label) is left out and counted too.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::path::PathBuf;
@@ -26,13 +27,22 @@ pub struct Watcher {
     files: BTreeMap<PathBuf, Vec<Discovered>>,
     /// What each file said last time it failed, to log a failure once.
     failing: BTreeMap<PathBuf, String>,
+    /// The targets given by more than one file with different blocks, as last warned about.
+    clashes: Vec<String>,
     reported: Option<Vec<Discovered>>,
 }
 
 impl Watcher {
     /// The watcher of `section`, reporting under `key`.
     pub fn new(key: String, section: FileSdSection) -> Watcher {
-        Watcher { key, section, files: BTreeMap::new(), failing: BTreeMap::new(), reported: None }
+        Watcher {
+            key,
+            section,
+            files: BTreeMap::new(),
+            failing: BTreeMap::new(),
+            clashes: Vec::new(),
+            reported: None,
+        }
     }
 
     /// Reads every file the patterns match; the targets of all of them, in file order, at most
@@ -45,7 +55,7 @@ impl Watcher {
             match self.section.read_file(&file) {
                 Ok((found, refused)) => {
                     for why in &refused {
-                        tracing::warn!(file = %file.display(), "file_sd: {why}");
+                        tracing::warn!("file_sd: {}:{why}", file.display());
                     }
                     crate::own::file_sd_read_errors(refused.len() as u64);
                     self.failing.remove(&file);
@@ -60,6 +70,7 @@ impl Watcher {
                 }
             }
         }
+        self.warn_clashes();
         let mut all: Vec<Discovered> = self.files.values().flatten().cloned().collect();
         let max = crate::config::file_sd::MAX_TARGETS_PER_BLOCK;
         if all.len() > max {
@@ -67,6 +78,37 @@ impl Watcher {
             all.truncate(max);
         }
         all
+    }
+
+    /// Says (once per change) which targets more than one group gives with different blocks (labels):
+    /// a name is one target, and the first file in name order (the first group in a file) wins.
+    fn warn_clashes(&mut self) {
+        let mut first: BTreeMap<&str, (&PathBuf, &Discovered)> = BTreeMap::new();
+        let mut clashes = Vec::new();
+        for (file, found) in &self.files {
+            for target in found {
+                match first.entry(target.name()) {
+                    Entry::Vacant(v) => {
+                        v.insert((file, target));
+                    }
+                    Entry::Occupied(o) if o.get().1 != target => {
+                        let other = o.get().0.display();
+                        clashes.push(format!(
+                            "target {:?} is in {other} and in {} with different labels; it is one target, and {other}'s wins",
+                            target.name(),
+                            file.display(),
+                        ));
+                    }
+                    Entry::Occupied(_) => {}
+                }
+            }
+        }
+        if clashes != self.clashes {
+            for clash in &clashes {
+                tracing::warn!("file_sd: {clash}");
+            }
+            self.clashes = clashes;
+        }
     }
 
     /// Watches and reads until dropped, calling `report(key, targets)` with the targets at first and
@@ -116,6 +158,40 @@ mod tests {
 
     async fn next(rx: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<String>>) -> Vec<String> {
         tokio::time::timeout(Duration::from_secs(10), rx.recv()).await.unwrap().unwrap()
+    }
+
+    #[test]
+    fn a_target_two_files_give_with_different_labels_is_one_and_said_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!("files = ['{}/*.json']\nprotocol = 'smon'\n", dir.path().display());
+        let mut watcher = Watcher::new("k".into(), toml::from_str(&text).unwrap());
+        std::fs::write(
+            dir.path().join("a.json"),
+            r#"[{"targets": ["127.0.0.1:1"], "labels": {"rack": "1"}}]"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("b.json"),
+            r#"[{"targets": ["127.0.0.1:1"], "labels": {"rack": "2"}}]"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("c.json"),
+            r#"[{"targets": ["127.0.0.1:1"], "labels": {"rack": "1"}}]"#,
+        )
+        .unwrap();
+        let found = watcher.read();
+        assert_eq!(found.len(), 3, "each file's, the first of a name wins when applied");
+        assert_eq!(watcher.clashes.len(), 1, "{:?}", watcher.clashes);
+        let clash = &watcher.clashes[0];
+        assert!(
+            clash.contains("a.json and in ") && clash.contains("b.json with different labels"),
+            "{clash}"
+        );
+        assert!(clash.ends_with("a.json's wins"), "{clash}");
+        std::fs::remove_file(dir.path().join("b.json")).unwrap();
+        watcher.read();
+        assert!(watcher.clashes.is_empty(), "c.json says the same as a.json");
     }
 
     #[tokio::test]

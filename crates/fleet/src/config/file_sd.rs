@@ -9,10 +9,11 @@
 //! ```
 //!
 //! A target file is a list of groups, `[{"targets": ["10.0.0.1:4502", ...], "labels": {"room": "a"}}]`, in JSON
-//! (`.json`) or YAML (`.yml`, `.yaml`). Each target becomes a block of `protocol` named after the target (a
-//! meter161 directory: after its last path component), with the group's labels over the block defaults' labels.
-//! Labels whose names begin with `__` are Prometheus's meta labels and are dropped; the others are checked as
-//! config labels are.
+//! (`.json`) or YAML (`.yml`, `.yaml`, in any case, as Prometheus reads them; a pattern must end in one of them).
+//! Each target becomes a block of `protocol` named after the target (a meter161 directory: after its last path
+//! component), with the group's labels over the block defaults' labels. A target without a port takes the
+//! protocol's default port (as Prometheus applies the scheme's), and is named with it. Labels whose names begin
+//! with `__` are Prometheus's meta labels and are dropped; the others are checked as config labels are.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -21,6 +22,8 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use super::addr::check_host_port;
+use super::addr::with_default_port;
+use super::check_label_name;
 use super::{FleetConfig, HmonTarget, Meter161Target, SmonTarget, SysinfoTarget};
 
 /// The default `refresh_interval`, as Prometheus's.
@@ -93,6 +96,10 @@ impl FileSdSection {
         }
         for f in &self.files {
             glob::Pattern::new(f).map_err(|e| ("files".to_owned(), format!("bad pattern {f:?}: {e}")))?;
+            if !is_yaml(Path::new(f)) && !is_json(Path::new(f)) {
+                let message = format!("{f:?} must end in .json, .yml or .yaml (as Prometheus's file_sd)");
+                return Err(("files".into(), message));
+            }
         }
         if self.refresh_interval < Duration::from_secs(1) {
             return Err(("refresh_interval".into(), "must be at least 1s".into()));
@@ -143,10 +150,15 @@ impl FileSdSection {
                 table.insert("dir".into(), toml::Value::String(target.into()));
                 dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
             }
-            _ => {
-                check_host_port(target)?;
-                table.insert("connect".into(), toml::Value::String(target.into()));
-                target.to_owned()
+            protocol => {
+                let port = match protocol {
+                    "hmon" => hmon::DEFAULT_PORT,
+                    "smon" => smon_codec::DEFAULT_PORT,
+                    _ => sysinfo_wire::DEFAULT_PORT,
+                };
+                let target = with_default_port(target, port)?.into_owned();
+                table.insert("connect".into(), toml::Value::String(target.clone()));
+                target
             }
         };
         table.insert("name".into(), toml::Value::String(name));
@@ -221,16 +233,30 @@ impl FileSdSection {
     }
 
     /// The targets of a target file's `bytes` (`path` tells JSON from YAML by its extension), and a
-    /// message per target refused; `Err` when the bytes do not parse as a list of groups.
+    /// message per target refused (`LINE: target "x": why`, every bad label of its group named at its
+    /// line); `Err` when the bytes do not parse as a list of groups.
     pub fn read_bytes(&self, path: &Path, bytes: &[u8]) -> Result<(Vec<Discovered>, Vec<String>), String> {
         let groups = parse_groups(path, bytes)?;
+        let mut lines = Lines::new(bytes);
         let mut found = Vec::new();
         let mut refused = Vec::new();
         for group in groups {
-            for target in &group.targets {
+            let at: Vec<usize> = group.targets.iter().map(|t| lines.find(t)).collect();
+            let bad_labels: Vec<String> = group
+                .labels
+                .keys()
+                .filter(|k| !k.starts_with("__"))
+                .filter_map(|k| check_label_name(k).err().map(|why| format!("line {}: {why}", lines.find(k))))
+                .collect();
+            lines.next_group();
+            for (target, line) in group.targets.iter().zip(at) {
+                if !bad_labels.is_empty() {
+                    refused.push(format!("{line}: target {target:?}: bad labels: {}", bad_labels.join("; ")));
+                    continue;
+                }
                 match self.block(target, &group.labels) {
                     Ok(block) => found.push(block),
-                    Err(why) => refused.push(format!("target {target:?}: {why}")),
+                    Err(why) => refused.push(format!("{line}: target {target:?}: {why}")),
                 }
             }
         }
@@ -238,12 +264,57 @@ impl FileSdSection {
     }
 }
 
-/// Parses a target file's groups: YAML for `.yml`/`.yaml`, JSON otherwise (as Prometheus decides by
-/// the extension). Bad bytes are an error, never a panic; nesting is bounded by the parsers'
+/// Finds the lines of a target file's strings, in the order they are asked for: each is looked for from
+/// the start of its group (targets and labels come in either order), and a group starts after the last
+/// string found in the one before. Text search, so a string that is not found is at the group's line.
+struct Lines<'a> {
+    text: std::borrow::Cow<'a, str>,
+    group_start: usize,
+    last_end: usize,
+}
+
+impl<'a> Lines<'a> {
+    fn new(bytes: &'a [u8]) -> Lines<'a> {
+        Lines { text: String::from_utf8_lossy(bytes), group_start: 0, last_end: 0 }
+    }
+
+    /// The 1-based line of `s`'s first whole occurrence in the current group.
+    fn find(&mut self, s: &str) -> usize {
+        let text = &self.text[self.group_start..];
+        let whole = |i: usize| {
+            let before = text[..i].chars().next_back();
+            let after = text[i + s.len()..].chars().next();
+            let edge = |c: Option<char>| c.is_none_or(|c| !(c.is_alphanumeric() || "_.:-/[]".contains(c)));
+            edge(before) && edge(after)
+        };
+        let at = (!s.is_empty())
+            .then(|| text.match_indices(s).map(|(i, _)| i).find(|&i| whole(i)))
+            .flatten()
+            .map_or(self.group_start, |i| {
+                self.last_end = self.last_end.max(self.group_start + i + s.len());
+                self.group_start + i
+            });
+        self.text[..at].matches('\n').count() + 1
+    }
+
+    fn next_group(&mut self) {
+        self.group_start = self.last_end.max(self.group_start);
+    }
+}
+
+fn is_yaml(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("yml") || e.eq_ignore_ascii_case("yaml"))
+}
+
+fn is_json(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"))
+}
+
+/// Parses a target file's groups: YAML for `.yml`/`.yaml` (in any case), JSON otherwise (as
+/// Prometheus decides by the extension, lower-cased). Bad bytes are an error, never a panic; nesting is bounded by the parsers'
 /// recursion limits.
 pub fn parse_groups(path: &Path, bytes: &[u8]) -> Result<Vec<Group>, String> {
-    let yaml = path.extension().is_some_and(|e| e == "yml" || e == "yaml");
-    if yaml {
+    if is_yaml(path) {
         // An empty YAML document is an empty list.
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(Vec::new());
@@ -277,24 +348,83 @@ mod tests {
         assert_eq!(t.labels, BTreeMap::from([("room".into(), "c".into()), ("site".into(), "a".into())]));
         let bad = BTreeMap::from([("protocol".to_owned(), "x".to_owned())]);
         assert!(s.block("10.0.0.1:4502", &bad).unwrap_err().contains("set by telemon"));
-        assert!(s.block("nonsense", &BTreeMap::new()).unwrap_err().contains("HOST:PORT"));
+        assert!(s.block("non sense", &BTreeMap::new()).unwrap_err().contains("HOST:PORT"));
+    }
+
+    #[test]
+    fn a_target_without_a_port_takes_the_protocols_default() {
+        // As Prometheus's own fixtures have it: `my.domain` beside `localhost:9090`.
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("valid.yml");
+        std::fs::write(&file, "- targets: ['localhost:9090', 'example.org:443']\n  labels:\n    foo: bar\n- targets: ['my.domain']\n")
+            .unwrap();
+        for (protocol, port) in [("hmon", 4512), ("smon", 7399), ("sysinfo", 7461)] {
+            let s =
+                section(&format!("files = ['{}/*.yml']\nprotocol = '{protocol}'\n", dir.path().display()));
+            let (found, refused) = s.read_file(&file).unwrap();
+            assert!(refused.is_empty(), "{refused:?}");
+            let names: Vec<&str> = found.iter().map(Discovered::name).collect();
+            assert_eq!(names, ["localhost:9090", "example.org:443", &format!("my.domain:{port}")]);
+        }
+        let s = section("files = ['x/*.json']\nprotocol = 'smon'\n");
+        let Discovered::Smon(t) = s.block("[::1]", &BTreeMap::new()).unwrap() else { panic!() };
+        assert_eq!(t.connect.as_deref(), Some("[::1]:7399"));
+        assert!(s.block("nohost:", &BTreeMap::new()).unwrap_err().contains("HOST:PORT"));
+    }
+
+    #[test]
+    fn the_extension_decides_in_any_case_and_a_pattern_must_have_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = section(&format!("files = ['{}/*.YML']\nprotocol = 'smon'\n", dir.path().display()));
+        s.check().unwrap();
+        let upper = dir.path().join("a.YML");
+        std::fs::write(&upper, "- targets: ['127.0.0.1:1']\n").unwrap();
+        assert_eq!(s.read_file(&upper).unwrap().0.len(), 1, "YAML, not JSON");
+        for bad in ["targets/*.txt", "targets/*", "dir/x.json.bak"] {
+            let e = section(&format!("files = ['{bad}']\nprotocol = 'smon'\n")).check().unwrap_err();
+            assert_eq!(e.0, "files", "{bad}");
+            assert!(e.1.contains(".json, .yml or .yaml"), "{bad}: {}", e.1);
+        }
+        let e = crate::config::FleetConfig::parse(
+            "f.toml",
+            "[[file_sd]]\nprotocol = 'smon'\nfiles = ['t/*.txt']\n",
+        )
+        .unwrap_err();
+        assert_eq!((e.line, e.key.as_str()), (3, "file_sd.files"), "{e}");
+    }
+
+    #[test]
+    fn every_bad_label_is_named_at_its_line() {
+        let s = section("files = ['x/*.json']\nprotocol = 'smon'\n");
+        let json = "[\n  {\"targets\": [\"127.0.0.1:1\"]},\n  {\n    \"targets\": [\"127.0.0.1:2\", \"127.0.0.1:3\"],\n    \"labels\": {\n      \"my-label\": \"x\",\n      \"ok\": \"y\",\n      \"target\": \"z\"\n    }\n  },\n  {\"targets\": [\"a b\"]}\n]\n";
+        let (found, refused) = s.read_bytes(Path::new("t.json"), json.as_bytes()).unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(refused.len(), 3, "{refused:?}");
+        assert!(refused[0].starts_with("4: target \"127.0.0.1:2\": bad labels: line 6: "), "{}", refused[0]);
+        assert!(
+            refused[0].contains("\"my-label\"") && refused[0].contains("line 8: label name \"target\""),
+            "{}",
+            refused[0]
+        );
+        assert!(refused[1].starts_with("4: target \"127.0.0.1:3\""), "{}", refused[1]);
+        assert!(refused[2].starts_with("11: target \"a b\": "), "{}", refused[2]);
     }
 
     #[test]
     fn bad_blocks_are_refused() {
-        assert_eq!(section("files = ['a']\nprotocol = 'mono'\n").check().unwrap_err().0, "protocol");
+        assert_eq!(section("files = ['a.json']\nprotocol = 'mono'\n").check().unwrap_err().0, "protocol");
         assert_eq!(
-            section("files = ['a']\nprotocol = 'hmon'\nconnect = 'x:1'\n").check().unwrap_err().0,
+            section("files = ['a.json']\nprotocol = 'hmon'\nconnect = 'x:1'\n").check().unwrap_err().0,
             "connect"
         );
-        assert!(section("files = ['a']\nprotocol = 'hmon'\npol = '1s'\n")
+        assert!(section("files = ['a.json']\nprotocol = 'hmon'\npol = '1s'\n")
             .check()
             .unwrap_err()
             .1
             .contains("pol"));
         assert_eq!(section("files = []\nprotocol = 'hmon'\n").check().unwrap_err().0, "files");
         assert_eq!(
-            section("files = ['a']\nprotocol = 'smon'\nrefresh_interval = '10ms'\n").check().unwrap_err().0,
+            section("files = ['a.json']\nprotocol = 'smon'\nrefresh_interval = '10ms'\n").check().unwrap_err().0,
             "refresh_interval"
         );
     }
@@ -304,7 +434,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = section(&format!("files = ['{}/*']\nprotocol = 'smon'\n", dir.path().display()));
         let json = dir.path().join("a.json");
-        std::fs::write(&json, r#"[{"targets": ["127.0.0.1:7399", "bad"], "labels": {"rack": "1"}}]"#)
+        std::fs::write(&json, r#"[{"targets": ["127.0.0.1:7399", "a b"], "labels": {"rack": "1"}}]"#)
             .unwrap();
         let (found, refused) = s.read_file(&json).unwrap();
         assert_eq!(found.len(), 1);
