@@ -141,3 +141,32 @@ async fn usage_and_unreadable_files_and_values_in_the_users_units() {
     );
     both_refuse(&cc, &[], "cc.toml:4: reports: unknown report \"nope\"").await;
 }
+
+#[tokio::test]
+async fn the_start_up_line_says_https_when_tls_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/web-tls");
+    for f in ["server.pem", "server.key"] {
+        std::fs::copy(data.join(f), dir.path().join(f)).unwrap();
+    }
+    let web =
+        write(dir.path(), "web.yml", "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n");
+    let cc = write(dir.path(), "cc.toml", "[[smon]]\nname = \"a\"\nconnect = \"127.0.0.1:1\"\n");
+    let (cc, web) = (cc.to_str().unwrap(), web.to_str().unwrap());
+    let mut telemon = support::Telemon::spawn(&[
+        "serve",
+        "--config",
+        cc,
+        "--listen",
+        "127.0.0.1:0",
+        "--web.config.file",
+        web,
+    ]);
+    let line = telemon.stderr_line("serving").await;
+    assert!(line.contains(" on https://127.0.0.1:") && line.ends_with("/metrics"), "{line}");
+    telemon.kill().await;
+    let mut telemon = support::Telemon::spawn(&["serve", "--config", cc, "--listen", "127.0.0.1:0"]);
+    let line = telemon.stderr_line("serving").await;
+    assert!(line.contains(" on http://127.0.0.1:"), "{line}");
+    telemon.kill().await;
+}
