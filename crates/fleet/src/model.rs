@@ -194,7 +194,11 @@ impl TargetSnapshot {
         static EMPTY_LABELS: LazyLock<Arc<[(String, String)]>> = LazyLock::new(|| Arc::from([]));
         static NO_EVENTS: LazyLock<Arc<[EventRecord]>> = LazyLock::new(|| Arc::from([]));
         let name = name.into();
-        let labels = labels.into();
+        let mut labels = labels.into();
+        if labels.iter().any(|(_, v)| v.is_empty()) {
+            // An empty value is no label (see `LabelSet`): left out once, here, for every view.
+            labels = labels.iter().filter(|(_, v)| !v.is_empty()).cloned().collect();
+        }
         let labels = if labels.is_empty() { EMPTY_LABELS.clone() } else { labels };
         let mut text = String::from("target=\"");
         escape_label_value(&mut text, &name);
@@ -265,6 +269,13 @@ mod tests {
         assert!(a.series.is_empty() && a.labels.is_empty() && a.events.is_empty());
         let c = TargetSnapshot::new("c", Protocol::Smon, vec![("room".to_owned(), "b12".to_owned())]);
         assert_eq!(&*c.label_text, "target=\"c\",room=\"b12\"");
+        // A configured label with an empty value is no label.
+        let d = TargetSnapshot::new(
+            "d",
+            Protocol::Smon,
+            vec![("a".to_owned(), String::new()), ("b".to_owned(), "1".to_owned())],
+        );
+        assert_eq!((&*d.label_text, d.labels.len()), ("target=\"d\",b=\"1\"", 1));
     }
 
     #[test]

@@ -183,6 +183,10 @@ pub fn escape_label_value(out: &mut String, v: &str) {
 ///
 /// Label names are written as they are given: they must be valid Prometheus label names
 /// (`[a-zA-Z_][a-zA-Z0-9_]*`), as every name telemon uses is.
+///
+/// A label whose value is empty is left out when the set is made: Prometheus reads `a=""` as no
+/// label `a`, and remote write forbids sending one, so the series is the same without it, on
+/// every view (a scrape, the push senders, the web view, `top`).
 #[derive(Clone)]
 pub struct LabelSet {
     buf: Arc<str>,
@@ -191,7 +195,8 @@ pub struct LabelSet {
 }
 
 impl LabelSet {
-    /// A label set from `(name, value)` pairs, kept in the order given.
+    /// A label set from `(name, value)` pairs, kept in the order given; a pair with an empty value
+    /// is left out.
     pub fn new<K: AsRef<str>, V: AsRef<str>>(pairs: impl IntoIterator<Item = (K, V)>) -> LabelSet {
         let mut text = String::new();
         for (k, v) in pairs {
@@ -288,8 +293,12 @@ impl fmt::Debug for LabelSet {
 }
 
 /// Appends one label, `name="value"` with the value escaped, and a comma before it unless `out`
-/// is empty.
+/// is empty; nothing for an empty value, which is no label (see [`LabelSet`]). Every series' label
+/// text is made here, once, when the series is created.
 pub(crate) fn push_label(out: &mut String, name: &str, value: &str) {
+    if value.is_empty() {
+        return;
+    }
     if !out.is_empty() {
         out.push(',');
     }
@@ -951,20 +960,33 @@ mod tests {
         assert_eq!(esc("tab\tand\rcr"), "tab\tand\rcr", "only \\, \" and newline are escaped");
         assert_eq!(esc("été ∑ 日本 🦀"), "été ∑ 日本 🦀", "UTF-8 that is not ASCII is written as it is");
         assert_eq!(esc("\\\"\n"), "\\\\\\\"\\n");
-        let set = LabelSet::new([("a", "x\"y"), ("b", "")]);
-        assert_eq!(set.text(), r#"a="x\"y",b="""#);
+        let set = LabelSet::new([("a", "x\"y"), ("b", "z")]);
+        assert_eq!(set.text(), r#"a="x\"y",b="z""#);
         assert_eq!(set.get("a").as_deref(), Some("x\"y"));
         assert_eq!(LabelSet::default().text(), "");
     }
 
+    /// Remote write 1.0: a label MUST NOT have an empty value; Prometheus reads one as no label. So
+    /// a set never holds one, and the series is the one without it.
+    #[test]
+    fn a_label_with_an_empty_value_is_no_label() {
+        let set = LabelSet::new([("name", "cpu.idle"), ("index", ""), ("z", "1")]);
+        assert_eq!(set.text(), r#"name="cpu.idle",z="1""#);
+        assert_eq!((set.get("index"), set.len()), (None, 2));
+        assert_eq!(set, LabelSet::new([("name", "cpu.idle"), ("z", "1")]), "the same series");
+        assert_eq!(LabelSet::new([("index", "")]).text(), "");
+        assert!(LabelSet::new([("a", ""), ("b", "")]).is_empty());
+        assert_eq!(LabelSet::new([("a", ""), ("b", "x")]).text(), r#"b="x""#, "no comma before the first");
+    }
+
     #[test]
     fn a_label_set_reads_its_pairs_back_from_its_text() {
-        let pairs = [("a", "x=\"y\",b=\"z"), ("b", "\\"), ("c", ""), ("d", "two\nlines"), ("e", "日本")];
+        let pairs = [("a", "x=\"y\",b=\"z"), ("b", "\\"), ("c", " "), ("d", "two\nlines"), ("e", "日本")];
         let set = LabelSet::new(pairs);
         let back: Vec<(&str, String)> = set.iter().map(|(k, v)| (k, v.into_owned())).collect();
         assert_eq!(back, pairs.map(|(k, v)| (k, v.to_owned())));
         assert_eq!(set.len(), 5);
-        assert_eq!(set.get("c").as_deref(), Some(""));
+        assert_eq!(set.get("c").as_deref(), Some(" "));
         assert_eq!(set.get("z"), None);
         assert!(matches!(set.get("e"), Some(Cow::Borrowed(_))), "a value with nothing escaped is borrowed");
         assert_eq!(LabelSet::default().iter().count(), 0);
@@ -985,7 +1007,8 @@ mod tests {
             let pairs: Vec<(String, String)> = values.into_iter().enumerate().map(|(i, v)| (format!("l{i}"), v)).collect();
             let set = LabelSet::new(pairs.iter().map(|(k, v)| (k, v)));
             let back: Vec<(String, String)> = set.iter().map(|(k, v)| (k.to_owned(), v.into_owned())).collect();
-            proptest::prop_assert_eq!(back, pairs);
+            let kept: Vec<(String, String)> = pairs.into_iter().filter(|(_, v)| !v.is_empty()).collect();
+            proptest::prop_assert_eq!(back, kept);
         }
 
         #[test]

@@ -4,7 +4,8 @@
 //! A series is keyed once: [`SeriesStore::slot`] finds or creates it from borrowed labels (no
 //! allocation when it exists) and returns a [`SlotId`]; updates write a value into the slot.
 //! Collectors that see the same series again and again (a sys161 field, a Mono counter) keep the
-//! slot and skip the lookup. A series' labels are kept as their escaped exposition text, in one
+//! slot and skip the lookup. A label with an empty value is no label, and is left out of the key
+//! and the text. A series' labels are kept as their escaped exposition text, in one
 //! buffer per target (the *arena*) that the published schema shares, in the order render reads
 //! them. [`SeriesStore::publish`] shares the schema until the set of series changes.
 
@@ -262,7 +263,9 @@ fn key_hash(hasher: &DefaultHashBuilder, family: u16, text: &str) -> u64 {
 /// The longest label value kept from a peer (longer ones are cut at a character boundary).
 pub const MAX_LABEL_LEN: usize = 256;
 
-/// Writes `labels`, each value cut to [`MAX_LABEL_LEN`], as a label set's text.
+/// Writes `labels`, each value cut to [`MAX_LABEL_LEN`], as a label set's text: the one place a
+/// series' labels are made, where a label with an empty value is left out (it is no label, on every
+/// view; see [`LabelSet`]).
 fn label_text(out: &mut String, labels: &[(&str, &str)]) {
     out.clear();
     for &(k, v) in labels {
@@ -1381,6 +1384,24 @@ mod tests {
     }
 
     #[test]
+    fn a_label_with_an_empty_value_is_left_out_of_the_series_and_its_key() {
+        let mut st = SeriesStore::new(10);
+        let now = Instant::now();
+        let a = st.slot("smon_value", "h", MetricKind::Gauge, &[("name", "up"), ("index", "")]).unwrap();
+        st.set(a, Num::Uint(1), now);
+        // The same series, however the labels are given: with the empty one, or without it.
+        assert_eq!(st.slot("smon_value", "h", MetricKind::Gauge, &[("name", "up")]), Some(a));
+        let b = st.slot("smon_value", "h", MetricKind::Gauge, &[("index", ""), ("name", "x")]).unwrap();
+        st.set(b, Num::Uint(2), now);
+        assert_eq!(
+            published(&mut st),
+            [r#"smon_value{name="up"} Some(1.0)"#, r#"smon_value{name="x"} Some(2.0)"#]
+        );
+        st.remove("smon_value", &[("name", "x"), ("index", "")]);
+        assert_eq!(published(&mut st), [r#"smon_value{name="up"} Some(1.0)"#]);
+    }
+
+    #[test]
     fn histograms_share_unchanged_bounds() {
         let mut st = SeriesStore::new(10);
         let id = st.slot("lat_seconds", "h", MetricKind::Histogram, &[]).unwrap();
@@ -1475,8 +1496,9 @@ mod tests {
                     let mut want: Vec<String> = model
                         .iter()
                         .map(|(&(f, k), &v)| {
-                            let esc = if k % 2 == 0 { r#"q\"\n"# } else { "" };
-                            format!(r#"{f}{{k="{k}",esc="{esc}"}} Some({v}.0)"#)
+                            // An empty value is no label.
+                            let esc = if k % 2 == 0 { r#",esc="q\"\n""# } else { "" };
+                            format!(r#"{f}{{k="{k}"{esc}}} Some({v}.0)"#)
                         })
                         .collect();
                     want.sort();

@@ -1,5 +1,7 @@
 //! Tino's smon stream, from TCP or from a file followed as it grows: numbers become
-//! `smon_value{name,index}`, strings `smon_info{name,index,value}`.
+//! `smon_value{name,index}`, strings `smon_info{name,index,value}`. A value without an index path has
+//! no `index` label (an empty label value is no label: the store leaves it out), and an empty string
+//! no `value` label.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -343,8 +345,29 @@ mod tests {
         assert_eq!(
             collected(&bytes, "smon_info{").await,
             [
-                r#"smon_info{target="t",name="sss.a",index="",value="y"} 1"#,
-                r#"smon_info{target="t",name="sss.b",index="",value="y"} 1"#,
+                r#"smon_info{target="t",name="sss.a",value="y"} 1"#,
+                r#"smon_info{target="t",name="sss.b",value="y"} 1"#,
+            ]
+        );
+    }
+
+    /// An empty label value is no label: a value without an index path has no `index`, an empty
+    /// string no `value`, and a string that becomes empty (or stops being) replaces its series.
+    #[tokio::test]
+    async fn an_empty_index_or_string_is_no_label() {
+        let mut bytes = BytesMut::new();
+        let mut enc = StreamEncoder::default();
+        for (name, text) in [("sss.a", "x"), ("sss.a", ""), ("sss.b", ""), ("sss.b", "y")] {
+            enc.encode(&Sample::new(name, vec![], text), &mut bytes).unwrap();
+        }
+        enc.encode(&Sample::new("nnn.n", vec![], 5u64), &mut bytes).unwrap();
+        let lines = collected(&bytes, "smon_").await;
+        assert_eq!(
+            lines,
+            [
+                r#"smon_info{target="t",name="sss.a"} 1"#,
+                r#"smon_info{target="t",name="sss.b",value="y"} 1"#,
+                r#"smon_value{target="t",name="nnn.n"} 5"#,
             ]
         );
     }
@@ -404,10 +427,10 @@ mod tests {
         assert_eq!(
             collected(&bytes, "smon_value{").await,
             [
-                r#"smon_value{target="t",name="aaa.x",index=""} 22"#,
                 r#"smon_value{target="t",name="aaa.x",index="3"} 12"#,
-                r#"smon_value{target="t",name="bbb.y",index=""} 21"#,
+                r#"smon_value{target="t",name="aaa.x"} 22"#,
                 r#"smon_value{target="t",name="bbb.y",index="3"} 23"#,
+                r#"smon_value{target="t",name="bbb.y"} 21"#,
                 r#"smon_value{target="t",name="ccc.z",index="1,2,3"} 13"#,
             ]
         );
