@@ -7,6 +7,11 @@
 //! `service.instance.id` and the external labels; the target and its labels are data point
 //! attributes. Units come from the family names (metrics.md's base units).
 //!
+//! A label with an empty value is no attribute, as it is no label on `/metrics` and in remote write
+//! (the store leaves the series' ones out; the target's and the sender's are left out here). OTLP
+//! attributes are a map: each key is sent once, and their order carries no meaning (a point's are
+//! `target`, the series' labels, then the target's, always in that order).
+//!
 //! A series that vanishes (or whose target goes down or away) gets one last point without a value,
 //! flagged `DATA_POINT_FLAGS_NO_RECORDED_VALUE_MASK`: OTLP's stale marker, as remote write sends
 //! Prometheus's.
@@ -43,7 +48,7 @@ pub struct OtlpSeries {
     pub kind: MetricKind,
     /// The unit (`By`, `s`, `1`, `{count}`).
     pub unit: &'static str,
-    /// `target`, the target's labels, then the series' own.
+    /// `target`, the series' own labels, then the target's; each key once, no value empty.
     pub attributes: Vec<KeyValue>,
     bytes: usize,
 }
@@ -135,7 +140,7 @@ impl Otlp {
             kv("service.instance.id", instance),
             kv("service.version", env!("CARGO_PKG_VERSION")),
         ];
-        resource.extend(external.iter().map(|(k, v)| kv(k, v)));
+        resource.extend(external.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| kv(k, v)));
         Otlp { resource, up_family: Arc::from(UP_FAMILY), seen: HashMap::new(), tick: 0 }
     }
 
@@ -152,7 +157,7 @@ impl Otlp {
             let attrs = |extra: &mut dyn Iterator<Item = (&str, &str)>| -> Vec<KeyValue> {
                 let mut a = vec![kv("target", name)];
                 let mut add = |k: &str, v: &str| {
-                    if !a.iter().any(|x| x.key == k) {
+                    if !v.is_empty() && !a.iter().any(|x| x.key == k) {
                         a.push(kv(k, v));
                     }
                 };
@@ -595,6 +600,54 @@ mod tests {
         out.clear();
         o.sample(&FleetSnapshot::default(), 6_000, &mut out);
         assert!(out.is_empty());
+    }
+
+    /// An empty label value is no attribute, whether it is the series', the target's or the
+    /// sender's; each key is sent once.
+    #[test]
+    fn empty_values_are_no_attributes_and_keys_are_unique() {
+        let mut o = Otlp::new("host:9464", &[("site".into(), "lab".into()), ("empty".into(), String::new())]);
+        let mut t = TargetSnapshot::new(
+            "vm",
+            Protocol::Smon,
+            vec![("Zone".into(), "a".into()), ("_x".into(), String::new()), ("name".into(), "cfg".into())],
+        );
+        t.state = TargetState::Up;
+        t.series = vec![Series {
+            family: "smon_value".into(),
+            help: "h",
+            labels: LabelSet::new([("name", "up"), ("index", "")]),
+            kind: MetricKind::Gauge,
+            value: Value::Number(1.0),
+            rate: None,
+        }]
+        .into();
+        let mut out = Vec::new();
+        o.sample(&FleetSnapshot::from(vec![t]), 1_000, &mut out);
+        let req = Otlp::request(&o.resource, &out);
+        let rm = &req.resource_metrics[0];
+        let text = |a: &[KeyValue]| -> Vec<(String, String)> {
+            a.iter()
+                .map(|kv| match &kv.value.as_ref().unwrap().value {
+                    Some(any_value::Value::StringValue(v)) => (kv.key.clone(), v.clone()),
+                    other => panic!("{other:?}"),
+                })
+                .collect()
+        };
+        let resource = text(&rm.resource.as_ref().unwrap().attributes);
+        assert!(resource.iter().all(|(k, v)| !v.is_empty() && k != "empty"), "{resource:?}");
+        let metrics = &rm.scope_metrics[0].metrics;
+        let value = metrics.iter().find(|m| m.name == "smon_value").unwrap();
+        let Some(metric::Data::Gauge(g)) = &value.data else { panic!("a gauge") };
+        let attrs = text(&g.data_points[0].attributes);
+        let want = [("target", "vm"), ("name", "up"), ("Zone", "a")];
+        assert_eq!(attrs, want.map(|(k, v)| (k.to_owned(), v.to_owned())), "the series' name wins");
+        let Some(metric::Data::Gauge(up)) = &metrics.iter().find(|m| m.name == UP_FAMILY).unwrap().data
+        else {
+            panic!("a gauge")
+        };
+        let attrs = text(&up.data_points[0].attributes);
+        assert!(attrs.iter().all(|(_, v)| !v.is_empty()), "{attrs:?}");
     }
 
     #[test]

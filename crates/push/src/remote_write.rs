@@ -3,7 +3,10 @@
 //! that turns the store into samples with stale markers.
 //!
 //! Every tick, each series of each up target becomes one sample at the tick's time (as a scrape
-//! would), with labels sorted by name and `__name__` first. A series that vanishes (or whose
+//! would). As remote write 1.0 requires, its labels are sorted by name in byte order, `__name__`
+//! among them (so a name with an upper-case letter comes before it), no name is repeated and no
+//! value is empty (an empty value is no label: the store leaves the series' ones out, and the
+//! target's and the sender's empty labels are left out here). A series that vanishes (or whose
 //! target goes down or away) gets one stale marker, so queries stop showing its last value.
 
 use std::collections::HashMap;
@@ -31,7 +34,7 @@ pub struct WriteRequest {
 /// `prometheus.TimeSeries`.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct TimeSeries {
-    /// Sorted by name, `__name__` first.
+    /// Sorted by name in byte order (`__name__` included), none with an empty value.
     #[prost(message, repeated, tag = "1")]
     pub labels: Vec<Label>,
     /// In timestamp order.
@@ -86,7 +89,7 @@ pub const HEADERS: [(&str, &str); 2] =
 /// (done once, when the series first appears).
 #[derive(Debug, PartialEq)]
 pub struct WireSeries {
-    /// `__name__` first, then by name.
+    /// Sorted by name in byte order, `__name__` among them; each name once, no value empty.
     pub labels: Vec<Label>,
     /// The `labels` fields of a `TimeSeries`, encoded.
     encoded: Vec<u8>,
@@ -94,17 +97,18 @@ pub struct WireSeries {
 }
 
 impl WireSeries {
-    /// The series with `name` and `labels` (any order; the first of a repeated name wins).
+    /// The series with `name` and `labels` (any order; the first of a repeated name wins, and a
+    /// label with an empty value is left out, as remote write 1.0 says it MUST be).
     pub fn new<'a>(name: &str, labels: impl IntoIterator<Item = (&'a str, &'a str)>) -> WireSeries {
-        let mut sorted: Vec<Label> = Vec::new();
+        let mut sorted = vec![Label { name: "__name__".into(), value: name.to_owned() }];
         for (k, v) in labels {
-            if k == "__name__" || sorted.iter().any(|l| l.name == k) {
+            if v.is_empty() || sorted.iter().any(|l| l.name == k) {
                 continue;
             }
             sorted.push(Label { name: k.to_owned(), value: v.to_owned() });
         }
-        sorted.sort_by(|a, b| a.name.cmp(&b.name));
-        sorted.insert(0, Label { name: "__name__".into(), value: name.to_owned() });
+        // Byte order (`str`'s `Ord`), as the spec asks: `Zone` sorts before `__name__`, `job` after.
+        sorted.sort_unstable_by(|a, b| a.name.cmp(&b.name));
         let mut encoded = Vec::new();
         for l in &sorted {
             prost::encoding::message::encode(1, l, &mut encoded);
@@ -534,6 +538,62 @@ mod tests {
             ["__name__=telemon_target_up,cluster=lab,protocol=sysinfo,room=b12,target=vm stale"]
         );
         assert_eq!(out[0].value.to_bits(), STALE_NAN_BITS);
+    }
+
+    /// The remote write 1.0 MUSTs the compliance suite checks on every sample (SortedLabels,
+    /// EmptyLabels, RepeatedLabels, NameLabel), with names that start with an upper-case letter
+    /// (which sort before `__name__` in byte order) and empty values from the series, the target and
+    /// the sender.
+    #[test]
+    fn labels_are_in_byte_order_with_name_among_them_never_empty_never_repeated() {
+        let mut rw = RemoteWrite::new(vec![("Region".into(), "eu".into()), ("empty".into(), String::new())]);
+        let mut t = TargetSnapshot::new(
+            "vm",
+            Protocol::Smon,
+            vec![("Zone".into(), "a".into()), ("_x".into(), String::new()), ("job".into(), "j".into())],
+        );
+        t.state = TargetState::Up;
+        let hist = Value::Histogram { buckets: vec![(0.5, 1)], sum: 0.5, count: 1 };
+        t.series = vec![
+            series("smon_value", &[("name", "up"), ("index", ""), ("A", "1")], Value::Number(1.0)),
+            series("lat_seconds", &[("B", "2")], hist),
+        ]
+        .into();
+        let mut out = Vec::new();
+        rw.sample(&FleetSnapshot::from(vec![t]), 1000, &mut out);
+        assert_eq!(out.len(), 1 + 1 + 4);
+        for s in &out {
+            let names: Vec<&str> = s.series.labels.iter().map(|l| l.name.as_str()).collect();
+            assert!(
+                names.windows(2).all(|w| w[0].as_bytes() < w[1].as_bytes()),
+                "sorted, none repeated: {names:?}"
+            );
+            assert!(names.contains(&"__name__"), "{names:?}");
+            assert!(s.series.labels.iter().all(|l| !l.value.is_empty()), "{:?}", s.series.labels);
+        }
+        // By family: the histogram's four, then smon_value.
+        assert_eq!(
+            names(&out[..2]),
+            [
+                "Region=eu,Zone=a,__name__=telemon_target_up,job=j,protocol=smon,target=vm 1",
+                "B=2,Region=eu,Zone=a,__name__=lat_seconds_bucket,job=j,le=0.5,target=vm 1",
+            ]
+        );
+        assert_eq!(names(&out[5..]), ["A=1,Region=eu,Zone=a,__name__=smon_value,job=j,name=up,target=vm 1"]);
+        // What a receiver decodes is the same.
+        let req = decode_request(&encode_batch(&out)).unwrap();
+        for ts in &req.timeseries {
+            assert!(
+                ts.labels.windows(2).all(|w| w[0].name.as_bytes() < w[1].name.as_bytes()),
+                "{:?}",
+                ts.labels
+            );
+            assert!(ts.labels.iter().all(|l| !l.value.is_empty()), "{:?}", ts.labels);
+        }
+        // A wire series made from labels with an empty value or a repeated name directly.
+        let w = WireSeries::new("m", [("b", ""), ("a", "1"), ("a", "2"), ("__name__", "other"), ("C", "3")]);
+        let got: Vec<(&str, &str)> = w.labels.iter().map(|l| (l.name.as_str(), l.value.as_str())).collect();
+        assert_eq!(got, [("C", "3"), ("__name__", "m"), ("a", "1")]);
     }
 
     #[test]
