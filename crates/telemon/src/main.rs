@@ -41,6 +41,8 @@ enum Command {
     Export(cmd::export::Args),
     /// Play a recording (`--record`) back through the decoders into a one-target view.
     Replay(cmd::replay::Args),
+    /// Print the bcrypt hash of a password for the web config's basic_auth_users (prompted without echo, or stdin).
+    HashPassword(cmd::hash_password::Args),
 }
 
 fn main() -> ExitCode {
@@ -98,6 +100,7 @@ async fn run() -> ExitCode {
         Command::Replay(args) => cmd::replay::run(args).await,
         Command::Record(args) => cmd::record::run(args).await,
         Command::Export(args) => cmd::export::run(args).await,
+        Command::HashPassword(args) => cmd::hash_password::run(args).await,
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

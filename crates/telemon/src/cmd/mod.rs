@@ -2,6 +2,7 @@
 //! `top`, `record`) and the recording commands (`replay`, `export`).
 
 pub mod export;
+pub mod hash_password;
 pub mod hmon;
 pub mod meter161;
 pub mod mono;
