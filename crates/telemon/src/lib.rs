@@ -5,7 +5,6 @@
 
 #![warn(missing_docs)]
 
-pub mod check;
 pub mod exposition;
 pub mod fuzz;
 pub mod http;

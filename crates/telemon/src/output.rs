@@ -20,7 +20,7 @@ pub enum CliError {
     /// A config that cannot be used (exit code 2, like a usage error): `FILE:LINE: KEY: why` of the
     /// config file, the web config, a file either names, or a flag that stands for a config key.
     #[error("bad config: {0}")]
-    Config(#[from] telemon::check::BadConfig),
+    Config(#[from] telemon::http::check::BadConfig),
     /// The peer, the protocol or the input failed.
     #[error("{0}")]
     Peer(String),

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use telemon::check::check;
+use telemon::http::check::check;
 use telemon_fleet::config::{check_listen, ConfigError, FleetConfig, Shard, TargetArgs};
 
 use super::record::{self, RotateArgs};

@@ -29,6 +29,7 @@ use telemon_push::{Push, Stats as PushStats};
 
 use axum::http::StatusCode;
 
+pub mod check;
 mod conn;
 mod probe;
 mod reload;
@@ -49,9 +50,9 @@ pub use probe::{
 pub use reload::{ConfigSource, Control, PUSH_HANDOVER};
 pub use thread::REPLACED_LINGER;
 
+use check::Checked;
 use thread::{HttpThread, Serving};
 
-use crate::check::Checked;
 use crate::exposition::exposition;
 use probe::Probes;
 
@@ -66,10 +67,10 @@ pub struct Server {
     control: Arc<Control>,
 }
 
-/// Checks `config` ([`crate::check`]), then starts it as [`start_checked`] does; a config that fails
+/// Checks `config` ([`check()`]), then starts it as [`start_checked`] does; a config that fails
 /// the check is an `InvalidInput` error.
 pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Result<Server> {
-    let checked = crate::check::check(config.clone()).map_err(invalid_input)?;
+    let checked = check::check(config.clone()).map_err(invalid_input)?;
     start_checked(checked, listen).await
 }
 

@@ -167,8 +167,8 @@ impl Control {
         let source = self.source.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let source = source.ok_or("this server was started without a config to read again")?;
         // Everything that can be checked is checked before anything changes: the same check as at start.
-        let crate::check::Checked { config: new, web } =
-            crate::check::check(source()?).map_err(|e| e.to_string())?;
+        let super::check::Checked { config: new, web } =
+            super::check::check(source()?).map_err(|e| e.to_string())?;
         // A new HTTP address is bound before anything changes.
         let listen = self.listen_override.clone().unwrap_or_else(|| new.serve.listen.clone());
         let limits = HttpLimits::new(&new.serve, open_file_limit());

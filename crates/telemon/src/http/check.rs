@@ -11,7 +11,7 @@ use std::path::Path;
 
 use telemon_fleet::config::{ConfigError, FleetConfig};
 
-use crate::http::{WebConfig, WebConfigError};
+use super::conn::{WebConfig, WebConfigError};
 
 /// A configuration that passed [`check`]: the fleet config and the web configuration it names, read once.
 #[derive(Debug)]
