@@ -2,8 +2,11 @@
 //! three headers, TLS with client certificates on the committed test certificates, which are read and built into a
 //! rustls config each time) and a large one (1,000 users, no TLS), bytes/s. The large one runs beside saphyr's
 //! loader alone on the same text (`large/saphyr_load`), so the reader's own cost (the depth and alias check that
-//! parses the events once more, the checks of every value) shows as a ratio. Every case also runs in count mode,
-//! for `cargo xtask bench --table`.
+//! parses the events once more, the checks of every value) shows as a ratio. `typical/parse_system_cas` is the
+//! typical file with `client_auth_type` verifying against the system's CA certificates (no `client_ca_file`; they
+//! are read once per process, so this is what a reload costs). `bcrypt/hash_cost_10` is one bcrypt at the cost
+//! `telemon hash-password` uses by default (what a first check of a user's password costs the server). Every case
+//! also runs in count mode, for `cargo xtask bench --table`.
 
 use std::path::{Path, PathBuf};
 
@@ -31,6 +34,11 @@ fn typical() -> String {
     )
 }
 
+/// The typical file, verifying client certificates against the system's CAs.
+fn system_cas() -> String {
+    typical().replace("  client_ca_file: ca.pem\n", "")
+}
+
 fn large() -> String {
     let mut text =
         String::from("http_server_config:\n  headers:\n    X-Frame-Options: deny\nbasic_auth_users:\n");
@@ -41,16 +49,27 @@ fn large() -> String {
 }
 
 fn groups() -> Vec<Group> {
-    let (typical, large) = (typical(), large());
-    // Both read, or the bench measures an error.
+    let (typical, large, system_cas) = (typical(), large(), system_cas());
+    // All read, or the bench measures an error.
     WebConfig::parse(&path(), &typical).expect("the typical file reads");
+    let tls = WebConfig::parse(&path(), &system_cas).expect("the file without client_ca_file reads").tls;
+    assert!(tls.is_some_and(|t| t.client_ca.is_none()));
     assert_eq!(WebConfig::parse(&path(), &large).expect("the large file reads").user_names().len(), 1000);
     let large2 = large.clone();
     vec![
         Group::new("web_config_typical", Throughput::Bytes(typical.len() as u64), 20)
             .case(Case::iter("parse_with_tls", move || {
                 WebConfig::parse(&path(), black_box(&typical)).expect("reads")
-            })),
+            }))
+            .case(
+                Case::iter("parse_system_cas", move || {
+                    WebConfig::parse(&path(), black_box(&system_cas)).expect("reads")
+                })
+                .vs("parse_with_tls"),
+            ),
+        Group::new("bcrypt", Throughput::Elements(1), 3).flat(10).case(Case::iter("hash_cost_10", || {
+            bcrypt::hash_with_result(black_box("s3cret"), 10).expect("hashes")
+        })),
         Group::new("web_config_large", Throughput::Bytes(large.len() as u64), 5)
             .case(Case::iter("saphyr_load", move || {
                 MarkedYaml::load_from_str(black_box(&large2)).expect("yaml")

@@ -225,6 +225,9 @@ pub(super) fn client_certificate_refusal(error: &rustls::Error) -> Option<String
         {
             Some("the client certificate is a CA certificate (basicConstraints CA:TRUE): rustls takes one only when it is itself in client_ca_file".into())
         }
+        rustls::Error::InvalidCertificate(CertificateError::Other(OtherError(why))) => {
+            Some(format!("the client certificate is refused: {why}"))
+        }
         rustls::Error::InvalidCertificate(why) => Some(format!("the client certificate is refused: {why}")),
         _ => None,
     }
@@ -587,6 +590,14 @@ mod tests {
         assert!(pinned.verify_client_cert(&der("stranger.pem"), &[], now).is_ok());
         let refused = pinned.verify_client_cert(&der("client.pem"), &[], now).unwrap_err();
         assert!(client_certificate_refusal(&refused).unwrap().contains("not signed by"), "{refused}");
+        // client_allowed_sans on top: its own reason, in words.
+        let names = vec![ServerName::try_from("elsewhere.test").unwrap()];
+        let sans = AllowedSans { inner: Arc::new(pinned), names };
+        let refused = sans.verify_client_cert(&der("stranger.pem"), &[], now).unwrap_err();
+        assert_eq!(
+            client_certificate_refusal(&refused).unwrap(),
+            "the client certificate is refused: it names none of client_allowed_sans"
+        );
     }
 
     #[test]
