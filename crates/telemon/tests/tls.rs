@@ -6,6 +6,12 @@
 //!   `WebConfig::load` and from the real binary (exit code 2);
 //! - HTTPS with basic auth: 401 with `WWW-Authenticate: Basic` without the password, `/healthz` open, the
 //!   configured headers on every response, and a client that stalls its handshake never holds up another;
+//! - plain HTTP to the TLS port gets Go's `400 Bad Request` ("Client sent an HTTP request to an HTTPS server.");
+//! - exporter-toolkit's own test files, in spirit (written with this repository's certificates): the `Verify` types
+//!   without `client_ca_file` verify against the system's CAs (`SSL_CERT_FILE` in the binary's environment), a
+//!   self-signed `CA:TRUE` client certificate listed as its own `client_ca_file` is taken, Go's names of TLS 1.3's
+//!   suites are read (and TLS 1.3 keeps all its suites, as in Go), `burst: 0` refuses every request; a refused
+//!   client certificate is logged with why (the real binary's stderr);
 //! - certificate rotation: new files, and a new connection sees the new certificate, with no restart;
 //! - a real Prometheus (Debian's 2.42) scraping over `https` with `tls_config.ca_file` and `basic_auth` (`up` 1, and
 //!   0 with a wrong password, which gets 401), and with `client_auth_type: RequireAndVerifyClientCert` (refused
