@@ -122,6 +122,28 @@ fn corpus_coverage(fuzz_dir: &Path, target: &str, corpus: &Path, out_dir: &Path)
     }
 }
 
+/// Puts every named seed of `seeds` into `minimized` (what `cargo fuzz cmin` left of them and the run's finds).
+/// cmin writes the inputs it keeps under their SHA-1: the copy of a named seed it kept is replaced by the named
+/// file, and one it dropped is put back whatever it adds, so that the tests still find every seed they read by
+/// name. Returns the inputs kept besides the named seeds, and the named seeds.
+fn keep_named_seeds(seeds: &Path, minimized: &Path) -> Result<(usize, usize)> {
+    let mut kept = files(minimized);
+    let mut named = 0;
+    for file in files(seeds) {
+        let name = file.file_name().context("a file name")?;
+        if !is_named_seed(&name.to_string_lossy()) {
+            continue;
+        }
+        let bytes = std::fs::read(&file)?;
+        if let Some(i) = kept.iter().position(|k| std::fs::read(k).is_ok_and(|b| b == bytes)) {
+            std::fs::remove_file(kept.swap_remove(i))?;
+        }
+        std::fs::copy(&file, minimized.join(name))?;
+        named += 1;
+    }
+    Ok((kept.len(), named))
+}
+
 fn fuzz_one(root: &Path, target: &str, seconds: u64, minimize: bool) -> Result<Outcome> {
     let fuzz_dir = root.join("fuzz");
     let out_dir = fuzz_dir.join("artifacts").join(target);
@@ -176,26 +198,11 @@ fn fuzz_one(root: &Path, target: &str, seconds: u64, minimize: bool) -> Result<O
         if !status.success() {
             bail!("cargo fuzz cmin {target} failed ({status}); see {}", cmin_log.display());
         }
-        // cmin writes the inputs it keeps under their SHA-1: a named seed it kept is renamed back, and one it
-        // dropped is put back whatever it adds, so that the tests still find every seed they read by name.
-        let mut kept = files(&merged);
-        let mut named = 0;
-        for file in files(&seeds) {
-            let name = file.file_name().context("a file name")?;
-            if !is_named_seed(&name.to_string_lossy()) {
-                continue;
-            }
-            let bytes = std::fs::read(&file)?;
-            if let Some(i) = kept.iter().position(|k| std::fs::read(k).is_ok_and(|b| b == bytes)) {
-                std::fs::remove_file(kept.swap_remove(i))?;
-            }
-            std::fs::copy(&file, merged.join(name))?;
-            named += 1;
-        }
+        let (kept, named) = keep_named_seeds(&seeds, &merged)?;
         std::fs::remove_dir_all(&seeds)?;
         std::fs::rename(&merged, &seeds)?;
         let coverage = corpus_coverage(&fuzz_dir, target, &seeds, &out_dir)?;
-        minimized = Some(Minimized { merged: merged_count, kept: kept.len(), named, coverage });
+        minimized = Some(Minimized { merged: merged_count, kept, named, coverage });
     }
     Ok(Outcome {
         target: target.to_owned(),
@@ -317,5 +324,29 @@ mod tests {
         {
             assert!(is_named_seed(name), "{name}");
         }
+    }
+
+    #[test]
+    fn minimising_keeps_every_named_seed_once() {
+        let root = std::env::temp_dir().join(format!("xtask-named-seeds-{}", std::process::id()));
+        let (seeds, minimized) = (root.join("seeds"), root.join("minimized"));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&seeds).unwrap();
+        std::fs::create_dir_all(&minimized).unwrap();
+        let hash = |c: char| c.to_string().repeat(40);
+        // Before cmin: two named seeds and one libFuzzer found.
+        std::fs::write(seeds.join("kept.yml"), b"kept").unwrap();
+        std::fs::write(seeds.join("dropped.yml"), b"dropped").unwrap();
+        std::fs::write(seeds.join(hash('a')), b"found").unwrap();
+        // After cmin: the first named seed under a SHA-1 name, the second gone, a new find.
+        std::fs::write(minimized.join(hash('b')), b"kept").unwrap();
+        std::fs::write(minimized.join(hash('c')), b"new find").unwrap();
+        assert_eq!(keep_named_seeds(&seeds, &minimized).unwrap(), (1, 2));
+        let mut names: Vec<String> =
+            files(&minimized).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, [hash('c'), "dropped.yml".to_owned(), "kept.yml".to_owned()]);
+        assert_eq!(std::fs::read(minimized.join("dropped.yml")).unwrap(), b"dropped");
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }
