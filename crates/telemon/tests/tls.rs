@@ -731,7 +731,11 @@ async fn spawn_serve_with_system_cas(file: &Path, ca_file: &Path) -> (support::T
             &addr.to_string(),
         ],
     );
+    let stat = format!("/proc/{}/stat", telemon.pid());
     support::until("telemon to listen", Duration::from_millis(50), async || {
+        // A telemon that exited (a zombie until it is waited for) will never listen.
+        let state = std::fs::read_to_string(&stat).unwrap_or_default();
+        assert!(!state.contains(") Z "), "telemon exited instead of listening");
         tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
     })
     .await;
