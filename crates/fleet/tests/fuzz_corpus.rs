@@ -3,10 +3,10 @@
 
 #[test]
 fn fleet_file_sd_corpus_replays() {
-    bench_harness::corpus::replay("fleet_file_sd", 5, telemon_fleet::fuzz::file_sd);
+    bench_harness::corpus::replay("fleet_file_sd", 3500, telemon_fleet::fuzz::file_sd);
 }
 
 #[test]
 fn fleet_probe_allow_corpus_replays() {
-    bench_harness::corpus::replay("fleet_probe_allow", 5, telemon_fleet::fuzz::probe_allow);
+    bench_harness::corpus::replay("fleet_probe_allow", 400, telemon_fleet::fuzz::probe_allow);
 }
