@@ -317,7 +317,6 @@ struct HistState {
 
 /// Puts `v` at second `at` into the ring `key` of `rings`, making the ring when fewer than `limit`
 /// series are `held` in all (the new key made by `make`); `false` when there was no room.
-#[allow(clippy::too_many_arguments)]
 fn put_in(
     rings: &mut HashMap<Arc<str>, Ring>,
     key: &str,

@@ -368,11 +368,10 @@ impl Live {
         let Inner { history, kept, pages, .. } = &mut *inner;
         let recording = fleet_on || !pages.is_empty();
         if recording {
-            let series = |t: &TargetSnapshot| t.series.len();
             let planned: usize = if always {
-                snapshot.targets.iter().map(|t| series(t)).sum()
+                snapshot.targets.iter().map(|t| t.series.len()).sum()
             } else {
-                let pages: usize = pages.keys().filter_map(|n| snapshot.get(n)).map(series).sum();
+                let pages: usize = pages.keys().filter_map(|n| snapshot.get(n)).map(|t| t.series.len()).sum();
                 pages + if fleet_on { snapshot.targets.len() * HEADLINES } else { 0 }
             };
             history.begin(&snapshot, at, planned);
@@ -543,7 +542,8 @@ impl Live {
                         let key = history::key(&s);
                         let points = past(history, &t.name, &s, &key, window);
                         let mut o = series_json(&s, &key, plotted_json(history, &t.name, &s, &key));
-                        let shown = !o["plotted"].is_null() || fam.kind == MetricKind::Histogram;
+                        // A histogram's `plotted` is an array: never null.
+                        let shown = !o["plotted"].is_null();
                         o.insert("bound".into(), Value::Bool(bounded && shown && points.is_empty()));
                         o.insert("history".into(), Value::Array(points));
                         Value::Object(o)
