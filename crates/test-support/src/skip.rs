@@ -46,3 +46,13 @@ pub fn prometheus_and_promtool(test: &str) -> Option<(PathBuf, PathBuf)> {
     let promtool = need_on_path(test, "promtool", hint)?;
     Some((prometheus, promtool))
 }
+
+/// Alertmanager and `amtool` from `PATH` (Debian's `prometheus-alertmanager` package, whose server is
+/// `prometheus-alertmanager`; upstream's is `alertmanager`), or [`need`]'s `None`.
+pub fn alertmanager_and_amtool(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let hint = "apt-get install prometheus-alertmanager (bash .ci/alertmanager.sh)";
+    let server = on_path("prometheus-alertmanager").or_else(|| on_path("alertmanager"));
+    let alertmanager = need(test, "prometheus-alertmanager", server, hint)?;
+    let amtool = need_on_path(test, "amtool", hint)?;
+    Some((alertmanager, amtool))
+}
