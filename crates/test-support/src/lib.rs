@@ -19,5 +19,5 @@ pub use component::{Alertmanager, Component, Launch, Prometheus, VictoriaMetrics
 pub use net::{free_addr, free_port, http_get, listener, until, urlencode, within, DEADLINE};
 pub use receiver::{http, Kind, Labels, Receiver};
 pub use sims::{Cpus, SimOptions, Sims};
-pub use skip::{alertmanager_and_amtool, in_ci, need, need_on_path, on_path, prometheus_and_promtool};
+pub use skip::{alertmanager, in_ci, need, need_on_path, on_path, prometheus_and_promtool};
 pub use webhook::{Alert, Notification, Webhook};

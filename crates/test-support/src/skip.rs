@@ -47,12 +47,14 @@ pub fn prometheus_and_promtool(test: &str) -> Option<(PathBuf, PathBuf)> {
     Some((prometheus, promtool))
 }
 
-/// Alertmanager and `amtool` from `PATH` (Debian's `prometheus-alertmanager` package, whose server is
-/// `prometheus-alertmanager`; upstream's is `alertmanager`), or [`need`]'s `None`.
-pub fn alertmanager_and_amtool(test: &str) -> Option<(PathBuf, PathBuf)> {
-    let hint = "apt-get install prometheus-alertmanager (bash .ci/alertmanager.sh)";
-    let server = on_path("prometheus-alertmanager").or_else(|| on_path("alertmanager"));
-    let alertmanager = need(test, "prometheus-alertmanager", server, hint)?;
-    let amtool = need_on_path(test, "amtool", hint)?;
-    Some((alertmanager, amtool))
+/// Alertmanager from `PATH` (Debian's `prometheus-alertmanager` package calls it `prometheus-alertmanager`, upstream
+/// `alertmanager`), or [`need`]'s `None`.
+pub fn alertmanager(test: &str) -> Option<PathBuf> {
+    let found = on_path("prometheus-alertmanager").or_else(|| on_path("alertmanager"));
+    need(
+        test,
+        "prometheus-alertmanager",
+        found,
+        "apt-get install prometheus-alertmanager (bash .ci/alertmanager.sh)",
+    )
 }
