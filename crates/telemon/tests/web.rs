@@ -10,6 +10,9 @@
 //! - 1,000 targets: `/` draws its first rows, each live update's main-thread time (the page's own
 //!   `performance.measure`), the stream's bytes per second, and telemon's CPU with three views open beside
 //!   none (printed; the assertions are generous);
+//! - over a made-up fleet: a target page's series in label order (numbers numerically), a chart per scale
+//!   (smon's clock apart from its load), a histogram's quantiles drawn, why a down target has no series, and
+//!   `/`'s "–" for the figures of a Mono agent with no counters;
 //! - screenshots of `/` and a target page, light and dark (`TELEMON_SCREENSHOTS=DIR` writes them there:
 //!   `cargo xtask screenshots`).
 //!
