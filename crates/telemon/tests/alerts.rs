@@ -508,6 +508,12 @@ async fn every_alert_reaches_the_webhook_firing_then_resolved() {
         (count(&prometheus, r#"up{job=~"telemon|telemon-spare"} == 1"#).await == 2).then_some(())
     })
     .await;
+    // ...and seeing each simulated clock move, so that a clock that stops must stand still for the rule's whole
+    // window (with a single sample before it stops, rate() would be 0 at once).
+    support::until("Prometheus seeing the sys161 clocks move", Duration::from_millis(200), async || {
+        (count(&prometheus, "rate(sys161_simulated_seconds_total[1m]) > 0").await == 3).then_some(())
+    })
+    .await;
 
     // What must arrive.
     let (a, b) = (telemon_addr.to_string(), spare_addr.to_string());
