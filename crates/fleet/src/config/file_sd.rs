@@ -424,7 +424,10 @@ mod tests {
             .contains("pol"));
         assert_eq!(section("files = []\nprotocol = 'hmon'\n").check().unwrap_err().0, "files");
         assert_eq!(
-            section("files = ['a.json']\nprotocol = 'smon'\nrefresh_interval = '10ms'\n").check().unwrap_err().0,
+            section("files = ['a.json']\nprotocol = 'smon'\nrefresh_interval = '10ms'\n")
+                .check()
+                .unwrap_err()
+                .0,
             "refresh_interval"
         );
     }
