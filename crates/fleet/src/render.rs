@@ -51,7 +51,6 @@ pub const CHUNK: usize = 64 * 1024;
 /// telemon's own per-target families (metrics.md), rendered from each target's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Own {
-    Build,
     Up,
     Connects,
     Errors,
@@ -67,8 +66,7 @@ enum Own {
 }
 
 impl Own {
-    const ALL: [Own; 10] = [
-        Own::Build,
+    const ALL: [Own; 9] = [
         Own::Up,
         Own::Connects,
         Own::Errors,
@@ -82,7 +80,6 @@ impl Own {
 
     fn name(self) -> &'static str {
         match self {
-            Own::Build => "telemon_build_info",
             Own::Up => "telemon_target_up",
             Own::Connects => "telemon_target_connects_total",
             Own::Errors => "telemon_target_errors_total",
@@ -97,7 +94,6 @@ impl Own {
 
     fn help(self) -> &'static str {
         match self {
-            Own::Build => "telemon build information.",
             Own::Up => "1 while the target is connected and receiving, else 0.",
             Own::Connects => "Successful connections to the target (or accepted agents).",
             Own::Errors => "Errors collecting from the target, by kind.",
@@ -115,12 +111,11 @@ impl Own {
     /// Whether the family has a series per target (the process-wide ones have none: they are not
     /// in a page of some targets alone, see [`Chunks::targets_only`]).
     fn per_target(self) -> bool {
-        !matches!(self, Own::Build | Own::ListenerRefused | Own::ListenerTargets | Own::HttpRefused)
+        !matches!(self, Own::ListenerRefused | Own::ListenerTargets | Own::HttpRefused)
     }
 
     fn kind(self) -> MetricKind {
         match self {
-            Own::Build => MetricKind::Info,
             Own::Connects
             | Own::Errors
             | Own::Dropped
@@ -169,7 +164,9 @@ const SUFFIXES: [&str; 4] = ["", "_bucket", "_sum", "_count"];
 
 impl Chunks {
     /// Plans the page of `snapshot`: every family name, sorted, with the targets that have it, and
-    /// the process-wide families (`telemon_build_info`, the HTTP and listener ones).
+    /// the fleet's process-wide families (the HTTP and listener ones). `telemon_build_info` is the
+    /// binary's (its git revision is no business of the fleet's): it comes in the binary's tail
+    /// ([`Chunks::with_tail`]), as do the push senders' families.
     pub fn new(snapshot: FleetSnapshot, format: Format) -> Chunks {
         Chunks::plan(snapshot, format, true)
     }
@@ -297,12 +294,6 @@ impl Chunks {
             }
             let Chunks { plan, snapshot, buf, member, family, header_done, prefixes, .. } = self;
             match &plan[*family].1 {
-                Source::Own(Own::Build) => {
-                    buf.push_str("telemon_build_info{version=\"");
-                    buf.push_str(env!("CARGO_PKG_VERSION"));
-                    buf.push_str("\"} 1\n");
-                    *member = usize::MAX;
-                }
                 Source::Own(Own::ListenerRefused) => {
                     for (listener, reason, n) in crate::own::listener_refusals() {
                         buf.push_str("telemon_listener_refused_total{listener=\"");
@@ -461,7 +452,7 @@ fn write_own(out: &mut String, name: &str, own: Own, t: &TargetSnapshot) {
         out.push('\n');
     };
     match own {
-        Own::Build | Own::ListenerRefused | Own::ListenerTargets | Own::HttpRefused => {}
+        Own::ListenerRefused | Own::ListenerTargets | Own::HttpRefused => {}
         Own::Up => own_line(None, Num::Uint(u64::from(t.is_up()))),
         Own::Connects => own_line(None, Num::Uint(t.connects)),
         Own::Errors => {
@@ -534,7 +525,9 @@ mod tests {
         assert!(out.contains("telemon_target_up{protocol=\"hmon\",target=\"gone\"} 0\n"));
         assert!(out.contains("telemon_target_errors_total{protocol=\"smon\",target=\"box\\\"1\",room=\"b12\",kind=\"decode\"} 1\n"));
         assert!(out.contains("smon_lat_seconds_bucket{target=\"box\\\"1\",room=\"b12\",le=\"+Inf\"} 4\n"));
-        assert!(out.contains("# TYPE telemon_build_info gauge\n"));
+        assert!(out.contains("# TYPE telemon_http_refused_connections_total counter\n"));
+        // The binary's family (crates/telemon's build_info), not the fleet's.
+        assert!(!out.contains("telemon_build_info"), "{out}");
         assert!(!out.contains("# EOF"));
         // One HELP/TYPE per family even with several targets.
         assert_eq!(out.matches("# TYPE telemon_target_up ").count(), 1);
@@ -545,7 +538,6 @@ mod tests {
         let out = render(&snap(), Format::OpenMetrics);
         assert!(out.contains("# TYPE smon_cpu_seconds counter\n"), "{out}");
         assert!(out.contains("smon_cpu_seconds_total{"));
-        assert!(out.contains("# TYPE telemon_build info\n"));
         assert!(out.ends_with("# EOF\n"));
     }
 
@@ -569,14 +561,12 @@ mod tests {
                 page.contains("smon_lat_seconds_bucket{")
                     && page.contains("telemon_target_up{protocol=\"hmon\"")
             );
-            assert!(!page.contains("telemon_build_info") && !page.contains("telemon_http_refused"), "{page}");
+            assert!(!page.contains("telemon_http_refused"), "{page}");
             assert_eq!(page.ends_with("# EOF\n"), format == Format::OpenMetrics);
         }
         // The whole page has them.
         let all = render(&snap, Format::Text004);
-        assert!(
-            all.contains("telemon_build_info{") && all.contains("telemon_http_refused_connections_total ")
-        );
+        assert!(all.contains("telemon_http_refused_connections_total "));
     }
 
     #[test]
