@@ -176,19 +176,17 @@ fn main() -> Result<()> {
 /// How long the first `cargo xtask sim` builds on a fresh clone of a 2-core machine (measured; see the README).
 const FIRST_BUILD: &str = "4 minutes";
 
-/// The sims `cargo xtask soak` drives: (name, binary). mono-agent-sim dials out to an inspector: it has no
-/// clients to soak.
-const SOAKED: [(&str, &str); 4] =
-    [("sys161", "sys161-sim"), ("dyalog", "dyalog-sim"), ("smon", "smon-sim"), ("rvos", "rvos-sim")];
-
 fn soak(root: &Path, minutes: f64, clients: usize, only: &[String]) -> Result<()> {
+    // The sims with clients to soak (the Mono agent dials out to an inspector: it has none).
+    let soaked: Vec<(&str, &str)> = SIMS.iter().filter(|s| s.serves).map(|s| (s.name, s.bin)).collect();
     for name in only {
-        if !SOAKED.iter().any(|(n, _)| n == name) {
-            bail!("no soak for {name:?}; known: {}", SOAKED.map(|(n, _)| n).join(", "));
+        if !soaked.iter().any(|(n, _)| n == name) {
+            let names: Vec<&str> = soaked.iter().map(|(n, _)| *n).collect();
+            bail!("no soak for {name:?}; known: {}", names.join(", "));
         }
     }
     let chosen: Vec<_> =
-        SOAKED.iter().filter(|(n, _)| only.is_empty() || only.iter().any(|o| o == n)).collect();
+        soaked.iter().filter(|(n, _)| only.is_empty() || only.iter().any(|o| o == n)).collect();
     let mut build = Command::new(cargo());
     build.args(["build", "--release", "--quiet", "--package", "soak"]);
     for (_, bin) in &chosen {

@@ -25,10 +25,10 @@
 //! recorded bytes back as a stream.
 //!
 //! ```
-//! use telemon_capture::{Capture, Direction, Limits, Protocol, Record, RecordKind, Target, Writer};
+//! use telemon_capture::{Capture, Direction, Limits, link_type, Record, RecordKind, Target, Writer};
 //!
 //! let mut w = Writer::new(Vec::new(), "example 1.0").unwrap();
-//! let iface = w.interface(&Target::new("sim", Protocol::Meter161, "/tmp/.sockets/meter")).unwrap();
+//! let iface = w.interface(&Target::new("sim", link_type::METER161, "/tmp/.sockets/meter")).unwrap();
 //! let bytes = b"HELLO 2\r\n".to_vec();
 //! let data = RecordKind::Data { direction: Direction::Inbound, bytes };
 //! w.record(&Record { interface: iface, time_ns: 1_700_000_000_000_000_000, dropped: 0, kind: data.clone() })

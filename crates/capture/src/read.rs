@@ -282,7 +282,7 @@ impl Reader {
         if self.interfaces.len() >= self.limits.max_interfaces {
             return Err(ReadError::TooManyInterfaces { offset, max: self.limits.max_interfaces });
         }
-        let protocol = Protocol::from_link_type(order.u16(&body[0..2]));
+        let link_type = order.u16(&body[0..2]);
         let (mut name, mut address, mut tsresol) = (String::new(), String::new(), 6u8);
         options(order, &body[8..], offset, |code, value| match code {
             OPT_IF_NAME => name = String::from_utf8_lossy(value).into_owned(),
@@ -290,7 +290,7 @@ impl Reader {
             OPT_IF_TSRESOL if value.len() == 1 => tsresol = value[0],
             _ => {}
         })?;
-        let target = Target { name, protocol, address };
+        let target = Target { name, link_type, address };
         self.interfaces.push(Interface { target: target.clone(), tsresol });
         Ok(Event::Interface { id: (self.interfaces.len() - 1) as u32, target })
     }

@@ -23,7 +23,7 @@ const PROCESSES: usize = 40;
 /// One sysinfo-like target's series, through a real publisher.
 fn target(registry: &Registry, i: usize) -> TargetSnapshot {
     let labels = vec![("env".to_owned(), "bench".to_owned())];
-    let mut p = Publisher::new(registry, format!("vm{i}"), Protocol::Sysinfo, labels, 10_000);
+    let mut p = Publisher::new(registry, format!("vm{i}"), Protocol::SYSINFO, labels, 10_000);
     p.up();
     fill(&mut p, 1);
     p.flush();
@@ -94,7 +94,7 @@ fn groups() -> Vec<Group> {
     let updates = (PROCESSES * 4 + 61) as u64;
     let registry = Registry::new();
     let publisher = move || {
-        let mut p = Publisher::new(&registry, "t", Protocol::Sysinfo, Vec::<(String, String)>::new(), 10_000);
+        let mut p = Publisher::new(&registry, "t", Protocol::SYSINFO, Vec::<(String, String)>::new(), 10_000);
         p.up();
         fill(&mut p, 1);
         p
@@ -167,7 +167,7 @@ fn big_fleet() -> FleetSnapshot {
     let mut ps: Vec<Publisher> = (0..FLEET_TARGETS)
         .map(|i| {
             let labels = vec![("env".to_owned(), "bench".to_owned())];
-            let mut p = Publisher::new(&registry, format!("vm{i}"), Protocol::Sysinfo, labels, 10_000);
+            let mut p = Publisher::new(&registry, format!("vm{i}"), Protocol::SYSINFO, labels, 10_000);
             p.up();
             p
         })

@@ -9,10 +9,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use telemon_capture::{Connection, Protocol, ReplayStream, Speed};
+use telemon_capture::{Connection, ReplayStream, Speed};
 
-use crate::collect;
-use crate::model::{ErrorKind, Protocol as FleetProtocol};
+use crate::model::ErrorKind;
+use crate::protocol::Protocols;
 use crate::registry::Registry;
 use crate::render::{render, Format};
 use crate::target::{Failure, Publisher};
@@ -29,34 +29,35 @@ pub struct Scrape {
 /// The most series one replayed target may have (as `[serve] series_limit`'s default).
 const SERIES_LIMIT: usize = 10_000;
 
-/// Replays `connections` (all of one target or several; in order of start) through the collectors and
-/// returns an exposition after each published change. Connections of protocols whose collector cannot
-/// replay yet are skipped with a warning on stderr.
-pub fn replay(connections: Vec<Connection>) -> std::io::Result<Vec<Scrape>> {
+/// Replays `connections` (all of one target or several; in order of start) through the collectors of
+/// `protocols` and returns an exposition after each published change. Connections of a link type no
+/// protocol records are skipped with a warning on stderr.
+pub fn replay(protocols: &Protocols, connections: Vec<Connection>) -> std::io::Result<Vec<Scrape>> {
+    let protocols = protocols.clone();
     std::thread::spawn(move || {
         let runtime =
             tokio::runtime::Builder::new_current_thread().enable_all().start_paused(true).build()?;
-        Ok(runtime.block_on(replay_all(connections)))
+        Ok(runtime.block_on(replay_all(&protocols, connections)))
     })
     .join()
     .map_err(|_| std::io::Error::other("the replay thread panicked"))?
 }
 
-async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
+async fn replay_all(protocols: &Protocols, connections: Vec<Connection>) -> Vec<Scrape> {
     let registry = Registry::new();
     let mut publishers: std::collections::HashMap<String, Publisher> = Default::default();
     let scrapes: Arc<Mutex<Vec<Scrape>>> = Arc::default();
     for connection in connections {
-        let Some(protocol) = fleet_protocol(connection.target.protocol) else {
+        let Some(component) = protocols.by_link_type(connection.target.link_type) else {
             eprintln!(
-                "telemon: export: {}: no collector replays {} recordings; skipped",
-                connection.target.name, connection.target.protocol
+                "telemon: export: {}: no collector replays linktype {} recordings; skipped",
+                connection.target.name, connection.target.link_type
             );
             continue;
         };
         let name = connection.target.name.clone();
         let p = publishers.entry(name.clone()).or_insert_with(|| {
-            let mut p = Publisher::new(&registry, name.as_str(), protocol, vec![], SERIES_LIMIT);
+            let mut p = Publisher::new(&registry, name.as_str(), component.protocol(), vec![], SERIES_LIMIT);
             // Every recorded sample is a point, however fast the target sent them.
             p.publish_every_change();
             p
@@ -69,7 +70,7 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
             let time_ns = start_ns + clock.last_read().as_nanos() as u64;
             sink.lock().unwrap_or_else(|e| e.into_inner()).push(Scrape { time_ns, text });
         });
-        let failure = drive(p, &connection, stream).await;
+        let failure = component.replay(p, &connection, stream).await;
         tracing::debug!(target = %name, ?failure, "replay ended");
         // What the collector held back for its next publication when the stream ended (a live target would
         // publish it with its next change or as it goes down).
@@ -80,10 +81,11 @@ async fn replay_all(connections: Vec<Connection>) -> Vec<Scrape> {
     scrapes
 }
 
-/// Plays `connections` into `registry` on the real clock at `speed` (`telemon top --replay`): every
-/// target's connections one after the other, each target starting at its recorded offset from the first.
-/// A target whose recording is played out stays listed as down ("the recording ended").
-pub async fn play(registry: Registry, connections: Vec<Connection>, speed: Speed) {
+/// Plays `connections` into `registry` on the real clock at `speed` (`telemon top --replay`) through the
+/// collectors of `protocols`: every target's connections one after the other, each target starting at its
+/// recorded offset from the first. A target whose recording is played out stays listed as down ("the
+/// recording ended").
+pub async fn play(registry: Registry, protocols: &Protocols, connections: Vec<Connection>, speed: Speed) {
     let first = connections.iter().map(|c| c.start_ns).min().unwrap_or(0);
     let mut by_target: Vec<(String, Vec<Connection>)> = Vec::new();
     for c in connections {
@@ -95,13 +97,13 @@ pub async fn play(registry: Registry, connections: Vec<Connection>, speed: Speed
     let mut tasks = tokio::task::JoinSet::new();
     for (name, list) in by_target {
         let registry = registry.clone();
+        let Some(component) = protocols.by_link_type(list[0].target.link_type) else { continue };
         tasks.spawn(async move {
-            let Some(protocol) = fleet_protocol(list[0].target.protocol) else { return };
-            let mut p = Publisher::new(&registry, name.as_str(), protocol, vec![], SERIES_LIMIT);
+            let mut p = Publisher::new(&registry, name.as_str(), component.protocol(), vec![], SERIES_LIMIT);
             let start = tokio::time::Instant::now();
             for c in list {
                 tokio::time::sleep_until(start + speed.scale(Duration::from_nanos(c.start_ns - first))).await;
-                let failure = drive(&mut p, &c, ReplayStream::new(&c, speed)).await;
+                let failure = component.replay(&mut p, &c, ReplayStream::new(&c, speed)).await;
                 tracing::debug!(target = %name, ?failure, "recorded connection played out");
             }
             p.down(&Failure::new(ErrorKind::Connect, "the recording ended"));
@@ -109,52 +111,6 @@ pub async fn play(registry: Registry, connections: Vec<Connection>, speed: Speed
         });
     }
     while tasks.join_next().await.is_some() {}
-}
-
-/// The fleet's name for a recorded protocol (`None` for another tool's link type).
-fn fleet_protocol(protocol: Protocol) -> Option<FleetProtocol> {
-    match protocol {
-        Protocol::Meter161 => Some(FleetProtocol::Meter161),
-        Protocol::Hmon => Some(FleetProtocol::Hmon),
-        Protocol::Mono => Some(FleetProtocol::Mono),
-        Protocol::Smon => Some(FleetProtocol::Smon),
-        Protocol::Sysinfo => Some(FleetProtocol::Sysinfo),
-        Protocol::Other(_) => None,
-    }
-}
-
-/// The command of each channel of a recorded sysinfo connection.
-fn recorded_commands(
-    connection: &Connection,
-) -> std::collections::HashMap<sysinfo_wire::ChannelId, sysinfo_wire::SysinfoCommand> {
-    collect::sysinfo::recorded_commands(&connection.bytes(telemon_capture::Direction::Outbound))
-}
-
-/// Runs the collector of the connection's protocol over its replay until it ends.
-async fn drive(p: &mut Publisher, connection: &Connection, stream: ReplayStream) -> Failure {
-    let protocol = connection.target.protocol;
-    let fail = |e: &dyn std::fmt::Display| Failure::new(ErrorKind::Protocol, e);
-    match protocol {
-        Protocol::Meter161 => {
-            let config = meter161::ClientConfig::default().reconnect(false);
-            match meter161::Client::over(stream, &config).await {
-                Ok(client) => collect::meter161::collect(p, client).await,
-                Err(e) => fail(&e),
-            }
-        }
-        Protocol::Smon => {
-            let reader = smon_codec::UpdateReader::new(stream, smon_codec::DecoderConfig::default());
-            collect::smon::collect(p, reader).await
-        }
-        // Each reply is the report its channel's recorded command asked for: any reports, any periods.
-        Protocol::Sysinfo => collect::sysinfo::over(p, stream, &recorded_commands(connection)).await,
-        // The plan of a `[[hmon]]` block without options: the requests go nowhere, the recorded answers
-        // come in their recorded order.
-        Protocol::Hmon => collect::hmon::over(p, stream, &collect::hmon::Plan::default()).await,
-        // The recorded Hello, samples and responses; the requests the live inspector made are not repeated.
-        Protocol::Mono => collect::mono::over(p, stream).await,
-        other => fail(&format!("no collector replays {other}")),
-    }
 }
 
 /// One series' samples, in time order: (time in ns, value text).
@@ -381,7 +337,7 @@ mod tests {
         let chunk =
             |s: u64, b: &[u8]| (Duration::from_secs(s), telemon_capture::Direction::Inbound, b.to_vec());
         Connection {
-            target: telemon_capture::Target::new("agent", Protocol::Mono, "127.0.0.1:8888"),
+            target: telemon_capture::Target::new("agent", telemon_capture::link_type::MONO, "127.0.0.1:8888"),
             start_ns: 1_700_000_000_000_000_000,
             chunks: vec![
                 chunk(0, &bytes(&hello)),
@@ -396,7 +352,7 @@ mod tests {
 
     #[test]
     fn mono_agents_replay_through_their_collector() {
-        let text = openmetrics(&replay(vec![mono_connection()]).unwrap());
+        let text = openmetrics(&replay(&Protocols::built_in(), vec![mono_connection()]).unwrap());
         let series = "mono_runtime{target=\"agent\",category=\"Mono JIT\",counter=\"Compiled methods\"}";
         let points: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix(series)).collect();
         assert_eq!(points, [" 100 1700000001.000", " 101 1700000003.500"], "{text}");

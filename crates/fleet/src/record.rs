@@ -2,17 +2,15 @@
 //! `telemon-capture` crate), for `telemon record`, `telemon serve --record` and the one-target
 //! subcommands' `--record`.
 //!
-//! A fleet records through one process-wide [`Recording`], installed once ([`install`]) before the fleet
-//! starts. Each collector wraps the stream of each connection it makes with [`tap`]; without an
-//! installed recording the tap passes everything through.
+//! A fleet records through one [`Recording`], given to it when it starts (`Fleet::recording`). Each
+//! collector wraps the stream of each connection it makes with [`tap`] (through its publisher,
+//! `Publisher::tap`); without a recording the tap passes everything through.
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use telemon_capture::{Recorder, RecorderStats, Tap, Target, TargetRecorder};
-
-pub use telemon_capture::Protocol;
 
 /// `shb_userappl` of telemon's recordings: `telemon <version>`.
 pub fn application() -> String {
@@ -84,23 +82,17 @@ impl Recording {
     }
 }
 
-static RECORDING: OnceLock<Arc<Recording>> = OnceLock::new();
-
-/// Makes `recording` the process's fleet recording; fails if one is installed already.
-pub fn install(recording: Arc<Recording>) -> Result<(), Arc<Recording>> {
-    RECORDING.set(recording)
-}
-
-/// The process's fleet recording, if one is installed.
-pub fn installed() -> Option<&'static Arc<Recording>> {
-    RECORDING.get()
-}
-
-/// Wraps a collector's connection to the target `name` (speaking `protocol` at `address`) in a tap that
-/// records it when a fleet recording is installed, and passes it through otherwise.
-///
-/// The bytes read are added to `received` (the target's `telemon_target_received_bytes_total`).
-pub fn tap<S>(stream: S, name: &str, protocol: Protocol, address: &str, received: Arc<AtomicU64>) -> Tap<S> {
-    let recorder = installed().map(|r| r.target(Target::new(name, protocol, address)));
+/// Wraps a collector's connection to the target `name` at `address` in a tap that records it (as
+/// `link_type`) when the fleet records, and passes it through otherwise. The bytes read are added to
+/// `received` (the target's `telemon_target_received_bytes_total`).
+pub fn tap<S>(
+    recording: Option<&Recording>,
+    stream: S,
+    name: &str,
+    link_type: u16,
+    address: &str,
+    received: Arc<AtomicU64>,
+) -> Tap<S> {
+    let recorder = recording.map(|r| r.target(Target::new(name, link_type, address)));
     Tap::maybe(stream, recorder).counting(received)
 }

@@ -62,12 +62,10 @@ enum Own {
     ListenerRefused,
     /// Not per target: the targets each dial-in listener holds.
     ListenerTargets,
-    /// Not per target: [`crate::own`]'s HTTP refusals.
-    HttpRefused,
 }
 
 impl Own {
-    const ALL: [Own; 10] = [
+    const ALL: [Own; 9] = [
         Own::Build,
         Own::Up,
         Own::Connects,
@@ -77,7 +75,6 @@ impl Own {
         Own::Received,
         Own::ListenerRefused,
         Own::ListenerTargets,
-        Own::HttpRefused,
     ];
 
     fn name(self) -> &'static str {
@@ -91,7 +88,6 @@ impl Own {
             Own::Received => "telemon_target_received_bytes_total",
             Own::ListenerRefused => "telemon_listener_refused_total",
             Own::ListenerTargets => "telemon_listener_targets",
-            Own::HttpRefused => "telemon_http_refused_connections_total",
         }
     }
 
@@ -108,19 +104,15 @@ impl Own {
                 "Connections a dial-in listener closed without making them a target, by reason."
             }
             Own::ListenerTargets => "Targets a dial-in listener holds, live and remembered.",
-            Own::HttpRefused => "HTTP connections refused at once because [serve] max_connections were open.",
         }
     }
 
     fn kind(self) -> MetricKind {
         match self {
             Own::Build => MetricKind::Info,
-            Own::Connects
-            | Own::Errors
-            | Own::Dropped
-            | Own::Received
-            | Own::ListenerRefused
-            | Own::HttpRefused => MetricKind::Counter,
+            Own::Connects | Own::Errors | Own::Dropped | Own::Received | Own::ListenerRefused => {
+                MetricKind::Counter
+            }
             Own::Up | Own::LastUpdate | Own::ListenerTargets => MetricKind::Gauge,
         }
     }
@@ -304,12 +296,6 @@ impl Chunks {
                     }
                     *member = usize::MAX;
                 }
-                Source::Own(Own::HttpRefused) => {
-                    buf.push_str("telemon_http_refused_connections_total ");
-                    push_num(buf, Num::Uint(crate::own::http_refusals()));
-                    buf.push('\n');
-                    *member = usize::MAX;
-                }
                 Source::Own(own) => {
                     while let Some(t) = snapshot.targets.get(*member) {
                         // Each line starts with the target's label text, elsewhere on the heap.
@@ -440,7 +426,7 @@ fn write_own(out: &mut String, name: &str, own: Own, t: &TargetSnapshot) {
         out.push('\n');
     };
     match own {
-        Own::Build | Own::ListenerRefused | Own::ListenerTargets | Own::HttpRefused => {}
+        Own::Build | Own::ListenerRefused | Own::ListenerTargets => {}
         Own::Up => own_line(None, Num::Uint(u64::from(t.is_up()))),
         Own::Connects => own_line(None, Num::Uint(t.connects)),
         Own::Errors => {
@@ -475,7 +461,7 @@ mod tests {
     use crate::model::{ErrorKind, LabelSet, Protocol, Series, TargetState, Value};
 
     pub(super) fn snap() -> FleetSnapshot {
-        let mut t = TargetSnapshot::new("box\"1", Protocol::Smon, vec![("room".into(), "b12".into())]);
+        let mut t = TargetSnapshot::new("box\"1", Protocol::SMON, vec![("room".into(), "b12".into())]);
         t.state = TargetState::Up;
         t.connects = 2;
         t.errors.bump(ErrorKind::Decode);
@@ -497,7 +483,7 @@ mod tests {
                 rate: None,
             },
         ]);
-        let down = TargetSnapshot::new("gone", Protocol::Hmon, Vec::new());
+        let down = TargetSnapshot::new("gone", Protocol::HMON, Vec::new());
         FleetSnapshot::from(vec![t, down])
     }
 

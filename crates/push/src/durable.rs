@@ -18,11 +18,12 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::config::{PushSection, WhenFull};
 use crate::disk::{self, DiskQueue, Dropped, Meta, Next, RecordIn, StdFs};
 use crate::queue::Queued;
 use crate::sender::{Plan, Ticks, Tries, Wire, RETRY_FIRST, RETRY_MAX};
 use crate::stats::{now_ms, Stats};
-use telemon_fleet::config::{PushSection, Shard, WhenFull};
+use telemon_fleet::config::Shard;
 use telemon_fleet::retry::Backoff;
 use telemon_fleet::Registry;
 

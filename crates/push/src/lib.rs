@@ -11,6 +11,9 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
+#[cfg(test)]
+mod config_tests;
 pub mod disk;
 mod durable;
 pub mod fuzz;
@@ -30,10 +33,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use config::{BasicAuth, PushConfig, PushSection, TlsSection, WhenFull};
 use sender::{Plan, Wire};
 pub use sender::{RETRY_AFTER_MAX, RETRY_FIRST, RETRY_MAX};
 pub use stats::Stats;
-use telemon_fleet::config::{FleetConfig, PushSection, Shard};
+use telemon_fleet::config::{ConfigError, Shard};
 use telemon_fleet::Registry;
 
 /// How long [`Push::shutdown`] waits for the queues to drain by default.
@@ -92,53 +96,34 @@ struct Handover {
     queue: Option<Box<dyn Any + Send + Sync>>,
 }
 
-/// A push block that cannot start: which block (its kind and place among the blocks of its kind), and which of
-/// its keys.
-#[derive(Debug, thiserror::Error)]
-#[error("[[{section}]] {sender}: {key}: {message}")]
-pub struct BlockError {
-    /// `remote_write` or `otlp`.
-    pub section: &'static str,
-    /// The block's place among the config's blocks of its kind, from 0.
-    pub index: usize,
-    /// The sender's name.
-    pub sender: String,
-    /// The key at fault, dotted inside a table (`basic_auth.password_file`, `tls.ca_file`).
-    pub key: &'static str,
-    /// What is wrong.
-    pub message: String,
-}
-
 /// Checks that every push block of `config` can start: the files it names (token, password, CA) are read
-/// and make a valid client, as [`Push::start`] and [`Push::reload`] will.
-pub fn check(config: &FleetConfig) -> Result<(), BlockError> {
+/// and make a valid client, as [`Push::start`] and [`Push::reload`] will. An error is at the key that
+/// names the file.
+pub fn check(config: &PushConfig) -> Result<(), ConfigError> {
     let remote_write = config.remote_write.iter().enumerate().map(|(i, b)| ("remote_write", i, b));
     let otlp = config.otlp.iter().enumerate().map(|(i, b)| ("otlp", i, b));
     for (section, index, block) in remote_write.chain(otlp) {
-        client(block).map_err(|(key, message)| BlockError {
-            section,
-            index,
-            sender: block.sender_name(),
-            key,
-            message,
+        client(block).map_err(|(key, message)| match config.place(section, index) {
+            Some(place) => place.error(key, message),
+            None => ConfigError { file: "<push>".into(), line: 0, key: format!("{section}.{key}"), message },
         })?;
     }
     Ok(())
 }
 
-/// The blocks of `config` as `(section, block)`, remote write first.
-fn blocks(config: &FleetConfig) -> impl Iterator<Item = (&'static str, &PushSection)> {
-    config.remote_write.iter().map(|b| ("remote_write", b)).chain(config.otlp.iter().map(|b| ("otlp", b)))
-}
-
 impl Push {
-    /// Starts a sender per `[[remote_write]]` and `[[otlp]]` block of `config`, reading
-    /// `registry`; `instance` is OTLP's `service.instance.id`. Fails when a file named by a block
+    /// Starts a sender per `[[remote_write]]` and `[[otlp]]` block of `config`, reading `registry` (the
+    /// targets of `shard`, whose disk queues are its own); `instance` is OTLP's `service.instance.id`. Fails when a file named by a block
     /// (token, password, CA) cannot be read.
-    pub fn start(config: &FleetConfig, registry: &Registry, instance: &str) -> Result<Push, PushError> {
+    pub fn start(
+        config: &PushConfig,
+        shard: Option<Shard>,
+        registry: &Registry,
+        instance: &str,
+    ) -> Result<Push, PushError> {
         let mut push = Push { senders: Vec::new(), instance: instance.to_owned() };
-        for (section, block) in blocks(config) {
-            let sender = push.spawn(section, block, config.serve.shard, registry, None)?;
+        for (section, block) in config.blocks() {
+            let sender = push.spawn(section, block, shard, registry, None)?;
             push.senders.push(sender);
         }
         Ok(push)
@@ -152,12 +137,12 @@ impl Push {
     /// started or replaced.
     pub async fn reload(
         &mut self,
-        config: &FleetConfig,
+        config: &PushConfig,
+        shard: Option<Shard>,
         registry: &Registry,
         deadline: Duration,
     ) -> Result<usize, PushError> {
-        let shard = config.serve.shard;
-        let wanted: Vec<(&'static str, &PushSection)> = blocks(config).collect();
+        let wanted: Vec<(&'static str, &PushSection)> = config.blocks().collect();
         let same = |r: &Running, section: &str, block: &PushSection| {
             r.section == section && r.block == *block && r.shard == shard
         };

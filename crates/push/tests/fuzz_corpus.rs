@@ -32,7 +32,7 @@ fn telemon_otlp_reply_corpus_replays() {
 }
 
 fn snapshot(up: bool, with_histogram: bool) -> FleetSnapshot {
-    let mut t = TargetSnapshot::new("vm", Protocol::Sysinfo, vec![("room".into(), "b12".into())]);
+    let mut t = TargetSnapshot::new("vm", Protocol::SYSINFO, vec![("room".into(), "b12".into())]);
     t.state = if up { TargetState::Up } else { TargetState::Down };
     t.connects = 1;
     let s = |family: &str, kind, value| Series {

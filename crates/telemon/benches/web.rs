@@ -20,7 +20,7 @@ const TARGETS: usize = 1000;
 fn series(protocol: Protocol, v: f64) -> SeriesSet {
     let mut all = Vec::new();
     match protocol {
-        Protocol::Meter161 => {
+        Protocol::METER161 => {
             for family in [
                 "sys161_cpu_cycles_total",
                 "sys161_interrupts_total",
@@ -134,8 +134,8 @@ fn group(name: &str, protocol: Protocol, runtime: &tokio::runtime::Runtime) -> G
 fn groups() -> Vec<Group> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a runtime");
     let groups = vec![
-        group("web_sampler_sys161_1000", Protocol::Meter161, &runtime),
-        group("web_sampler_rvos_1000", Protocol::Sysinfo, &runtime),
+        group("web_sampler_sys161_1000", Protocol::METER161, &runtime),
+        group("web_sampler_rvos_1000", Protocol::SYSINFO, &runtime),
     ];
     std::mem::forget(runtime);
     groups

@@ -5,8 +5,10 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod exposition;
 pub mod fuzz;
+pub mod history;
 pub mod http;
 pub mod top;
 pub mod web;

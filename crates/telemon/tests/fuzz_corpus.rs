@@ -35,3 +35,8 @@ fn the_good_seeds_read_and_the_bad_ones_are_refused() {
         }
     }
 }
+
+#[test]
+fn telemon_probe_allow_corpus_replays() {
+    bench_harness::corpus::replay("telemon_probe_allow", 5, telemon::fuzz::probe_allow);
+}

@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
+pub use telemon_capture::{link_type, Connection, Direction, Speed};
 use telemon_capture::{Capture, Limits};
-pub use telemon_capture::{Connection, Direction, Protocol, Speed};
 
 /// The `--replay FILE`, `--speed` and `--target` options every sim shares (`#[command(flatten)]`).
 #[derive(Debug, Clone, clap::Args)]
@@ -42,10 +42,10 @@ pub struct ReplayArgs {
 
 impl ReplayArgs {
     /// Loads the recording if `--replay` was given.
-    pub fn load(&self, protocol: Protocol, mode: Mode) -> io::Result<Option<Arc<Replay>>> {
+    pub fn load(&self, link_type: u16, mode: Mode) -> io::Result<Option<Arc<Replay>>> {
         match &self.replay {
             None => Ok(None),
-            Some(file) => Replay::load(file, protocol, self.target.as_deref(), mode, self.speed).map(Some),
+            Some(file) => Replay::load(file, link_type, self.target.as_deref(), mode, self.speed).map(Some),
         }
     }
 }
@@ -85,11 +85,11 @@ pub struct Replay {
 }
 
 impl Replay {
-    /// Loads the connections of `protocol` (of the target named `target`, or of the only target of that
-    /// protocol) from the recording at `path` (a file or a directory of rotated files).
+    /// Loads the connections of `link_type` (of the target named `target`, or of the only target of that
+    /// link type) from the recording at `path` (a file or a directory of rotated files).
     pub fn load(
         path: &Path,
-        protocol: Protocol,
+        link_type: u16,
         target: Option<&str>,
         mode: Mode,
         speed: Speed,
@@ -111,17 +111,22 @@ impl Replay {
         let names: Vec<String> = capture
             .targets()
             .into_iter()
-            .filter(|t| t.protocol == protocol && target.is_none_or(|n| n == t.name))
+            .filter(|t| t.link_type == link_type && target.is_none_or(|n| n == t.name))
             .map(|t| t.name.clone())
             .collect();
         let invalid = |msg: String| io::Error::new(io::ErrorKind::InvalidInput, msg);
         let name = match names.as_slice() {
-            [] => return Err(invalid(format!("{}: no {protocol} target to replay", path.display()))),
+            [] => {
+                return Err(invalid(format!(
+                    "{}: no target of linktype {link_type} to replay",
+                    path.display()
+                )))
+            }
             [one] => one.clone(),
             many if many.iter().all(|n| n == &many[0]) => many[0].clone(),
             many => {
                 return Err(invalid(format!(
-                    "{}: several {protocol} targets ({}); pick one with --replay-target",
+                    "{}: several targets of linktype {link_type} ({}); pick one with --replay-target",
                     path.display(),
                     many.join(", ")
                 )))
@@ -130,7 +135,7 @@ impl Replay {
         let connections: Vec<Connection> = capture
             .connections(Some(&name))
             .into_iter()
-            .filter(|c| c.target.protocol == protocol && !c.chunks.is_empty())
+            .filter(|c| c.target.link_type == link_type && !c.chunks.is_empty())
             .collect();
         if connections.is_empty() {
             return Err(invalid(format!("{}: {name} has no recorded bytes", path.display())));
@@ -296,7 +301,7 @@ mod tests {
 
     fn conn(chunks: &[(u64, Direction, &[u8])]) -> Connection {
         Connection {
-            target: telemon_capture::Target::new("t", Protocol::Hmon, "-"),
+            target: telemon_capture::Target::new("t", link_type::HMON, "-"),
             start_ns: 0,
             chunks: chunks.iter().map(|(ms, d, b)| (Duration::from_millis(*ms), *d, b.to_vec())).collect(),
             peer_closed: false,

@@ -98,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
     }
     let shutdown = sim_common::shutdown_on_ctrl_c();
     let conversation = sim_common::replay::Mode::Conversation;
-    if let Some(replay) = args.replay.load(sim_common::replay::Protocol::Hmon, conversation)? {
+    if let Some(replay) = args.replay.load(sim_common::replay::link_type::HMON, conversation)? {
         match mode {
             Mode::Serve => {
                 let listener = tokio::net::TcpListener::bind(&addr)

@@ -87,7 +87,7 @@ async fn main() -> std::process::ExitCode {
 /// `--replay FILE`: dials the inspector and serves the recorded agent's connections, one after the other.
 async fn replay(args: &Args) -> std::process::ExitCode {
     let conversation = sim_common::replay::Mode::Conversation;
-    let replay = match args.replay.load(sim_common::replay::Protocol::Mono, conversation) {
+    let replay = match args.replay.load(sim_common::replay::link_type::MONO, conversation) {
         Ok(Some(r)) => r,
         Ok(None) => return std::process::ExitCode::from(2),
         Err(e) => {

@@ -102,7 +102,7 @@ async fn main() -> anyhow_free::Result {
         return serve_instances(&args.listen, args.instances, config).await;
     }
     let replay =
-        args.replay.load(sim_common::replay::Protocol::Sysinfo, sim_common::replay::Mode::Conversation)?;
+        args.replay.load(sim_common::replay::link_type::SYSINFO, sim_common::replay::Mode::Conversation)?;
     let shutdown = sim_common::shutdown_on_ctrl_c();
     match args.socket {
         Some(path) => {

@@ -48,7 +48,7 @@ async fn main() -> Result<()> {
     sim_common::init_tracing();
     let args = Args::parse();
     let mode = sim_common::replay::Mode::Stream;
-    if let Some(replay) = args.replay.load(sim_common::replay::Protocol::Smon, mode)? {
+    if let Some(replay) = args.replay.load(sim_common::replay::link_type::SMON, mode)? {
         let addr = args.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listener =
             tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;

@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
     let (listener, path) =
         sys161_sim::bind(&args.dir).with_context(|| format!("cannot serve {}", args.dir.display()))?;
     if let Some(replay) =
-        args.replay.load(sim_common::replay::Protocol::Meter161, sim_common::replay::Mode::Stream)?
+        args.replay.load(sim_common::replay::link_type::METER161, sim_common::replay::Mode::Stream)?
     {
         tracing::info!(socket = %path.display(), "sys161-sim serving a recording");
         let listener = sim_common::NumberedUnixListener::new(listener);

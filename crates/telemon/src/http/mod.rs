@@ -22,7 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use telemon_fleet::config::FleetConfig;
+use crate::config::Config;
 use telemon_fleet::render::Format;
 use telemon_fleet::Fleet;
 use telemon_push::{Push, Stats as PushStats};
@@ -32,6 +32,7 @@ use axum::http::StatusCode;
 pub mod check;
 mod conn;
 mod probe;
+pub mod probe_allow;
 mod reload;
 mod thread;
 
@@ -47,7 +48,7 @@ pub use conn::{
 pub use probe::{
     probe_allowed, ProbeRefusal, DEFAULT_PROBE_TIMEOUT, MAX_PROBES, PROBE_IDLE, RESOLVE_TIMEOUT,
 };
-pub use reload::{ConfigSource, Control, PUSH_HANDOVER};
+pub use reload::{Control, PUSH_HANDOVER};
 pub use thread::REPLACED_LINGER;
 
 use check::Checked;
@@ -69,14 +70,20 @@ pub struct Server {
 
 /// Checks `config` ([`check()`]), then starts it as [`start_checked`] does; a config that fails
 /// the check is an `InvalidInput` error.
-pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Result<Server> {
+pub async fn start(config: &Config, listen: Option<&str>) -> std::io::Result<Server> {
     let checked = check::check(config.clone()).map_err(invalid_input)?;
-    start_checked(checked, listen).await
+    start_checked(checked, listen, None).await
 }
 
-/// Starts every target of a checked config and serves HTTP on `listen` (`config.serve.listen` when
-/// `None`), behind the web configuration the check read. The targets run on the calling runtime.
-pub async fn start_checked(checked: Checked, listen: Option<&str>) -> std::io::Result<Server> {
+/// Starts a checked config, in one direction: binds the HTTP port (whose number names this instance), starts
+/// the fleet with its section (recorded into `recording` when given), then the push senders with theirs,
+/// then serves HTTP with `[serve]` on `listen` (`[serve] listen` when `None`), behind the web
+/// configuration the check read. The targets run on the calling runtime.
+pub async fn start_checked(
+    checked: Checked,
+    listen: Option<&str>,
+    recording: Option<Arc<telemon_fleet::record::Recording>>,
+) -> std::io::Result<Server> {
     let Checked { config, web } = checked;
     let config = &config;
     let listen_override = listen.map(str::to_owned);
@@ -84,13 +91,27 @@ pub async fn start_checked(checked: Checked, listen: Option<&str>) -> std::io::R
     let listener = thread::bind(listen)?;
     let web = Arc::new(WebGate::new(web));
     let addr = listener.local_addr()?;
-    let fleet = Arc::new(Fleet::start(config).await?);
+    let fleet = Arc::new(Fleet::recording(recording.clone()));
+    fleet.apply(&config.fleet).await?;
     let instance = format!("{}:{}", hostname(), addr.port());
-    let push = Push::start(config, fleet.registry(), &instance).map_err(invalid_input)?;
+    let push =
+        Push::start(&config.push, config.serve.shard, fleet.registry(), &instance).map_err(invalid_input)?;
     let runtime = tokio::runtime::Handle::current();
-    let probes = Arc::new(Probes::new(config.serve.series_limit, config.serve.probe_allow.clone(), runtime));
-    let control =
-        Arc::new(Control::new(config, fleet.clone(), web.clone(), probes.clone(), push, listen_override));
+    let probes = Arc::new(Probes::new(
+        &config.fleet.protocols,
+        config.serve.series_limit,
+        config.serve.probe_allow.clone(),
+        runtime,
+    ));
+    let control = Arc::new(Control::new(
+        config,
+        fleet.clone(),
+        web.clone(),
+        probes.clone(),
+        push,
+        listen_override,
+        recording,
+    ));
     let view = crate::web::View::start(fleet.clone(), config.serve.web_history);
     let state = AppState {
         fleet: fleet.clone(),
@@ -198,9 +219,10 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     own.push_str(&state.fleet.render_tail(open_metrics));
     own.push_str(&state.control.render(open_metrics));
     own.push_str(&state.probes.render(open_metrics));
-    if let Some(recording) = telemon_fleet::record::installed() {
+    if let Some(recording) = state.control.recording() {
         own.push_str(&recording.render(open_metrics));
     }
+    own.push_str(&conn::render_refused(open_metrics));
     exposition(state.fleet.snapshot(), &headers, own)
 }
 

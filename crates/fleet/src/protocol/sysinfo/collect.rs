@@ -8,23 +8,17 @@ use std::fmt::Write as _;
 use std::future::Future;
 use std::hash::BuildHasher;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
-use std::sync::Arc;
 use std::time::Duration;
 
 use sysinfo_wire::report::{Channels, Histogram, Kstat, Memstat, Ps, Watchdog};
 use sysinfo_wire::{Client, ClientConfig, ClientError, Endpoint, Reply, Report, SysinfoCommand};
 use tokio::time::Instant;
 
-use super::{within, Retry, CONNECT_TIMEOUT};
-use crate::config::SysinfoTarget;
+use super::{report_by_name, SysinfoBlock, DEFAULT_REPORTS, DEFAULT_TIMEOUT};
+use crate::collect::{within, Retry, CONNECT_TIMEOUT};
 use crate::model::{ErrorKind, MetricKind};
-use crate::record;
 use crate::rows::RowCache;
 use crate::target::{Failure, Publisher};
-
-// The defaults live with the config, which checks a block's report names against them.
-pub use crate::config::{report_by_name, DEFAULT_REPORTS, DEFAULT_TIMEOUT};
 
 /// Where the service listens.
 pub fn endpoint(connect: Option<&str>, socket: Option<&PathBuf>) -> Endpoint {
@@ -51,7 +45,7 @@ impl Plan {
     }
 
     /// The plan of a `[[sysinfo]]` block (names were checked with the config).
-    pub fn new(t: &SysinfoTarget) -> Plan {
+    pub fn new(t: &SysinfoBlock) -> Plan {
         let reports = match &t.reports {
             Some(r) => {
                 r.periods(t.every).into_iter().filter_map(|(n, d)| Some((report_by_name(n)?, d))).collect()
@@ -164,29 +158,18 @@ impl Schedule {
     }
 }
 
-/// Connects to `endpoint`, the stream wrapped in a recording tap (see [`record::tap`]).
-async fn connect(
-    endpoint: &Endpoint,
-    config: &ClientConfig,
-    name: &str,
-    received: Arc<AtomicU64>,
-) -> Result<Client, ClientError> {
-    let address = endpoint.to_string();
-    Client::connect_with(endpoint, config.clone(), |stream| {
-        record::tap(stream, name, record::Protocol::Sysinfo, &address, received)
-    })
-    .await
-}
-
 async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, plan: &Plan) -> Failure {
-    let client =
-        match within(CONNECT_TIMEOUT, "connect", connect(endpoint, config, p.name(), p.received().clone()))
-            .await
-        {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Failure::new(kind(&e), e),
-            Err(f) => return f,
-        };
+    let client = match within(
+        CONNECT_TIMEOUT,
+        "connect",
+        Client::connect_with(endpoint, config.clone(), p.tapper(&endpoint.to_string())),
+    )
+    .await
+    {
+        Ok(Ok(c)) => c,
+        Ok(Err(e)) => return Failure::new(kind(&e), e),
+        Err(f) => return f,
+    };
     poll(p, client, plan).await
 }
 
@@ -559,7 +542,7 @@ fn record_watchdog(p: &mut Publisher, rows: &mut RowCache, w: &Watchdog, sweep: 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Protocol, TargetSnapshot};
+    use crate::model::TargetSnapshot;
     use crate::registry::Registry;
 
     #[test]
@@ -580,8 +563,8 @@ mod tests {
 
     #[test]
     fn kib_beyond_64_bits_of_bytes_is_a_decode_error_not_a_panic() {
-        use super::super::testing::{check_rendered, publisher, with_numbers};
-        let (reg, mut p) = publisher(crate::model::Protocol::Sysinfo);
+        use crate::collect::testing::{check_rendered, publisher, with_numbers};
+        let (reg, mut p) = publisher(crate::model::Protocol::SYSINFO);
         let mut sys = rvos_sim::system::System::new(rvos_sim::system::SystemConfig::default(), 0);
         for command in [SysinfoCommand::Ps, SysinfoCommand::Memstat] {
             let text = with_numbers(&sys.render(command, 0), &[u64::MAX.to_string()]);
@@ -601,8 +584,8 @@ mod tests {
 
     #[test]
     fn one_sweep_after_a_round_removes_what_its_reports_no_longer_list_and_nothing_of_a_skipped_one() {
-        use super::super::testing::publisher;
-        let (reg, mut p) = publisher(crate::model::Protocol::Sysinfo);
+        use crate::collect::testing::publisher;
+        let (reg, mut p) = publisher(crate::model::Protocol::SYSINFO);
         let mut sys = rvos_sim::system::System::new(rvos_sim::system::SystemConfig::default(), 0);
         let ps = sys.render(SysinfoCommand::Ps, 0);
         let memstat = sys.render(SysinfoCommand::Memstat, 0);
@@ -638,11 +621,11 @@ mod tests {
         /// to series without a panic, and every rendered value is finite.
         #[test]
         fn any_numbers_in_any_report_map_to_finite_values(
-            numbers in proptest::collection::vec(super::super::testing::any_number(), 1..40),
+            numbers in proptest::collection::vec(crate::collect::testing::any_number(), 1..40),
             command in proptest::sample::select(DEFAULT_REPORTS.to_vec()),
         ) {
-            use super::super::testing::{check_rendered, publisher, with_numbers};
-            let (reg, mut p) = publisher(crate::model::Protocol::Sysinfo);
+            use crate::collect::testing::{check_rendered, publisher, with_numbers};
+            let (reg, mut p) = publisher(crate::model::Protocol::SYSINFO);
             let mut sys = rvos_sim::system::System::new(rvos_sim::system::SystemConfig::default(), 5_000_000);
             let text = with_numbers(&sys.render(command, 5_000_000), &numbers);
             record(&mut p, &mut RowCache::default(), &Report::parse(command, &text));
@@ -707,7 +690,7 @@ mod tests {
     struct Setup {
         registry: Registry,
         sim: rvos_sim::SimHandle,
-        _collector: super::super::AbortOnDrop,
+        _collector: crate::collect::AbortOnDrop,
         shutdown: sim_common::Shutdown,
     }
 
@@ -727,10 +710,10 @@ mod tests {
             let shutdown = sim_common::Shutdown::new();
             tokio::spawn(rvos_sim::serve(listener, sim, shutdown.clone()));
             let registry = Registry::new();
-            let p = Publisher::new(&registry, "vm", Protocol::Sysinfo, Vec::new(), 10_000);
+            let p = Publisher::new(&registry, "vm", crate::model::Protocol::SYSINFO, Vec::new(), 10_000);
             let reports = [SysinfoCommand::Kstat, SysinfoCommand::Watchdog];
             let plan = Plan { timeout, ..Plan::every(&reports, every) };
-            let collector = super::super::AbortOnDrop(tokio::spawn(run_plan(p, Endpoint::Tcp(addr), plan)));
+            let collector = crate::collect::AbortOnDrop(tokio::spawn(run_plan(p, Endpoint::Tcp(addr), plan)));
             Setup { registry, sim: handle, _collector: collector, shutdown }
         }
 

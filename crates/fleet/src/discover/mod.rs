@@ -1,5 +1,6 @@
-//! The watcher of a `[[file_sd]]` block: reads its target files when the file system says they changed
-//! (inotify, through `notify`), and every `refresh_interval` in any case, as Prometheus's file_sd does.
+//! Discovery, in one place: the watcher of a `[[file_sd]]` block, which reads its target files when the file
+//! system says they changed (inotify, through `notify`) and every `refresh_interval` in any case, as
+//! Prometheus's file_sd does; and [`glob`], the directories a `dir_glob` matches.
 //!
 //! A file that cannot be read or parsed keeps the targets it last gave (and counts in
 //! `telemon_file_sd_read_errors_total`); a file that is gone gives none. A target refused on its own (not
@@ -12,6 +13,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::config::{Discovered, FileSdSection};
+use crate::protocol::Protocols;
+
+pub mod glob;
 
 /// How long the watcher waits after a change before reading, so that a burst of writes reads once.
 pub const SETTLE: Duration = Duration::from_millis(100);
@@ -23,6 +27,7 @@ pub const RETRY_WATCH: Duration = Duration::from_secs(2);
 pub struct Watcher {
     key: String,
     section: FileSdSection,
+    protocols: Protocols,
     /// The last targets each file gave (a file that fails to parse keeps its entry).
     files: BTreeMap<PathBuf, Vec<Discovered>>,
     /// What each file said last time it failed, to log a failure once.
@@ -33,11 +38,12 @@ pub struct Watcher {
 }
 
 impl Watcher {
-    /// The watcher of `section`, reporting under `key`.
-    pub fn new(key: String, section: FileSdSection) -> Watcher {
+    /// The watcher of `section`, reporting under `key`, its targets read by `protocols`.
+    pub fn new(key: String, section: FileSdSection, protocols: Protocols) -> Watcher {
         Watcher {
             key,
             section,
+            protocols,
             files: BTreeMap::new(),
             failing: BTreeMap::new(),
             clashes: Vec::new(),
@@ -52,7 +58,7 @@ impl Watcher {
         self.files.retain(|f, _| matching.contains(f));
         self.failing.retain(|f, _| matching.contains(f));
         for file in matching {
-            match self.section.read_file(&file) {
+            match self.section.read_file(&self.protocols, &file) {
                 Ok((found, refused)) => {
                     for why in &refused {
                         tracing::warn!("file_sd: {}:{why}", file.display());
@@ -164,7 +170,7 @@ mod tests {
     fn a_target_two_files_give_with_different_labels_is_one_and_said_once() {
         let dir = tempfile::tempdir().unwrap();
         let text = format!("files = ['{}/*.json']\nprotocol = 'smon'\n", dir.path().display());
-        let mut watcher = Watcher::new("k".into(), toml::from_str(&text).unwrap());
+        let mut watcher = Watcher::new("k".into(), toml::from_str(&text).unwrap(), Protocols::built_in());
         std::fs::write(
             dir.path().join("a.json"),
             r#"[{"targets": ["127.0.0.1:1"], "labels": {"rack": "1"}}]"#,
@@ -200,12 +206,13 @@ mod tests {
         let text = format!("files = ['{}/*.json']\nprotocol = 'smon'\n", dir.path().display());
         let section: FileSdSection = toml::from_str(&text).unwrap();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let task = tokio::spawn(Watcher::new("k".into(), section).run(move |_, found| {
-            let tx = tx.clone();
-            async move {
-                let _ = tx.send(found.iter().map(|d| d.name().to_owned()).collect::<Vec<_>>());
-            }
-        }));
+        let task =
+            tokio::spawn(Watcher::new("k".into(), section, Protocols::built_in()).run(move |_, found| {
+                let tx = tx.clone();
+                async move {
+                    let _ = tx.send(found.iter().map(|d| d.name().to_owned()).collect::<Vec<_>>());
+                }
+            }));
         assert!(next(&mut rx).await.is_empty());
         let file = dir.path().join("a.json");
         std::fs::write(&file, r#"[{"targets": ["127.0.0.1:1", "127.0.0.1:2"]}]"#).unwrap();

@@ -11,9 +11,8 @@ use std::time::Duration;
 use smon_codec::{DecodeError, DecoderConfig, UpdateReader, UpdateRef, ValueRef};
 use tokio::io::AsyncRead;
 
-use super::{flush_due, within, Retry, CONNECT_TIMEOUT};
+use crate::collect::{flush_due, within, Retry, CONNECT_TIMEOUT};
 use crate::model::{ErrorKind, MetricKind, TargetState};
-use crate::record;
 use crate::store::SlotId;
 use crate::target::{Failure, Publisher};
 
@@ -43,13 +42,7 @@ async fn session(p: &mut Publisher, source: &Source) -> Failure {
         Source::Connect(addr) => {
             match within(CONNECT_TIMEOUT, "connect", tokio::net::TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
-                    let stream = record::tap(
-                        stream,
-                        &p.name().clone(),
-                        record::Protocol::Smon,
-                        addr,
-                        p.received().clone(),
-                    );
+                    let stream = p.tapper(addr)(stream);
                     collect(p, UpdateReader::new(stream, DecoderConfig::default())).await
                 }
                 Ok(Err(e)) => Failure::new(ErrorKind::Connect, format!("{addr}: {e}")),
@@ -297,7 +290,7 @@ mod tests {
     /// The lines starting with `prefix` of the page that collecting `bytes` to their end publishes,
     /// sorted.
     async fn collected(bytes: &[u8], prefix: &str) -> Vec<String> {
-        let (reg, mut p) = super::super::testing::publisher(crate::model::Protocol::Smon);
+        let (reg, mut p) = crate::collect::testing::publisher(crate::model::Protocol::SMON);
         let failure = collect(&mut p, UpdateReader::new(bytes, DecoderConfig::default())).await;
         assert!(failure.message.contains("ended"), "{failure:?}");
         p.flush();
@@ -374,7 +367,7 @@ mod tests {
 
     #[test]
     fn a_string_that_comes_again_after_its_token_was_forgotten_is_skipped_by_its_bytes_again() {
-        let (_reg, mut p) = super::super::testing::publisher(crate::model::Protocol::Smon);
+        let (_reg, mut p) = crate::collect::testing::publisher(crate::model::Protocol::SMON);
         let mut seen = Seen::default();
         let k = key(1, &[]).unwrap();
         record(&mut p, &mut seen, 1, "sss.a", &[], ValueRef::Text(b"x"));
@@ -388,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_definition_forgets_its_tokens_slots_only() {
-        let (_reg, mut p) = super::super::testing::publisher(crate::model::Protocol::Smon);
+        let (_reg, mut p) = crate::collect::testing::publisher(crate::model::Protocol::SMON);
         let mut slots = Slots::default();
         for (i, (t, path)) in
             [(1, &[][..]), (2, &[0][..]), (2, &[1, 2][..]), (3, &[][..])].into_iter().enumerate()
@@ -466,10 +459,10 @@ mod props {
         /// when each is looked up by its labels.
         #[test]
         fn the_slots_publish_what_the_labels_would(ops in proptest::collection::vec(op(), 0..60)) {
-            use super::super::testing::publisher;
+            use crate::collect::testing::publisher;
             const NAMES: [&str; 3] = ["aaa.x", "bbb.y", "ccc.z"];
-            let (cached_reg, mut cached) = publisher(crate::model::Protocol::Smon);
-            let (looked_up_reg, mut looked_up) = publisher(crate::model::Protocol::Smon);
+            let (cached_reg, mut cached) = publisher(crate::model::Protocol::SMON);
+            let (looked_up_reg, mut looked_up) = publisher(crate::model::Protocol::SMON);
             let mut seen = Seen::default();
             let mut names: std::collections::HashMap<u64, usize> = std::collections::HashMap::new();
             for op in ops {
@@ -500,8 +493,8 @@ mod props {
             number in any::<u64>(),
             text in proptest::collection::vec(any::<u8>(), 0..40),
         ) {
-            use super::super::testing::{check_rendered, publisher};
-            let (reg, mut p) = publisher(crate::model::Protocol::Smon);
+            use crate::collect::testing::{check_rendered, publisher};
+            let (reg, mut p) = publisher(crate::model::Protocol::SMON);
             let mut seen = Seen::default();
             record(&mut p, &mut seen, 1, &name, &index, ValueRef::Unsigned(number));
             record(&mut p, &mut seen, 2, &name, &index, ValueRef::Text(&text));

@@ -66,7 +66,8 @@ impl std::fmt::Display for ProbeAllow {
     }
 }
 
-pub(super) fn probe_allow<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ProbeAllow>, D::Error> {
+/// Deserializes `probe_allow`: a list of entries, each checked.
+pub fn probe_allow<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ProbeAllow>, D::Error> {
     let entries = Vec::<String>::deserialize(d)?;
     entries.iter().map(|e| ProbeAllow::parse(e).map_err(serde::de::Error::custom)).collect()
 }

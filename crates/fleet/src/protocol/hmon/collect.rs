@@ -17,12 +17,12 @@ use hmon::{
 };
 use tokio::sync::mpsc;
 
-use super::dialin::{Admitted, DialIn};
-use super::{flush_due, within, AbortOnDrop, Retry, CONNECT_TIMEOUT};
-use crate::config::HmonTarget;
-use crate::model::{ErrorKind, MetricKind, Protocol};
+use super::HmonBlock;
+use crate::collect::dialin::{Admitted, DialIn};
+use crate::collect::{flush_due, within, AbortOnDrop, Retry, CONNECT_TIMEOUT};
+use crate::model::{ErrorKind, MetricKind};
+use crate::protocol::{Component as _, Start};
 use crate::record;
-use crate::registry::Registry;
 use crate::store::SlotId;
 use crate::target::{Failure, Publisher};
 
@@ -70,7 +70,7 @@ impl Default for Plan {
 
 impl Plan {
     /// The plan of a `[[hmon]]` or `[[hmon_listen]]` block (names were checked with the config).
-    pub fn new(t: &HmonTarget) -> Plan {
+    pub fn new(t: &HmonBlock) -> Plan {
         let words = |list: &Option<Vec<String>>| -> Option<Vec<IdOrName>> {
             list.as_ref().map(|l| l.iter().map(|w| IdOrName::parse_word(w)).collect())
         };
@@ -133,27 +133,22 @@ pub async fn run_connect(mut p: Publisher, addr: String, plan: Plan) {
     }
 }
 
-/// Connects to `addr` (SERVE mode, no reconnecting: [`Retry`] does that), the stream wrapped in a recording
-/// tap (see [`record::tap`]), and does the handshake.
-async fn connect(
-    addr: &str,
-    config: hmon::ClientConfig,
-    name: &str,
-    received: Arc<AtomicU64>,
-) -> Result<Connection, ClientError> {
+/// Connects to `addr` (SERVE mode, no reconnecting: [`Retry`] does that), the stream wrapped in the
+/// target's recording tap (see [`Publisher::tap`]), and does the handshake.
+async fn connect<F>(addr: &str, config: hmon::ClientConfig, tap: F) -> Result<Connection, ClientError>
+where
+    F: FnOnce(tokio::net::TcpStream) -> telemon_capture::Tap<tokio::net::TcpStream>,
+{
     let stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|source| ClientError::Connect { addr: addr.to_owned(), source })?;
     let _ = stream.set_nodelay(true);
-    Connection::over(record::tap(stream, name, record::Protocol::Hmon, addr, received), config).await
+    Connection::over(tap(stream), config).await
 }
 
 async fn connect_session(p: &mut Publisher, addr: &str, plan: &Plan) -> Failure {
-    let connected = within(
-        CONNECT_TIMEOUT * 2,
-        "connect",
-        connect(addr, plan.client_config(), p.name(), p.received().clone()),
-    );
+    let connected =
+        within(CONNECT_TIMEOUT * 2, "connect", connect(addr, plan.client_config(), p.tapper(addr)));
     let mut conn = match connected.await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return fail(e),
@@ -423,9 +418,8 @@ where
 /// interpreter holds that name (decided atomically). A target stays listed as down for `linger`
 /// after its interpreter leaves, unless it comes back. Dropping the loop ends every session.
 pub async fn listen(
-    registry: Registry,
-    block: &HmonTarget,
-    series_limit: usize,
+    ctx: &Start,
+    block: &HmonBlock,
     linger: Duration,
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     let plan = Arc::new(Plan::new(block));
@@ -434,18 +428,19 @@ pub async fn listen(
     let config = ClientConfig { handshake_timeout: limits.hello_timeout, ..plan.client_config() };
     let listener = tokio::net::TcpListener::bind(&addr).await?;
     let labels = crate::config::labels(&block.labels);
-    let name = block.name.get_ref().clone();
-    let dial = DialIn::new(&name, limits, registry, linger);
+    let name = block.name.clone();
+    let (series_limit, recording) = (ctx.series_limit, ctx.recording.clone());
+    let dial = DialIn::new(&name, limits, ctx.registry.clone(), linger);
     Ok(dial.clone().accept_loop(listener, "an interpreter", move |stream, peer, pending| {
-        let (dial, plan, labels, name, config) =
-            (dial.clone(), plan.clone(), labels.clone(), name.clone(), config.clone());
+        let (dial, plan, labels, name, config, recording) =
+            (dial.clone(), plan.clone(), labels.clone(), name.clone(), config.clone(), recording.clone());
         async move {
             // Recorded (when a recording is installed) under the peer's address: the target's name
             // is known only after its Host fact.
             let received = Arc::new(AtomicU64::new(0));
             let target = format!("{name}/{peer}");
-            let stream =
-                record::tap(stream, &target, record::Protocol::Hmon, &peer.to_string(), received.clone());
+            let (link, address) = (super::Hmon.link_type(), peer.to_string());
+            let stream = record::tap(recording.as_deref(), stream, &target, link, &address, received.clone());
             let (client, mut events) = match Client::over(stream, config).await {
                 Ok(c) => c,
                 Err(e) => {
@@ -459,7 +454,7 @@ pub async fn listen(
                 host.as_ref().and_then(host_name).iter().map(|h| format!("{name}/{h}")).collect();
             names.push(format!("{name}/{peer}"));
             let Ok(Admitted { publisher: mut p, claim }) =
-                dial.admit(pending, &names, Protocol::Hmon, labels, series_limit)
+                dial.admit(pending, &names, crate::model::Protocol::HMON, labels, series_limit)
             else {
                 return;
             };
@@ -752,6 +747,7 @@ fn fact(p: &mut Publisher, value: FactValue, info: &mut Info, slots: &mut FactSl
 mod serve_mode_tests {
     use super::*;
     use crate::model::TargetSnapshot;
+    use crate::registry::Registry;
 
     /// The target "dyalog" once `pred` holds for it (within 30 s).
     async fn target_when(
@@ -788,7 +784,7 @@ mod serve_mode_tests {
         let shutdown = sim_common::Shutdown::new();
         tokio::spawn(sim.clone().serve(listener, shutdown.clone()));
         let registry = Registry::new();
-        let p = Publisher::new(&registry, "dyalog", Protocol::Hmon, Vec::new(), 10_000);
+        let p = Publisher::new(&registry, "dyalog", crate::model::Protocol::HMON, Vec::new(), 10_000);
         let plan = Plan { poll, ..Plan::default() };
         let collector = AbortOnDrop(tokio::spawn(run_connect(p, addr, plan)));
         (sim, shutdown, registry, collector)
@@ -886,12 +882,12 @@ mod props {
         /// send) map to finite values without a panic.
         #[test]
         fn any_numbers_in_the_facts_map_to_finite_values(
-            numbers in proptest::collection::vec(super::super::testing::any_number(), 1..30),
+            numbers in proptest::collection::vec(crate::collect::testing::any_number(), 1..30),
         ) {
-            use super::super::testing::{check_rendered, publisher, with_numbers};
+            use crate::collect::testing::{check_rendered, publisher, with_numbers};
             let json = with_numbers(FACTS, &numbers);
             let Ok(response) = hmon::decode_message::<Response>(json.as_bytes()) else { return Ok(()) };
-            let (reg, mut p) = publisher(Protocol::Hmon);
+            let (reg, mut p) = publisher(crate::model::Protocol::HMON);
             message(&mut p, response, &mut Seen::default());
             prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
         }
@@ -904,10 +900,10 @@ mod props {
 
     #[test]
     fn interpreter_info_has_the_host_facts_labels_and_follows_a_new_session() {
-        use super::super::testing::publisher;
-        let (reg, mut p) = publisher(Protocol::Hmon);
+        use crate::collect::testing::publisher;
+        let (reg, mut p) = publisher(crate::model::Protocol::HMON);
         let mut seen = Seen::default();
-        let info = |reg: &Registry| -> Vec<String> {
+        let info = |reg: &crate::registry::Registry| -> Vec<String> {
             let t = reg.snapshot().targets[0].clone();
             t.series
                 .iter()

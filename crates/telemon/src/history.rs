@@ -22,8 +22,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use crate::model::{FleetSnapshot, MetricKind, SeriesRef, TargetSnapshot};
-use crate::series::Schema;
+use telemon_fleet::model::{FleetSnapshot, MetricKind, SeriesRef, TargetSnapshot};
+use telemon_fleet::series::Schema;
 
 /// The fine tier's step, in seconds.
 pub const FINE_STEP: u32 = 1;
@@ -410,12 +410,12 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{LabelSet, Protocol, Value};
+    use telemon_fleet::model::{LabelSet, Protocol, Value};
 
     fn target(name: &str, v: f64, rate: Option<f64>) -> TargetSnapshot {
-        let mut t = TargetSnapshot::new(name, Protocol::Smon, vec![]);
-        t.series = crate::SeriesSet::from(vec![
-            crate::Series {
+        let mut t = TargetSnapshot::new(name, Protocol::SMON, vec![]);
+        t.series = telemon_fleet::SeriesSet::from(vec![
+            telemon_fleet::Series {
                 family: Arc::from("g"),
                 help: "",
                 labels: LabelSet::new([("i", "0")]),
@@ -423,7 +423,7 @@ mod tests {
                 value: Value::Number(v),
                 rate: None,
             },
-            crate::Series {
+            telemon_fleet::Series {
                 family: Arc::from("c_total"),
                 help: "",
                 labels: LabelSet::default(),
@@ -549,9 +549,9 @@ mod tests {
         let names: Vec<String> = (0..1000).map(|i| format!("target{i:04}")).collect();
         let mut fleet = Vec::new();
         for n in &names {
-            let mut t = TargetSnapshot::new(n.as_str(), Protocol::Smon, vec![]);
-            t.series = crate::SeriesSet::from(vec![
-                crate::Series {
+            let mut t = TargetSnapshot::new(n.as_str(), Protocol::SMON, vec![]);
+            t.series = telemon_fleet::SeriesSet::from(vec![
+                telemon_fleet::Series {
                     family: Arc::from("sys161_kernel_instructions_total"),
                     help: "",
                     labels: LabelSet::default(),
@@ -559,7 +559,7 @@ mod tests {
                     value: Value::Number(1.0),
                     rate: None,
                 },
-                crate::Series {
+                telemon_fleet::Series {
                     family: Arc::from("dyalog_threads"),
                     help: "",
                     labels: LabelSet::new([("state", "suspended")]),

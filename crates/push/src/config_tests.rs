@@ -1,10 +1,13 @@
-//! Tests of the push senders' part of the config ([`super::push`]), through the whole config's parser.
+//! Tests of the push senders' part of the config ([`super::config`]): their sections of a config file.
 
-use super::push::*;
-use super::*;
+use std::path::PathBuf;
+use std::time::Duration;
 
-fn parse(text: &str) -> Result<FleetConfig, ConfigError> {
-    FleetConfig::parse("p.toml", text)
+use super::config::*;
+use telemon_fleet::config::{fnv1a64, ConfigError, Shard};
+
+fn parse(text: &str) -> Result<PushConfig, ConfigError> {
+    PushConfig::parse("p.toml", text)
 }
 
 #[test]
@@ -33,7 +36,6 @@ endpoint = "http://collector:4318/"
 "#,
     )
     .unwrap();
-    assert_eq!(c.serve.shard, Some(Shard { index: 2, count: 4 }));
     let rw = &c.remote_write[0];
     assert_eq!(rw.batch, Duration::from_secs(2));
     assert_eq!(*rw.max_samples_per_send.get_ref(), 500);
@@ -64,8 +66,6 @@ fn bad_blocks_name_file_line_and_key() {
         ("[[remote_write]]\nurl = \"http://x\"\nbearer_token_file = \"/t\"\nbasic_auth = { username = \"u\", password = \"p\" }\n", 4, "basic_auth"),
         ("[[remote_write]]\nurl = \"http://x\"\nbasic_auth = { username = \"u\" }\n", 3, "basic_auth"),
         ("[[otlp]]\nendpoint = \"http://x\"\ncompression = \"gzip\"\n", 3, "compression"),
-        ("[serve]\nshard = \"3/2\"\n", 2, "shard"),
-        ("[serve]\nshard = \"0/2\"\n", 2, "shard"),
         ("[[remote_write]]\nurl = \"http://x\"\n[[remote_write]]\nurl = \"http://y\"\nbatch = \"0s\"\n", 3, "batch"),
     ];
     for (text, line, key) in cases {
@@ -77,21 +77,21 @@ fn bad_blocks_name_file_line_and_key() {
 
 #[test]
 fn the_readme_push_example_and_every_deploy_push_config_parse() {
-    let readme = include_str!("../../../../README.md");
+    let readme = include_str!("../../../README.md");
     let start = readme.find("<!-- telemon-push.toml").expect("the README marks its push example");
     let block = &readme[start..];
     let body = &block[block.find("```toml\n").expect("a toml block") + 8..];
     let body = &body[..body.find("```").expect("the block ends")];
-    let c = FleetConfig::parse("README.md", body).unwrap();
+    let c = PushConfig::parse("README.md", body).unwrap();
     assert_eq!((c.remote_write.len(), c.otlp.len()), (1, 1));
-    assert_eq!(c.serve.shard, Some(Shard { index: 1, count: 2 }));
 
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/push");
     let mut n = 0;
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let c = FleetConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            let doc = telemon_fleet::config::Document::load(&path).unwrap_or_else(|e| panic!("{e}"));
+            let c = PushConfig::read(&[doc]).unwrap_or_else(|e| panic!("{e}"));
             assert_eq!(c.remote_write.len() + c.otlp.len(), 1, "{}", path.display());
             n += 1;
         }
@@ -159,7 +159,8 @@ url = "http://mimir:9009/api/v1/push"
     assert_eq!(rw.queue_max_age, Some(Duration::from_secs(7200)));
     assert_eq!(rw.when_full, WhenFull::DropNewest);
     assert_eq!(rw.queue_sync, Duration::from_millis(250));
-    assert_eq!(rw.queue_path(c.serve.shard), Some(PathBuf::from("/var/lib/telemon/vm/shard-2-of-4")));
+    let shard = Some(Shard { index: 2, count: 4 });
+    assert_eq!(rw.queue_path(shard), Some(PathBuf::from("/var/lib/telemon/vm/shard-2-of-4")));
     assert_eq!(rw.queue_path(None), Some(PathBuf::from("/var/lib/telemon/vm")));
     let otlp = &c.otlp[0];
     assert_eq!(

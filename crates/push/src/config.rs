@@ -1,16 +1,13 @@
-//! The push senders' part of the fleet config: `[[remote_write]]`, `[[otlp]]` and `[serve] shard`.
-//!
-//! Kept apart from the target blocks of [`super`] (which re-exports these types), so the two grow without
-//! touching each other; what both need (errors, durations, lines) is in `config/parse.rs`.
+//! The push senders' part of the config file: `[[remote_write]]` and `[[otlp]]`, read by this crate from the
+//! one config [`Document`] (each layer reads its own sections), each error at its `FILE:LINE: KEY`.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
+use telemon_fleet::config::{duration, one_second, ConfigError, Document, Place, Shard};
 use toml::Spanned;
-
-use super::parse::{duration, line_of, one_second, ConfigError};
 
 /// The default bound of a sender's queue (64 MiB).
 pub const DEFAULT_QUEUE_BYTES: u64 = 64 << 20;
@@ -203,67 +200,6 @@ fn byte_size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
 }
 
-/// An instance's share of the targets: `index` of `count` (1-based), written `"2/4"`.
-///
-/// A target belongs to shard `1 + fnv1a64(name) % count`, where `fnv1a64` is the 64-bit FNV-1a
-/// hash of the target name's UTF-8 bytes (offset basis `0xcbf29ce484222325`, prime
-/// `0x100000001b3`). This function is part of the config's contract: it never changes, so the
-/// same config splits the same way on every release.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shard {
-    /// This instance's shard, 1..=count.
-    pub index: u32,
-    /// How many shards there are.
-    pub count: u32,
-}
-
-impl Shard {
-    /// Parses `"I/N"` with `1 <= I <= N`.
-    pub fn parse(s: &str) -> Result<Shard, String> {
-        let bad = || format!("bad shard {s:?}; write INDEX/COUNT, e.g. \"2/4\" (1 <= INDEX <= COUNT)");
-        let (i, n) = s.trim().split_once('/').ok_or_else(bad)?;
-        let index: u32 = i.trim().parse().map_err(|_| bad())?;
-        let count: u32 = n.trim().parse().map_err(|_| bad())?;
-        if count == 0 || index == 0 || index > count {
-            return Err(bad());
-        }
-        Ok(Shard { index, count })
-    }
-
-    /// Whether the target named `name` belongs to this shard.
-    pub fn owns(&self, name: &str) -> bool {
-        fnv1a64(name.as_bytes()) % u64::from(self.count) == u64::from(self.index - 1)
-    }
-}
-
-impl std::fmt::Display for Shard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.index, self.count)
-    }
-}
-
-impl std::str::FromStr for Shard {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Shard, String> {
-        Shard::parse(s)
-    }
-}
-
-/// 64-bit FNV-1a: the shard hash (see [`Shard`]).
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-pub(super) fn shard_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Shard>, D::Error> {
-    let s = String::deserialize(d)?;
-    Shard::parse(&s).map(Some).map_err(serde::de::Error::custom)
-}
-
 /// Whether `name` is a label name telemon accepts in `external_labels`: `[a-zA-Z_][a-zA-Z0-9_]*`,
 /// not starting with `__`, and not one of [`RESERVED_LABELS`]. `Err` says why not.
 pub fn check_external_label(name: &str) -> Result<(), String> {
@@ -281,144 +217,173 @@ pub fn check_external_label(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks every `[[remote_write]]` and `[[otlp]]` block; errors name the file, line and key.
-pub fn validate_push(
-    remote_write: &[PushSection],
-    otlp: &[PushSection],
-    file: &str,
-    text: &str,
-) -> Result<(), ConfigError> {
-    let at = |start: usize, key: &str, message: String| ConfigError {
-        file: file.into(),
-        line: if text.is_empty() { 0 } else { line_of(text, start) },
-        key: key.into(),
-        message,
-    };
-    // The line of a block's N-th header, for errors about a missing key.
-    let header = |section: &str, n: usize| -> usize {
-        let head = format!("[[{section}]]");
-        let mut seen = 0;
-        for (i, l) in text.lines().enumerate() {
-            if l.trim() == head {
-                if seen == n {
-                    return i + 1;
-                }
-                seen += 1;
-            }
-        }
-        0
-    };
-    for (section, blocks, want, other) in
-        [("remote_write", remote_write, "url", "endpoint"), ("otlp", otlp, "endpoint", "url")]
-    {
-        for (n, b) in blocks.iter().enumerate() {
-            let block_err = |key: &str, message: String| ConfigError {
-                file: file.into(),
-                line: header(section, n),
-                key: key.into(),
-                message,
-            };
-            let (wanted, unwanted) =
-                if want == "url" { (&b.url, &b.endpoint) } else { (&b.endpoint, &b.url) };
-            if let Some(u) = unwanted {
-                return Err(at(
-                    u.span().start,
-                    other,
-                    format!("[[{section}]] takes `{want}`, not `{other}`"),
-                ));
-            }
-            let Some(url) = wanted else {
-                return Err(block_err(want, format!("[[{section}]] needs `{want}`")));
-            };
-            let u = url.get_ref();
-            let host = u.strip_prefix("http://").or_else(|| u.strip_prefix("https://"));
-            if host.is_none_or(|h| h.is_empty() || h.starts_with('/')) {
-                return Err(at(url.span().start, want, format!("{u:?} is not an http:// or https:// URL")));
-            }
-            if b.batch.is_zero() {
-                return Err(block_err("batch", "must be above zero".into()));
-            }
-            if b.timeout.is_zero() {
-                return Err(block_err("timeout", "must be above zero".into()));
-            }
-            if *b.max_samples_per_send.get_ref() == 0 {
-                let start = b.max_samples_per_send.span().start;
-                return Err(at(start, "max_samples_per_send", "must be above zero".into()));
-            }
-            if b.queue_bytes < 1024 {
-                return Err(block_err(
-                    "queue_bytes",
-                    format!("{} bytes is too small (at least 1024)", b.queue_bytes),
-                ));
-            }
-            if let Some(labels) = &b.external_labels {
-                for name in labels.get_ref().keys() {
-                    if let Err(message) = check_external_label(name) {
-                        return Err(at(labels.span().start, "external_labels", message));
-                    }
-                }
-            }
-            if let Some(headers) = &b.headers {
-                for (k, v) in headers.get_ref() {
-                    let name_ok = !k.is_empty() && k.bytes().all(|c| c.is_ascii_graphic() && c != b':');
-                    if !name_ok || v.bytes().any(|c| c == b'\r' || c == b'\n') {
-                        return Err(at(headers.span().start, "headers", format!("bad header {k:?}")));
-                    }
-                }
-            }
-            if b.queue_dir.is_some() {
-                if b.queue_max_bytes < 1 << 20 {
-                    return Err(block_err(
-                        "queue_max_bytes",
-                        format!("{} bytes is too small for a disk queue (at least 1MiB)", b.queue_max_bytes),
-                    ));
-                }
-                if b.queue_sync.is_zero() {
-                    return Err(block_err("queue_sync", "must be above zero".into()));
-                }
-                if b.queue_max_age.is_some_and(|a| a.is_zero()) {
-                    return Err(block_err("queue_max_age", "must be above zero".into()));
-                }
-            }
-            if let (Some(auth), Some(_)) = (&b.basic_auth, &b.bearer_token_file) {
-                let message = "give `basic_auth` or `bearer_token_file`, not both".into();
-                return Err(at(auth.span().start, "basic_auth", message));
-            }
-            if let Some(auth) = &b.basic_auth {
-                let a = auth.get_ref();
-                if a.password.is_some() == a.password_file.is_some() {
-                    let message = "basic_auth takes exactly one of `password` or `password_file`".into();
-                    return Err(at(auth.span().start, "basic_auth", message));
-                }
-            }
-        }
+/// The push senders' blocks of a config: `[[remote_write]]` (Prometheus remote write 1.0) and `[[otlp]]`
+/// (OTLP/HTTP protobuf).
+#[derive(Debug, Clone, Default)]
+pub struct PushConfig {
+    /// `[[remote_write]]` blocks.
+    pub remote_write: Vec<PushSection>,
+    /// `[[otlp]]` blocks.
+    pub otlp: Vec<PushSection>,
+    /// Where each block is (remote write's, then OTLP's): for the errors found when its files are read.
+    places: Vec<Place>,
+}
+
+impl PartialEq for PushConfig {
+    fn eq(&self, other: &PushConfig) -> bool {
+        self.remote_write == other.remote_write && self.otlp == other.otlp
     }
-    // One directory per sender: two senders writing one queue would send each other's samples.
-    let dirs: Vec<(&str, &PushSection)> = remote_write
-        .iter()
-        .map(|b| ("remote_write", b))
-        .chain(otlp.iter().map(|b| ("otlp", b)))
-        .filter(|(_, b)| b.queue_dir.is_some())
-        .collect();
-    for (i, (section, b)) in dirs.iter().enumerate() {
-        let dir = b.queue_dir.as_ref().expect("filtered");
-        if let Some((other_section, other)) = dirs[..i]
-            .iter()
-            .find(|(_, o)| same_dir(o.queue_dir.as_ref().expect("filtered").get_ref(), dir.get_ref()))
-        {
-            return Err(at(
-                dir.span().start,
-                "queue_dir",
-                format!(
+}
+
+impl PushConfig {
+    /// The sections the push senders read.
+    pub const SECTIONS: [&'static str; 2] = ["remote_write", "otlp"];
+
+    /// The push blocks of `docs`, each checked (a URL, bounds, labels, headers, auth), and no two disk
+    /// queues in one directory.
+    pub fn read(docs: &[Document]) -> Result<PushConfig, ConfigError> {
+        let mut config = PushConfig::default();
+        let mut remote_places = Vec::new();
+        let mut otlp_places = Vec::new();
+        for doc in docs {
+            for (section, want, other) in [("remote_write", "url", "endpoint"), ("otlp", "endpoint", "url")] {
+                let read = doc.read_section(section, |block| {
+                    let b: PushSection = block.read()?;
+                    b.check(section, want, other, &block)?;
+                    Ok((b, block.place().clone()))
+                })?;
+                for (b, place) in read {
+                    if section == "remote_write" {
+                        config.remote_write.push(b);
+                        remote_places.push(place);
+                    } else {
+                        config.otlp.push(b);
+                        otlp_places.push(place);
+                    }
+                }
+            }
+        }
+        config.places = remote_places.into_iter().chain(otlp_places).collect();
+        config.check_dirs()?;
+        Ok(config)
+    }
+
+    /// Parses config `text` (named `file` in errors), reading the push sections only.
+    pub fn parse(file: &str, text: &str) -> Result<PushConfig, ConfigError> {
+        PushConfig::read(&[Document::parse(file, text)?])
+    }
+
+    /// The blocks as `(section, block)`, remote write first.
+    pub fn blocks(&self) -> impl Iterator<Item = (&'static str, &PushSection)> {
+        self.remote_write.iter().map(|b| ("remote_write", b)).chain(self.otlp.iter().map(|b| ("otlp", b)))
+    }
+
+    /// Where the `index`-th block of `section` is, for an error found later (a file it names).
+    pub fn place(&self, section: &str, index: usize) -> Option<&Place> {
+        let at = if section == "remote_write" { index } else { self.remote_write.len() + index };
+        self.places.get(at)
+    }
+
+    /// One directory per sender: two senders writing one queue would send each other's samples.
+    fn check_dirs(&self) -> Result<(), ConfigError> {
+        let dirs: Vec<(usize, &str, &PushSection)> = self
+            .blocks()
+            .enumerate()
+            .filter(|(_, (_, b))| b.queue_dir.is_some())
+            .map(|(i, (section, b))| (i, section, b))
+            .collect();
+        for (k, (i, section, b)) in dirs.iter().enumerate() {
+            let dir = b.queue_dir.as_ref().expect("filtered");
+            if let Some((_, other_section, other)) = dirs[..k]
+                .iter()
+                .find(|(_, _, o)| same_dir(o.queue_dir.as_ref().expect("filtered").get_ref(), dir.get_ref()))
+            {
+                let message = format!(
                     "{:?} is also the queue_dir of [[{other_section}]] {}; each sender needs a directory of its own (this is [[{section}]] {})",
                     dir.get_ref(),
                     other.sender_name(),
                     b.sender_name()
-                ),
-            ));
+                );
+                return Err(match self.places.get(*i) {
+                    Some(place) => place.error("queue_dir", message),
+                    None => ConfigError { file: "<push>".into(), line: 0, key: "queue_dir".into(), message },
+                });
+            }
         }
+        Ok(())
     }
-    Ok(())
+}
+
+impl PushSection {
+    /// Checks a block of `section`, which takes `want` (`url` or `endpoint`) and not `other`.
+    fn check(&self, section: &str, want: &str, other: &str, place: &Place) -> Result<(), ConfigError> {
+        let b = self;
+        let (wanted, unwanted) = if want == "url" { (&b.url, &b.endpoint) } else { (&b.endpoint, &b.url) };
+        if unwanted.is_some() {
+            return Err(place.error(other, format!("[[{section}]] takes `{want}`, not `{other}`")));
+        }
+        let Some(url) = wanted else {
+            return Err(place.error(want, format!("[[{section}]] needs `{want}`")));
+        };
+        let u = url.get_ref();
+        let host = u.strip_prefix("http://").or_else(|| u.strip_prefix("https://"));
+        if host.is_none_or(|h| h.is_empty() || h.starts_with('/')) {
+            return Err(place.error(want, format!("{u:?} is not an http:// or https:// URL")));
+        }
+        if b.batch.is_zero() {
+            return Err(place.error("batch", "must be above zero"));
+        }
+        if b.timeout.is_zero() {
+            return Err(place.error("timeout", "must be above zero"));
+        }
+        if *b.max_samples_per_send.get_ref() == 0 {
+            return Err(place.error("max_samples_per_send", "must be above zero"));
+        }
+        if b.queue_bytes < 1024 {
+            return Err(
+                place.error("queue_bytes", format!("{} bytes is too small (at least 1024)", b.queue_bytes))
+            );
+        }
+        if let Some(labels) = &b.external_labels {
+            for name in labels.get_ref().keys() {
+                if let Err(message) = check_external_label(name) {
+                    return Err(place.error("external_labels", message));
+                }
+            }
+        }
+        if let Some(headers) = &b.headers {
+            for (k, v) in headers.get_ref() {
+                let name_ok = !k.is_empty() && k.bytes().all(|c| c.is_ascii_graphic() && c != b':');
+                if !name_ok || v.bytes().any(|c| c == b'\r' || c == b'\n') {
+                    return Err(place.error("headers", format!("bad header {k:?}")));
+                }
+            }
+        }
+        if b.queue_dir.is_some() {
+            if b.queue_max_bytes < 1 << 20 {
+                let message =
+                    format!("{} bytes is too small for a disk queue (at least 1MiB)", b.queue_max_bytes);
+                return Err(place.error("queue_max_bytes", message));
+            }
+            if b.queue_sync.is_zero() {
+                return Err(place.error("queue_sync", "must be above zero"));
+            }
+            if b.queue_max_age.is_some_and(|a| a.is_zero()) {
+                return Err(place.error("queue_max_age", "must be above zero"));
+            }
+        }
+        if b.basic_auth.is_some() && b.bearer_token_file.is_some() {
+            return Err(place.error("basic_auth", "give `basic_auth` or `bearer_token_file`, not both"));
+        }
+        if let Some(auth) = &b.basic_auth {
+            let a = auth.get_ref();
+            if a.password.is_some() == a.password_file.is_some() {
+                return Err(place
+                    .error("basic_auth", "basic_auth takes exactly one of `password` or `password_file`"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Whether two configured directories are one: the same path, or (when both exist) the same directory.

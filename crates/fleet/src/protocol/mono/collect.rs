@@ -12,12 +12,12 @@ use mono_counters::{
 
 use tokio::net::TcpListener;
 
-use super::dialin::{Admitted, DialIn};
-use super::{flush_due, within, CONNECT_TIMEOUT};
-use crate::config::MonoTarget;
-use crate::model::{ErrorKind, MetricKind, Protocol};
+use super::MonoBlock;
+use crate::collect::dialin::{Admitted, DialIn};
+use crate::collect::{flush_due, within, CONNECT_TIMEOUT};
+use crate::model::{ErrorKind, MetricKind};
+use crate::protocol::{Component as _, Start};
 use crate::record;
-use crate::registry::Registry;
 use crate::series::Num;
 use crate::target::{Failure, Publisher};
 
@@ -36,9 +36,8 @@ fn kind(e: &ClientError) -> ErrorKind {
 /// the block's `allow`, `hello_timeout` and `max_targets`, see [`DialIn`]) is collected in its own
 /// task and stays listed as down for `linger` after it leaves. Dropping the loop ends every session.
 pub async fn listen(
-    registry: Registry,
-    block: &MonoTarget,
-    series_limit: usize,
+    ctx: &Start,
+    block: &MonoBlock,
     linger: Duration,
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     let limits = block.listener_limits();
@@ -47,15 +46,16 @@ pub async fn listen(
     let listener = TcpListener::bind(&block.listen).await?;
     let labels = crate::config::labels(&block.labels);
     let add: Arc<[CounterName]> = block.add.iter().filter_map(|c| CounterName::parse(c)).collect();
-    let name = block.name.get_ref().clone();
-    let dial = DialIn::new(&name, limits, registry, linger);
+    let name = block.name.clone();
+    let (series_limit, recording) = (ctx.series_limit, ctx.recording.clone());
+    let dial = DialIn::new(&name, limits, ctx.registry.clone(), linger);
     Ok(dial.clone().accept_loop(listener, "an agent", move |stream, peer, pending| {
         let (dial, add, config, labels) = (dial.clone(), add.clone(), config.clone(), labels.clone());
         let target = format!("{name}/{peer}");
         // The stream wrapped in a recording tap (see [`record::tap`]) as the target `NAME/PEER`.
         let received = Arc::new(AtomicU64::new(0));
-        let stream =
-            record::tap(stream, &target, record::Protocol::Mono, &peer.to_string(), received.clone());
+        let (link, address) = (super::Mono.link_type(), peer.to_string());
+        let stream = record::tap(recording.as_deref(), stream, &target, link, &address, received.clone());
         async move {
             // The handshake is boxed: its state is the larger, and inline it would size the
             // task for as long as the session.
@@ -67,7 +67,7 @@ pub async fn listen(
                 }
             };
             let Ok(Admitted { publisher: mut p, claim }) =
-                dial.admit(pending, &[target], Protocol::Mono, labels, series_limit)
+                dial.admit(pending, &[target], crate::model::Protocol::MONO, labels, series_limit)
             else {
                 return;
             };
@@ -232,7 +232,7 @@ mod tests {
             variance in 0u8..4,
             name in "[ -~]{0,40}",
         ) {
-            let (reg, mut p) = super::super::testing::publisher(Protocol::Mono);
+            let (reg, mut p) = crate::collect::testing::publisher(crate::model::Protocol::MONO);
             let header = Header {
                 category: Category::Custom,
                 name,
@@ -244,7 +244,7 @@ mod tests {
             let finite = !matches!(value, CounterValue::Double(v) if !v.is_finite());
             reading(&mut p, &Reading { header, value: Some(ValueData::Typed(value)) });
             let allowed: &[&str] = if finite { &[] } else { &["mono_runtime"] };
-            prop_assert_eq!(super::super::testing::check_rendered(&reg, &mut p, allowed), Ok(()));
+            prop_assert_eq!(crate::collect::testing::check_rendered(&reg, &mut p, allowed), Ok(()));
         }
     }
 }
