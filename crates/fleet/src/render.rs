@@ -107,6 +107,12 @@ impl Own {
         }
     }
 
+    /// Whether the family has a series per target (the process-wide ones have none: they are not
+    /// in a page of some targets alone, see [`Chunks::targets_only`]).
+    fn per_target(self) -> bool {
+        !matches!(self, Own::Build | Own::ListenerRefused | Own::ListenerTargets)
+    }
+
     fn kind(self) -> MetricKind {
         match self {
             Own::Build => MetricKind::Info,
@@ -154,13 +160,28 @@ pub struct Chunks {
 const SUFFIXES: [&str; 4] = ["", "_bucket", "_sum", "_count"];
 
 impl Chunks {
-    /// Plans the page of `snapshot`: every family name, sorted, with the targets that have it.
+    /// Plans the page of `snapshot`: every family name, sorted, with the targets that have it, and
+    /// the process-wide families (`telemon_build_info`, the HTTP and listener ones).
     pub fn new(snapshot: FleetSnapshot, format: Format) -> Chunks {
+        Chunks::plan(snapshot, format, true)
+    }
+
+    /// The page of `snapshot`'s targets alone: their series and their `telemon_target_*` families,
+    /// without the process-wide ones. A `/probe` answer is this (as blackbox_exporter answers only
+    /// its probe): a Prometheus job of many probe targets would otherwise store the process's
+    /// families once per target.
+    pub fn targets_only(snapshot: FleetSnapshot, format: Format) -> Chunks {
+        Chunks::plan(snapshot, format, false)
+    }
+
+    fn plan(snapshot: FleetSnapshot, format: Format, process_wide: bool) -> Chunks {
         let mut plan: Vec<(Arc<str>, Source)> = Vec::new();
         let mut index: HashMap<Arc<str>, usize> = HashMap::new();
         for own in Own::ALL {
             let listeners = matches!(own, Own::ListenerRefused | Own::ListenerTargets);
-            if listeners && crate::own::listener_targets().is_empty() {
+            if (listeners && crate::own::listener_targets().is_empty())
+                || (!process_wide && !own.per_target())
+            {
                 continue;
             }
             let name: Arc<str> = Arc::from(own.name());
@@ -512,6 +533,36 @@ mod tests {
         assert!(out.contains("smon_cpu_seconds_total{"));
         assert!(out.contains("# TYPE telemon_build info\n"));
         assert!(out.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn a_page_of_targets_alone_has_their_families_and_no_process_wide_one() {
+        let snap = snap();
+        for format in [Format::Text004, Format::OpenMetrics] {
+            let mut page = String::new();
+            for chunk in Chunks::targets_only(snap.clone(), format) {
+                page.push_str(std::str::from_utf8(&chunk).unwrap());
+            }
+            let samples: Vec<&str> = page.lines().filter(|l| !l.starts_with('#')).collect();
+            assert!(samples.len() > 5, "{page}");
+            for line in &samples {
+                assert!(
+                    line.contains("{target=\"") || line.contains(",target=\""),
+                    "a line of no target: {line}"
+                );
+            }
+            assert!(
+                page.contains("smon_lat_seconds_bucket{")
+                    && page.contains("telemon_target_up{protocol=\"hmon\"")
+            );
+            assert!(!page.contains("telemon_build_info") && !page.contains("telemon_http_refused"), "{page}");
+            assert_eq!(page.ends_with("# EOF\n"), format == Format::OpenMetrics);
+        }
+        // The whole page has them.
+        let all = render(&snap, Format::Text004);
+        assert!(
+            all.contains("telemon_build_info{") && all.contains("telemon_http_refused_connections_total ")
+        );
     }
 
     #[test]

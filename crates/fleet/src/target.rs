@@ -244,6 +244,13 @@ impl Publisher {
         self.dirty = true;
     }
 
+    /// The values set from now on arrived now: the clock is read again at the next one. Call it as
+    /// each message is handled, so that a counter's rate is taken over the times its values arrived,
+    /// not from the start of an earlier batch that is held back for publication.
+    pub fn arrived(&mut self) {
+        self.now = None;
+    }
+
     fn now(&mut self) -> Stamp {
         let state = &mut *self.0;
         *state.now.get_or_insert_with(|| state.store.stamp(Instant::now()))

@@ -18,7 +18,7 @@ use telemon_push::remote_write::{
 
 #[test]
 fn push_disk_record_corpus_replays() {
-    bench_harness::corpus::replay("push_disk_record", 3, telemon_push::disk::record_reader);
+    bench_harness::corpus::replay("push_disk_record", 120, telemon_push::disk::record_reader);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! The web view's sampler (`Live::sample_now`, what runs once a second) over 1,000 targets whose figures
-//! change every second, in three cases: nobody watching (it follows states only), `/` open (rows, the
-//! delta, the headline figures' history) and `web_history = "always"` (every series into the history).
+//! change every second, in four cases: nobody watching (it follows states only), one target's page open
+//! (its every series into the history), `/` open (rows, the delta, the headline figures' history) and
+//! `web_history = "always"` (every series into the history, within its bound).
 //! Each iteration first updates every target in the registry, as the collectors would, which is the
 //! `update_only` baseline the others are compared with. Two fleets: sys161-like targets (11 series) and
 //! rvOS-like ones (100 series). Every case also runs in count mode, for `cargo xtask bench --table`.
@@ -103,15 +104,25 @@ fn group(name: &str, protocol: Protocol, runtime: &tokio::runtime::Runtime) -> G
     let _watch = watched.watch_fleet(true);
     let (f, step3) = fleet(protocol);
     let (always, _guard3) = Live::start(f, WebHistory::Always);
+    let (f, step4) = fleet(protocol);
+    let (page, _guard4) = Live::start(f, WebHistory::WhileViewed);
+    let _page = page.watch_page("t0500", true);
     // The guards would stop the samplers' tasks, which never run here (the runtime is not driven):
     // `sample_now` is the whole of a second's work.
-    std::mem::forget((_guard, _guard2, _guard3, _watch));
+    std::mem::forget((_guard, _guard2, _guard3, _guard4, _watch, _page));
     Group::new(name, Throughput::Elements(TARGETS as u64), 10)
         .case(Case::iter("update_only", update))
         .case(
             Case::iter("unwatched", move || {
                 step();
                 idle.sample_now();
+            })
+            .vs("update_only"),
+        )
+        .case(
+            Case::iter("target_page_open", move || {
+                step4();
+                page.sample_now();
             })
             .vs("update_only"),
         )

@@ -53,12 +53,23 @@ impl Iterator for Gzip {
     }
 }
 
-/// The exposition of `snapshot` in the format `Accept` asks for, streamed in chunks, and gzipped
-/// when `Accept-Encoding` allows it.
+/// The exposition of `snapshot` in the format `Accept` asks for, with the process-wide families and
+/// `tail` (`/metrics`), streamed in chunks, and gzipped when `Accept-Encoding` allows it.
 pub fn exposition(snapshot: FleetSnapshot, headers: &HeaderMap, tail: String) -> Response {
+    respond(headers, |format| Chunks::new(snapshot, format).with_tail(tail))
+}
+
+/// The exposition of `snapshot`'s targets alone, without a process-wide family (a `/probe` answer:
+/// see [`Chunks::targets_only`]), as [`exposition`] serves it.
+pub fn targets_exposition(snapshot: FleetSnapshot, headers: &HeaderMap) -> Response {
+    respond(headers, |format| Chunks::targets_only(snapshot, format))
+}
+
+/// The page `chunks` makes in the format `Accept` asks for, gzipped when `Accept-Encoding` allows.
+fn respond(headers: &HeaderMap, chunks: impl FnOnce(Format) -> Chunks) -> Response {
     let header_str = |name| headers.get(name).and_then(|v: &header::HeaderValue| v.to_str().ok());
     let format = Format::from_accept(header_str(header::ACCEPT));
-    let chunks = Chunks::new(snapshot, format).with_tail(tail);
+    let chunks = chunks(format);
     let ok = Ok::<Bytes, std::convert::Infallible>;
     if accepts_gzip(header_str(header::ACCEPT_ENCODING)) {
         let gzip = Gzip {

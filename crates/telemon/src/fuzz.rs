@@ -51,7 +51,7 @@ pub fn web_config_text(text: &str) -> String {
             }
             if let Some(tls) = &config.tls {
                 assert!(tls.min_version <= tls.max_version);
-                assert!(!tls.client_auth.verifies() || tls.client_ca.is_some());
+                assert!(tls.client_ca.is_none() || tls.client_auth != crate::http::ClientAuth::NoClientCert);
             }
             format!("{config:?}")
         }

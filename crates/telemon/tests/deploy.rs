@@ -1,11 +1,14 @@
 //! The Prometheus files shipped in `deploy/prometheus` for `telemon serve`, checked with Debian's `promtool`:
 //! `promtool check config` on `prometheus.yml` (which also checks the rule file it names), `promtool check rules`
 //! on `rules.yml`, `promtool test rules` on `rules.test.yml` (the unit tests of every alert and recording rule),
-//! and the commented hashmod sharding example of `prometheus.yml`, uncommented into a scratch directory.
+//! and the commented hashmod sharding example of `prometheus.yml`, uncommented into a scratch directory. The
+//! Alertmanager example of `deploy/alertmanager` is checked with Debian's `amtool`: `amtool check-config`, and
+//! `amtool config routes test` sends every alert of `rules.yml` to the receiver its severity names.
 //!
-//! Without `promtool` on `PATH` each of those tests fails when `CI=true` (CI installs it: `.ci/prometheus.sh`),
-//! and elsewhere prints `SKIPPED: ...` to stderr and passes. One more test, which needs no `promtool`, checks that
-//! `rules.test.yml` tests every rule that `rules.yml` defines.
+//! Without `promtool` (or `amtool`) on `PATH` each of those tests fails when `CI=true` (CI installs them:
+//! `.ci/prometheus.sh`, `.ci/alertmanager.sh`), and elsewhere prints `SKIPPED: ...` to stderr and passes. Two more
+//! tests need neither: `rules.test.yml` tests every rule that `rules.yml` defines, and every alert has a severity
+//! that the Alertmanager example routes.
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -16,6 +19,11 @@ mod support;
 /// `deploy/prometheus` at the root of the workspace.
 fn deploy_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/prometheus")
+}
+
+/// `deploy/alertmanager/alertmanager.yml`.
+fn alertmanager_yml() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/alertmanager/alertmanager.yml")
 }
 
 /// The text of a file of `deploy/prometheus`.
@@ -34,15 +42,31 @@ fn promtool(test: &str) -> Option<PathBuf> {
     )
 }
 
-/// Runs `promtool ARGS` and fails the test, showing everything it printed, unless it succeeds.
-fn run_promtool(promtool: &Path, args: &[&OsStr]) -> String {
-    let out = Command::new(promtool)
+/// The `amtool` found on `PATH` (Debian's `prometheus-alertmanager` package), or [`support::need`]'s `None`.
+fn amtool(test: &str) -> Option<PathBuf> {
+    support::need_on_path(
+        test,
+        "amtool",
+        "apt-get install prometheus-alertmanager (bash .ci/alertmanager.sh)",
+    )
+}
+
+/// Runs `TOOL ARGS` (`promtool`, `amtool`) and fails the test, showing everything it printed, unless it succeeds;
+/// returns stdout and stderr.
+fn run_tool(tool: &Path, args: &[&OsStr]) -> (String, String) {
+    let out = Command::new(tool)
         .args(args)
         .output()
-        .unwrap_or_else(|e| panic!("running {} {args:?}: {e}", promtool.display()));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "promtool {args:?} failed ({})\n{stdout}\n{stderr}", out.status);
+        .unwrap_or_else(|e| panic!("running {} {args:?}: {e}", tool.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{} {args:?} failed ({})\n{stdout}\n{stderr}", tool.display(), out.status);
+    (stdout, stderr)
+}
+
+/// Runs `promtool ARGS` ([`run_tool`]): what it printed.
+fn run_promtool(promtool: &Path, args: &[&OsStr]) -> String {
+    let (stdout, stderr) = run_tool(promtool, args);
     format!("{stdout}{stderr}")
 }
 
@@ -153,4 +177,67 @@ fn every_rule_has_unit_tests() {
         );
         assert!(cases.iter().any(|c| c.contains("exp_labels:")), "{alert}: no case where it fires");
     }
+}
+
+/// Each alert of `rules.yml` with its `severity` label (empty when it has none).
+fn alert_severities(rules: &str) -> Vec<(String, String)> {
+    rules
+        .split("- alert:")
+        .skip(1)
+        .map(|rule| {
+            let name = rule.lines().next().unwrap_or_default().trim().to_owned();
+            let severity = names_after(rule, "severity:").into_iter().next().unwrap_or_default();
+            (name, severity)
+        })
+        .collect()
+}
+
+/// The receiver that `deploy/alertmanager/alertmanager.yml` names for `severity`.
+fn receiver_of(severity: &str) -> &'static str {
+    match severity {
+        "critical" => "pager",
+        "warning" => "chat",
+        other => panic!("severity {other:?}: the Alertmanager example routes critical and warning"),
+    }
+}
+
+#[test]
+fn every_alert_has_a_severity_the_alertmanager_example_routes() {
+    let severities = alert_severities(&read("rules.yml"));
+    assert_eq!(severities.len(), names_after(&read("rules.yml"), "- alert:").len(), "{severities:?}");
+    for (alert, severity) in &severities {
+        assert!(["critical", "warning"].contains(&severity.as_str()), "{alert}: severity {severity:?}");
+    }
+    assert!(
+        severities.iter().any(|(_, s)| s == "critical") && severities.iter().any(|(_, s)| s == "warning")
+    );
+}
+
+#[test]
+fn alertmanager_yml_is_a_valid_config() {
+    let Some(amtool) = amtool("alertmanager_yml_is_a_valid_config") else { return };
+    let config = alertmanager_yml();
+    let (out, _) = run_tool(&amtool, &["check-config".as_ref(), config.as_os_str()]);
+    assert!(out.contains("SUCCESS") && out.contains("2 receivers"), "amtool check-config:\n{out}");
+}
+
+#[test]
+fn alertmanager_yml_routes_each_alert_by_its_severity() {
+    let Some(amtool) = amtool("alertmanager_yml_routes_each_alert_by_its_severity") else { return };
+    let config = format!("--config.file={}", alertmanager_yml().display());
+    // `amtool config routes test` with the receiver expected (it fails when the route gives another) and labels.
+    let route = |receiver: &str, labels: &[String]| {
+        let mut args = vec!["config".to_owned(), "routes".into(), "test".into(), config.clone()];
+        args.push(format!("--verify.receivers={receiver}"));
+        args.extend_from_slice(labels);
+        let args: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+        let (out, _) = run_tool(&amtool, &args);
+        assert_eq!(out.trim(), receiver, "{labels:?}");
+    };
+    for (alert, severity) in alert_severities(&read("rules.yml")) {
+        let labels = [format!("alertname={alert}"), format!("severity={severity}"), "target=t".into()];
+        route(receiver_of(&severity), &labels);
+    }
+    // An alert without a severity goes to the default receiver.
+    route("chat", &["alertname=Other".into()]);
 }

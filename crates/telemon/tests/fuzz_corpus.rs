@@ -9,7 +9,7 @@ use telemon::http::WebConfig;
 
 #[test]
 fn telemon_web_config_corpus_replays() {
-    bench_harness::corpus::replay("telemon_web_config", 10, telemon::fuzz::web_config);
+    bench_harness::corpus::replay("telemon_web_config", 3000, telemon::fuzz::web_config);
 }
 
 /// The seeds written as good files read as good files (beside the test certificates), and the
@@ -38,5 +38,5 @@ fn the_good_seeds_read_and_the_bad_ones_are_refused() {
 
 #[test]
 fn telemon_probe_allow_corpus_replays() {
-    bench_harness::corpus::replay("telemon_probe_allow", 5, telemon::fuzz::probe_allow);
+    bench_harness::corpus::replay("telemon_probe_allow", 400, telemon::fuzz::probe_allow);
 }

@@ -1,8 +1,9 @@
 //! `telemon hash-password`: the hash it prints is one that `basic_auth_users` takes and that the
 //! server's own basic auth accepts for that password (and only that one); from stdin, or typed twice
-//! at a prompt without echo (on a pseudo-terminal made by `script`); bad input exits 2.
+//! at a prompt without echo (in a pseudo-terminal); bad input exits 2.
 
 use std::path::Path;
+use std::time::Duration;
 
 use telemon::config::Config;
 
@@ -81,53 +82,72 @@ async fn bad_input_exits_2_and_prints_no_hash() {
     }
 }
 
-#[tokio::test]
-async fn at_a_terminal_the_password_is_typed_twice_without_echo() {
-    let test = "at_a_terminal_the_password_is_typed_twice_without_echo";
-    let Some(script) = support::need_on_path(test, "script", "apt-get install bsdutils") else { return };
-    // script(1) runs telemon on a pseudo-terminal and types what it reads on its stdin; each line is
-    // typed once its prompt is on the screen (typed earlier, the terminal would echo it before
-    // telemon turns echo off, as it would for a person typing ahead).
-    let command = format!("{} hash-password --cost 4", support::TELEMON);
-    let run = |lines: [String; 2]| {
-        let (script, command) = (script.clone(), command.clone());
-        async move {
-            use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            let mut child = tokio::process::Command::new(script)
-                .args(["-qec", &command, "/dev/null"])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("script starts");
-            let mut stdin = child.stdin.take().unwrap();
-            let mut stdout = child.stdout.take().unwrap();
-            let mut screen = Vec::new();
-            for (prompt, line) in ["Password: ", "Again: "].into_iter().zip(lines) {
-                support::within(prompt, async {
-                    let mut buf = [0u8; 256];
-                    while !String::from_utf8_lossy(&screen).contains(prompt) {
-                        let n = stdout.read(&mut buf).await.unwrap();
-                        assert!(n > 0, "no {prompt:?} on {:?}", String::from_utf8_lossy(&screen));
-                        screen.extend_from_slice(&buf[..n]);
-                    }
-                })
-                .await;
-                stdin.write_all(format!("{line}\n").as_bytes()).await.unwrap();
-            }
-            support::within("telemon to finish", stdout.read_to_end(&mut screen)).await.unwrap();
-            let status = support::within("telemon to exit", child.wait()).await.unwrap();
-            (status.code().unwrap_or(-1), String::from_utf8_lossy(&screen).into_owned())
+/// `telemon hash-password --cost 4` in a pseudo-terminal, typing each of `lines` once its prompt is on
+/// the screen and the terminal's echo is off (typed earlier, the terminal itself would echo it, as
+/// for a person typing ahead of the prompt): (exit code, everything the terminal showed). `None`
+/// when no pseudo-terminal can be opened outside CI.
+async fn at_a_terminal(lines: [&str; 2]) -> Option<(u32, String)> {
+    use portable_pty::{native_pty_system, CommandBuilder, PtySize};
+    use std::io::{Read, Write};
+    let size = PtySize { rows: 24, cols: 80, pixel_width: 0, pixel_height: 0 };
+    let pty = match native_pty_system().openpty(size) {
+        Ok(pty) => pty,
+        Err(e) => {
+            assert!(!support::in_ci(), "no pseudo-terminal under CI=true: {e}");
+            eprintln!(
+                "SKIPPED: cannot open a pseudo-terminal ({e}); not testing hash-password at a terminal"
+            );
+            return None;
         }
     };
-    let (code, screen) = run([PASSWORD.into(), PASSWORD.into()]).await;
+    let mut cmd = CommandBuilder::new(support::TELEMON);
+    cmd.args(["hash-password", "--cost", "4"]);
+    let mut child = pty.slave.spawn_command(cmd).expect("telemon starts in the pty");
+    drop(pty.slave);
+    let mut reader = pty.master.try_clone_reader().unwrap();
+    let mut writer = pty.master.take_writer().unwrap();
+    let screen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let shown = screen.clone();
+    let reading = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            shown.lock().unwrap().extend_from_slice(&buf[..n]);
+        }
+    });
+    let text =
+        |screen: &std::sync::Mutex<Vec<u8>>| String::from_utf8_lossy(&screen.lock().unwrap()).into_owned();
+    // ECHO of termios's c_lflag (0o10 on Linux); the master reads the terminal's settings.
+    const ECHO: u32 = 0o10;
+    let echo_off = || pty.master.get_termios().is_some_and(|t| t.local_flags.bits() & ECHO == 0);
+    for (prompt, line) in ["Password: ", "Again: "].into_iter().zip(lines) {
+        support::until(&format!("{prompt:?} with echo off"), Duration::from_millis(10), async || {
+            (text(&screen).contains(prompt) && echo_off()).then_some(())
+        })
+        .await;
+        writer.write_all(format!("{line}\n").as_bytes()).unwrap();
+        writer.flush().unwrap();
+    }
+    let status =
+        support::until("telemon to exit", Duration::from_millis(20), async || child.try_wait().unwrap())
+            .await;
+    drop(pty.master);
+    drop(writer);
+    reading.join().unwrap();
+    Some((status.exit_code(), text(&screen)))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_a_terminal_the_password_is_typed_twice_without_echo() {
+    let Some((code, screen)) = at_a_terminal([PASSWORD, PASSWORD]).await else { return };
     assert_eq!(code, 0, "{screen}");
     assert!(!screen.contains(PASSWORD), "the password is never echoed: {screen:?}");
     let hash = screen.lines().map(str::trim).find(|l| l.starts_with("$2y$04$")).expect("a hash");
     assert!(bcrypt::verify(PASSWORD, hash).unwrap());
 
-    let (code, screen) = run([PASSWORD.into(), "something else".into()]).await;
+    let Some((code, screen)) = at_a_terminal([PASSWORD, "something else"]).await else { return };
     assert_eq!(code, 2, "{screen}");
     assert!(screen.contains("the two passwords differ") && !screen.contains("$2y$"), "{screen:?}");
 }

@@ -19,7 +19,7 @@ use axum::Router;
 use sim_common::Shutdown;
 use smon_sim::{Config as SmonConfig, MIN_INTERVAL};
 use telemon::config::Config;
-use telemon_push::remote_write::{decode_request, is_stale, WriteRequest};
+use telemon_push::remote_write::{decode_request, is_stale, TimeSeries, WriteRequest};
 
 mod support;
 use support::{within, Cpus};
@@ -86,6 +86,19 @@ fn samples<'a>(reqs: impl Iterator<Item = &'a Seen>) -> Vec<(String, i64, f64)> 
         }
     }
     out
+}
+
+/// The rules of remote write 1.0 that the compliance suite checks on every series a sender posts
+/// (SortedLabels, EmptyLabels, RepeatedLabels, NameLabel): its label names, which follow them.
+fn check_labels(ts: &TimeSeries) -> Vec<&str> {
+    let names: Vec<&str> = ts.labels.iter().map(|l| l.name.as_str()).collect();
+    assert!(
+        names.windows(2).all(|w| w[0].as_bytes() < w[1].as_bytes()),
+        "in byte order, none twice: {names:?}"
+    );
+    assert!(ts.labels.iter().all(|l| !l.value.is_empty()), "an empty value: {:?}", ts.labels);
+    assert!(names.contains(&"__name__"), "{names:?}");
+    names
 }
 
 async fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
@@ -157,9 +170,7 @@ external_labels = {{ cluster = "lab" }}
     assert_eq!(h["x-scope-orgid"], "tenant-1");
     assert_eq!(h["authorization"], "Bearer s3cret");
     for ts in flaky_seen.iter().flat_map(|s| &s.request.timeseries) {
-        let names: Vec<&str> = ts.labels.iter().map(|l| l.name.as_str()).collect();
-        assert_eq!(names[0], "__name__");
-        assert!(names[1..].windows(2).all(|w| w[0] < w[1]), "sorted: {names:?}");
+        let names = check_labels(ts);
         assert!(names.contains(&"cluster") && names.contains(&"target"), "{names:?}");
         assert!(ts.samples.windows(2).all(|w| w[0].timestamp < w[1].timestamp), "in order");
     }
@@ -207,6 +218,83 @@ external_labels = {{ cluster = "lab" }}
         bad_seen.len(),
         bad_stats.dropped("dropped_4xx")
     );
+}
+
+/// An smon source with a value that has no index path (as `linux.mem.total`) and one that has.
+struct MemAndCpu(u64);
+
+impl smon_sim::Source for MemAndCpu {
+    fn sample(&mut self) -> Vec<smon_codec::Sample> {
+        self.0 += 1;
+        vec![
+            smon_codec::Sample::new("linux.mem.total", Vec::new(), 4096u64),
+            smon_codec::Sample::new("linux.cpu.idle", [0], 1000 + self.0),
+        ]
+    }
+}
+
+/// Remote write 1.0's MUSTs, as the receiver decodes them: labels sorted by name in byte order
+/// with `__name__` among them (a configured `Zone` and an external `Region` sort before it), and no
+/// empty value: not the `index` of a value without an index path, not a configured label or an
+/// external label set to "".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_series_posted_has_its_labels_in_byte_order_and_none_empty() {
+    let shutdown = Shutdown::new();
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let smon_addr = l.local_addr().unwrap();
+    let config = SmonConfig { interval: MIN_INTERVAL, ..SmonConfig::default() };
+    tokio::spawn(smon_sim::serve(l, MemAndCpu(0), config, shutdown.clone()));
+    let (receiver, seen) = fake_receiver(|_| (204, None)).await;
+    let toml = format!(
+        r#"
+[[smon]]
+name = "box"
+connect = "{smon_addr}"
+labels = {{ Zone = "a", _x = "", room = "b12" }}
+[[remote_write]]
+url = "http://{receiver}/api/v1/write"
+batch = "100ms"
+external_labels = {{ Region = "eu", empty = "" }}
+"#
+    );
+    let config = Config::parse("t.toml", &toml).unwrap();
+    let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
+    let mem = "Region=eu,Zone=a,__name__=smon_value,name=linux.mem.total,room=b12,target=box";
+    let cpu = "Region=eu,Zone=a,__name__=smon_value,index=0,name=linux.cpu.idle,room=b12,target=box";
+    let up = "Region=eu,Zone=a,__name__=telemon_target_up,protocol=smon,room=b12,target=box";
+    wait_for("both smon values pushed", || {
+        let all = samples(seen.lock().unwrap().iter());
+        let has = |name: &str| all.iter().any(|s| s.0.contains(name));
+        has("name=linux.mem.total") && has("name=linux.cpu.idle")
+    })
+    .await;
+    let addr = server.local_addr();
+    let metrics = reqwest::get(format!("http://{addr}/metrics")).await.unwrap().text().await.unwrap();
+    server.shutdown().await;
+    shutdown.cancel();
+    let seen = seen.lock().unwrap().clone();
+    for ts in seen.iter().flat_map(|s| &s.request.timeseries) {
+        check_labels(ts);
+    }
+    let series: BTreeSet<String> = samples(seen.iter()).into_iter().map(|s| s.0).collect();
+    for want in [cpu, mem, up] {
+        assert!(series.contains(want), "{want} in {series:#?}");
+    }
+    // The sim's own strings (smon_info) too: every series starts with the same labels.
+    assert!(
+        series.iter().all(|s| s.starts_with("Region=eu,Zone=a,__name__=smon_") || s == up),
+        "{series:#?}"
+    );
+    assert_eq!(
+        series.iter().filter(|s| s.contains("linux.mem.total")).count(),
+        1,
+        "the same labels every time"
+    );
+    // The scrape agrees: no empty value there either.
+    let line =
+        metrics.lines().find(|l| l.starts_with("smon_value{") && l.contains("linux.mem.total")).unwrap();
+    assert_eq!(line, "smon_value{target=\"box\",Zone=\"a\",room=\"b12\",name=\"linux.mem.total\"} 4096");
+    assert!(!metrics.contains("=\"\""), "an empty label value on /metrics: {metrics}");
 }
 
 /// This process's resident set, in bytes.

@@ -6,6 +6,12 @@
 //!   `WebConfig::load` and from the real binary (exit code 2);
 //! - HTTPS with basic auth: 401 with `WWW-Authenticate: Basic` without the password, `/healthz` open, the
 //!   configured headers on every response, and a client that stalls its handshake never holds up another;
+//! - plain HTTP to the TLS port gets Go's `400 Bad Request` ("Client sent an HTTP request to an HTTPS server.");
+//! - exporter-toolkit's own test files, in spirit (written with this repository's certificates): the `Verify` types
+//!   without `client_ca_file` verify against the system's CAs (`SSL_CERT_FILE` in the binary's environment), a
+//!   self-signed `CA:TRUE` client certificate listed as its own `client_ca_file` is taken, Go's names of TLS 1.3's
+//!   suites are read (and TLS 1.3 keeps all its suites, as in Go), `burst: 0` refuses every request; a refused
+//!   client certificate is logged with why (the real binary's stderr);
 //! - certificate rotation: new files, and a new connection sees the new certificate, with no restart;
 //! - a real Prometheus (Debian's 2.42) scraping over `https` with `tls_config.ca_file` and `basic_auth` (`up` 1, and
 //!   0 with a wrong password, which gets 401), and with `client_auth_type: RequireAndVerifyClientCert` (refused
@@ -725,7 +731,11 @@ async fn spawn_serve_with_system_cas(file: &Path, ca_file: &Path) -> (support::T
             &addr.to_string(),
         ],
     );
+    let stat = format!("/proc/{}/stat", telemon.pid());
     support::until("telemon to listen", Duration::from_millis(50), async || {
+        // A telemon that exited (a zombie until it is waited for) will never listen.
+        let state = std::fs::read_to_string(&stat).unwrap_or_default();
+        assert!(!state.contains(") Z "), "telemon exited instead of listening");
         tokio::net::TcpStream::connect(addr).await.ok().map(|_| ())
     })
     .await;

@@ -10,6 +10,9 @@
 //! - 1,000 targets: `/` draws its first rows, each live update's main-thread time (the page's own
 //!   `performance.measure`), the stream's bytes per second, and telemon's CPU with three views open beside
 //!   none (printed; the assertions are generous);
+//! - over a made-up fleet: a target page's series in label order (numbers numerically), a chart per scale
+//!   (smon's clock apart from its load), a histogram's quantiles drawn, why a down target has no series, and
+//!   `/`'s "–" for the figures of a Mono agent with no counters;
 //! - screenshots of `/` and a target page, light and dark (`TELEMON_SCREENSHOTS=DIR` writes them there:
 //!   `cargo xtask screenshots`).
 //!
@@ -431,6 +434,161 @@ async fn a_thousand_targets() {
         "three views: {viewing} CPU against {idle} (the bound is 1.2x; generous here)"
     );
     no_errors(&b, "/ with 1,000 targets").await;
+    b.close().await;
+    fleet.shutdown().await;
+}
+
+/// A gauge `family{labels}` at `v`.
+fn gauge(family: &str, labels: &[(&str, &str)], v: f64) -> Series {
+    Series {
+        family: Arc::from(family),
+        help: "a gauge",
+        labels: LabelSet::new(labels.iter().copied()),
+        kind: MetricKind::Gauge,
+        value: telemon_fleet::Value::Number(v),
+        rate: None,
+    }
+}
+
+/// An rvOS-like target at second `n`: 200 channel queues in the order rvOS lists them (not sorted), the
+/// watchdog's heartbeat age, and an IPC latency histogram that gains 10 observations a second (9 up to
+/// 1 ms, 1 in (1 ms, 2 ms]).
+fn rvos_like(n: u64) -> TargetSnapshot {
+    let mut channels: Vec<u32> = (0..200).collect();
+    channels.sort_by_key(|c| (c * 7919) % 200);
+    let mut series: Vec<Series> = channels
+        .iter()
+        .map(|c| gauge("rvos_channel_queue_length", &[("channel", &c.to_string())], f64::from(c % 5)))
+        .collect();
+    series.push(gauge("rvos_watchdog_heartbeat_age_seconds", &[], 0.2));
+    series.push(Series {
+        family: Arc::from("rvos_ipc_latency_seconds"),
+        help: "IPC latency",
+        labels: LabelSet::default(),
+        kind: MetricKind::Histogram,
+        value: telemon_fleet::Value::Histogram {
+            buckets: vec![(0.001, 9 * n), (0.002, 10 * n), (0.004, 10 * n)],
+            sum: 0.0,
+            count: 10 * n,
+        },
+        rate: None,
+    });
+    series.sort_by(|a, b| a.family.cmp(&b.family));
+    let mut t = TargetSnapshot::new("vm", Protocol::SYSINFO, vec![]);
+    t.state = TargetState::Up;
+    t.series = SeriesSet::from(series);
+    t
+}
+
+/// What a target page shows beside its numbers: series in label order (numbers as numbers), a chart per
+/// scale, a histogram's quantiles, why a down target has no series; and `/`'s row of a Mono agent with no
+/// counters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_pages_order_group_and_explain_their_series() {
+    let Some(driver) = need_browser("target_pages_order_group_and_explain_their_series") else { return };
+    let fleet = Arc::new(Fleet::new());
+    fleet.registry().put(rvos_like(0));
+    // smon's one family: the clock (1.8e9), the uptime and the load on one axis were flat lines.
+    let mut smon = TargetSnapshot::new("smon", Protocol::SMON, vec![]);
+    smon.state = TargetState::Up;
+    smon.series = SeriesSet::from(vec![
+        gauge("smon_value", &[("name", "smon.time")], 1.8e9),
+        gauge("smon_value", &[("name", "linux.uptime")], 2884.0),
+        gauge("smon_value", &[("name", "linux.load.avg1_x100")], 371.0),
+        gauge("smon_value", &[("name", "linux.load.avg5_x100")], 460.0),
+    ]);
+    fleet.registry().put(smon);
+    let mut down = TargetSnapshot::new("down", Protocol::SMON, vec![]);
+    down.state = TargetState::Down;
+    down.last_error = Some(Arc::from("connection refused"));
+    fleet.registry().put(down);
+    let mut mono = TargetSnapshot::new("mono/10.0.0.5:1", Protocol::MONO, vec![]);
+    mono.state = TargetState::Up;
+    fleet.registry().put(mono);
+    let registry = fleet.registry().clone();
+    let publisher = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_secs(1));
+        for n in 1.. {
+            every.tick().await;
+            registry.update("vm", |t| t.series = rvos_like(n).series);
+        }
+    });
+    let _publisher = telemon_fleet::collect::AbortOnDrop(publisher);
+    let app = telemon::web::routes(fleet.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let _server = telemon_fleet::collect::AbortOnDrop(tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    }));
+    let b = Browser::start(&driver, 1400, 900).await;
+    let ready = async || {
+        until("the page", POLL, async || {
+            b.js("return document.body.dataset.ready === '1';").await.as_bool()?.then_some(())
+        })
+        .await
+    };
+
+    // `/`: the Mono agent with no counters shows "–" for its figures, as a target with no value yet.
+    b.client.goto(&format!("http://{addr}/")).await.unwrap();
+    until("four rows", POLL, async || (rows(&b).await.len() == 4).then_some(())).await;
+    let figures = b
+        .js("return [...document.querySelectorAll('[data-target=\"mono/10.0.0.5:1\"] .fig .v')].map(v => v.textContent);")
+        .await;
+    assert_eq!(figures, serde_json::json!(["–", "–"]));
+
+    // The rvOS-like page: its 200 channels in order, and its histogram's quantiles drawn.
+    b.client.goto(&format!("http://{addr}/target/vm")).await.unwrap();
+    ready().await;
+    let channels = b
+        .js("return [...document.querySelectorAll('[data-family=\"rvos_channel_queue_length\"] td.labels')].map(c => c.textContent);")
+        .await;
+    let expected: Vec<String> = (0..200).map(|c| format!("channel={c}")).collect();
+    assert_eq!(channels, serde_json::json!(expected));
+    let histogram = "[data-family=\"rvos_ipc_latency_seconds\"]";
+    let legend = b.js(&format!("return document.querySelector('{histogram} .legend').textContent;")).await;
+    assert_eq!(legend, "p50p90p99");
+    // Charts are drawn while in view.
+    b.js(&format!("document.querySelector('{histogram}').scrollIntoView();")).await;
+    until("the histogram's quantiles drawn", POLL, async || {
+        let n = b
+            .js(&format!(
+                "return Number(document.querySelector('{histogram} svg.chart').dataset.points || 0);"
+            ))
+            .await;
+        (n.as_f64()? >= 6.0).then_some(())
+    })
+    .await;
+    let quantiles = b.js(&format!("return document.querySelector('{histogram} td.rate').textContent;")).await;
+    // Of each second's 10 observations, 9 are up to 1 ms and 1 is in (1 ms, 2 ms].
+    assert_eq!(quantiles, "0.56 ms · 1 ms · 1.90 ms");
+    no_errors(&b, "/target/vm").await;
+
+    // smon's family: the clock on a chart of its own, apart from the load.
+    b.client.goto(&format!("http://{addr}/target/smon")).await.unwrap();
+    ready().await;
+    let legends = b
+        .js("return [...document.querySelectorAll('[data-family=\"smon_value\"] .legend')].map(l => [...l.children].map(c => c.textContent));")
+        .await;
+    let legends: Vec<Vec<String>> = serde_json::from_value(legends).unwrap();
+    assert_eq!(
+        legends,
+        [
+            vec!["name=smon.time"],
+            vec!["name=linux.uptime", "name=linux.load.avg5_x100", "name=linux.load.avg1_x100"]
+        ],
+        "a chart per scale (lines within 10x of each other), the largest first"
+    );
+
+    // A down target with no series says so, and why.
+    b.client.goto(&format!("http://{addr}/target/down")).await.unwrap();
+    ready().await;
+    let text = b.js("return document.getElementById('families').textContent;").await;
+    let text = text.as_str().unwrap();
+    assert!(
+        text.starts_with("No series: the target is down since ") && text.ends_with("(connection refused)."),
+        "{text}"
+    );
+    no_errors(&b, "/target/down").await;
     b.close().await;
     fleet.shutdown().await;
 }

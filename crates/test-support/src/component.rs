@@ -1,4 +1,4 @@
-//! A real component (Prometheus, VictoriaMetrics) as a child process of the test: on a free loopback port,
+//! A real component (Prometheus, VictoriaMetrics, Alertmanager) as a child process of the test: on a free loopback port,
 //! with its log in a temporary directory of its own, killed if the test drops it, and waited for until its
 //! readiness URL answers 200 (a wait that fails with the end of its log if the process exits first).
 
@@ -278,6 +278,36 @@ impl VictoriaMetrics {
             .arg("-search.latencyOffset=0s")
             .arg("-retentionPeriod=1d")
             .start("/health")
+            .await
+    }
+}
+
+/// How to start a real Alertmanager (Debian's `prometheus-alertmanager`): its `alertmanager.yml`, on a free
+/// loopback port, with its data in its own directory and clustering off (by default it would gossip on
+/// 0.0.0.0:9094).
+pub struct Alertmanager {
+    launch: Launch,
+    config: String,
+}
+
+impl Alertmanager {
+    /// Alertmanager from `bin` on a free port, with `yml` as its `alertmanager.yml`.
+    pub fn new(bin: &Path, yml: impl Into<String>) -> Alertmanager {
+        Alertmanager { launch: Launch::new("Alertmanager", bin), config: yml.into() }
+    }
+
+    /// Starts it and waits until `/-/ready` answers 200.
+    pub async fn start(self) -> Component {
+        let config = self.launch.dir().join("alertmanager.yml");
+        std::fs::write(&config, &self.config).unwrap();
+        let data = self.launch.dir().join("data");
+        let listen = self.launch.addr();
+        self.launch
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.path={}", data.display()))
+            .arg(format!("--web.listen-address={listen}"))
+            .arg("--cluster.listen-address=")
+            .start("/-/ready")
             .await
     }
 }

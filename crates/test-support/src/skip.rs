@@ -46,3 +46,15 @@ pub fn prometheus_and_promtool(test: &str) -> Option<(PathBuf, PathBuf)> {
     let promtool = need_on_path(test, "promtool", hint)?;
     Some((prometheus, promtool))
 }
+
+/// Alertmanager from `PATH` (Debian's `prometheus-alertmanager` package calls it `prometheus-alertmanager`, upstream
+/// `alertmanager`), or [`need`]'s `None`.
+pub fn alertmanager(test: &str) -> Option<PathBuf> {
+    let found = on_path("prometheus-alertmanager").or_else(|| on_path("alertmanager"));
+    need(
+        test,
+        "prometheus-alertmanager",
+        found,
+        "apt-get install prometheus-alertmanager (bash .ci/alertmanager.sh)",
+    )
+}

@@ -56,7 +56,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{mpsc, watch};
 use tokio_util::codec::FramedRead;
 
-pub use system::{System, SystemConfig, TICKS_PER_SEC};
+pub use system::{KernelTask, System, SystemConfig, TICKS_PER_SEC};
 
 /// The address `rvos-sim` and `telemon sysinfo` use by default.
 pub use sysinfo_wire::DEFAULT_ADDR;
@@ -122,13 +122,30 @@ pub struct Stats {
     pub peak_reply_bytes_held: u64,
 }
 
-/// A handle on a running sim: its stats.
-#[derive(Debug, Clone)]
+/// A handle on a running sim: its stats, and what a test changes in its system while it runs.
+#[derive(Clone)]
 pub struct SimHandle {
     stats: watch::Receiver<Stats>,
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for SimHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SimHandle").field("stats", &self.stats()).finish_non_exhaustive()
+    }
 }
 
 impl SimHandle {
+    /// Hangs the kernel task `task` (`hung`: it stops petting the watchdog, and its heartbeat in the
+    /// Watchdog report grows older from now on) or lets it pet again. The system is first brought up to
+    /// now, so the change takes effect at this moment, not at the next request.
+    pub fn hang(&self, task: KernelTask, hung: bool) {
+        let now = self.shared.now_ticks();
+        let mut system = self.shared.system.lock().expect("system lock");
+        system.advance_to(now);
+        system.set_hung(task, hung);
+    }
+
     /// The stats now.
     pub fn stats(&self) -> Stats {
         *self.stats.borrow()
@@ -186,7 +203,8 @@ pub fn start(config: Config) -> (Sim, SimHandle) {
     let started = tokio::time::Instant::now();
     let system = System::new(config.system.clone(), TICKS_PER_SEC);
     let shared = Shared { config, system: Mutex::new(system), started, stats, next_pid: Mutex::new(100) };
-    (Sim(Arc::new(shared)), SimHandle { stats: rx })
+    let shared = Arc::new(shared);
+    (Sim(shared.clone()), SimHandle { stats: rx, shared })
 }
 
 /// Serves `sim` on `listener` until `shutdown` is cancelled.

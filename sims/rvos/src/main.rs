@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Parser;
-use rvos_sim::{Config, SystemConfig, DEFAULT_ADDR};
+use rvos_sim::{Config, KernelTask, SystemConfig, DEFAULT_ADDR};
 
 /// A fake rvOS init server and sysinfo service, for `telemon sysinfo` and the sysinfo-wire client.
 #[derive(Debug, Parser)]
@@ -25,6 +25,10 @@ struct Args {
     /// Watchdog timeout.
     #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
     watchdog_timeout: Duration,
+    /// A kernel task hung from boot: it never pets the watchdog, so its heartbeat only grows older
+    /// (repeatable).
+    #[arg(long, value_name = "TASK", value_enum)]
+    hang_task: Vec<KernelTask>,
     /// Processes at boot (idle and init included).
     #[arg(long, default_value_t = 12)]
     processes: usize,
@@ -90,6 +94,7 @@ async fn main() -> anyhow_free::Result {
             trace_prefill: args.trace_prefill,
             watchdog: !args.no_watchdog,
             watchdog_timeout: args.watchdog_timeout,
+            hung_tasks: args.hang_task,
             tick: args.tick.max(Duration::from_millis(1)),
             seed: args.seed,
             ..SystemConfig::default()

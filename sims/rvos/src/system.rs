@@ -51,6 +51,30 @@ pub struct SystemConfig {
     /// Slots in the channel table, live and closed-but-referenced channels together ([`MAX_CHANNELS`]
     /// in rvOS); opening fails while it is full.
     pub channel_slots: usize,
+    /// Kernel tasks hung from boot: they never pet the watchdog, so their heartbeat only grows older (none
+    /// by default; [`crate::SimHandle::hang`] changes it while the sim runs).
+    pub hung_tasks: Vec<KernelTask>,
+}
+
+/// A kernel task that pets the watchdog: a heartbeat slot of the Watchdog report, in
+/// [`HEARTBEAT_SLOTS`](sysinfo_wire::report::HEARTBEAT_SLOTS) order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum KernelTask {
+    /// The init server.
+    Init,
+    /// The console driver.
+    Console,
+    /// The timer service.
+    Timer,
+    /// The sysinfo service.
+    Sysinfo,
+}
+
+impl KernelTask {
+    /// Its name in the Watchdog report (and in telemon's `task` label).
+    pub fn name(self) -> &'static str {
+        SLOTS[self as usize]
+    }
 }
 
 impl Default for SystemConfig {
@@ -65,6 +89,7 @@ impl Default for SystemConfig {
             seed: 0x5157_1bf0,
             live_channels: DEFAULT_LIVE_CHANNELS,
             channel_slots: MAX_CHANNELS,
+            hung_tasks: Vec::new(),
         }
     }
 }
@@ -231,6 +256,8 @@ pub struct System {
     ipc_latency: [u64; HIST_BUCKETS],
     trace: VecDeque<RawTrace>,
     slot_beats: [u64; 4],
+    /// The kernel tasks that do not pet the watchdog, by slot.
+    hung: [bool; 4],
 }
 
 impl System {
@@ -267,6 +294,7 @@ impl System {
             ipc_latency: [0; HIST_BUCKETS],
             trace: VecDeque::new(),
             slot_beats: [now; 4],
+            hung: std::array::from_fn(|slot| config.hung_tasks.iter().any(|t| *t as usize == slot)),
             config,
         };
         for _ in 0..8 {
@@ -584,9 +612,9 @@ impl System {
             let ticks = 20 + self.rng.below(1 << shift);
             self.ipc_latency[Histogram::bucket_of(ticks)] += 1;
         }
-        // Watchdog heartbeats.
-        for beat in self.slot_beats.iter_mut() {
-            if self.rng.chance(2) {
+        // Watchdog heartbeats (a hung task draws its chance too, so the others' stay the same).
+        for (beat, hung) in self.slot_beats.iter_mut().zip(self.hung) {
+            if self.rng.chance(2) && !hung {
                 *beat = now;
             }
         }
@@ -721,6 +749,17 @@ impl System {
                 .collect(),
             unknown: Vec::new(),
         }
+    }
+
+    /// Makes `task` stop petting the watchdog (`hung`), so that its heartbeat grows older from now on, or
+    /// pet it again (its next heartbeat comes within a few steps).
+    pub fn set_hung(&mut self, task: KernelTask, hung: bool) {
+        self.hung[task as usize] = hung;
+    }
+
+    /// Whether `task` is hung.
+    pub fn is_hung(&self, task: KernelTask) -> bool {
+        self.hung[task as usize]
     }
 
     /// How many trace entries the ring holds.

@@ -427,3 +427,63 @@ async fn a_batch_that_outlasts_the_request_timeout_is_a_timeout() {
     assert_eq!(sim.handle.stats().replies, 0);
     sim.stop().await;
 }
+
+/// Each kernel task's heartbeat age in the Watchdog report `sys` renders at `now` ticks, in ms.
+fn heartbeat_ages(sys: &mut rvos_sim::System, now: u64) -> std::collections::BTreeMap<String, u64> {
+    let text = sys.render(SysinfoCommand::Watchdog, now);
+    let Report::Watchdog(w) = Report::parse(SysinfoCommand::Watchdog, &text) else { unreachable!() };
+    w.kernel_tasks.iter().map(|h| (h.name.to_string(), h.ago_ms)).collect()
+}
+
+#[test]
+fn a_hung_kernel_task_stops_petting_the_watchdog_until_it_is_let_go() {
+    use rvos_sim::{KernelTask, System, TICKS_PER_SEC};
+    let second = |s: u64| TICKS_PER_SEC + s * TICKS_PER_SEC;
+    // console is hung from boot (--hang-task console); timer hangs at 5 s and is let go at 20 s.
+    let config =
+        SystemConfig { trace_prefill: 0, hung_tasks: vec![KernelTask::Console], ..SystemConfig::default() };
+    let mut sys = System::new(config, second(0));
+    assert!(sys.is_hung(KernelTask::Console) && !sys.is_hung(KernelTask::Timer));
+    let fresh = heartbeat_ages(&mut sys, second(5));
+    assert_eq!(fresh.keys().map(String::as_str).collect::<Vec<_>>(), ["console", "init", "sysinfo", "timer"]);
+    assert_eq!(fresh["console"], 5_000, "{fresh:?}");
+    assert!(fresh["timer"] < 1_000, "{fresh:?}");
+    sys.set_hung(KernelTask::Timer, true);
+    let hung = heartbeat_ages(&mut sys, second(20));
+    assert_eq!(hung["console"], 20_000, "{hung:?}");
+    assert!((15_000..16_000).contains(&hung["timer"]), "{hung:?}");
+    assert!(hung["init"] < 1_000 && hung["sysinfo"] < 1_000, "the others pet on: {hung:?}");
+    sys.set_hung(KernelTask::Timer, false);
+    let again = heartbeat_ages(&mut sys, second(22));
+    assert!(again["timer"] < 1_000, "{again:?}");
+    assert_eq!(again["console"], 22_000, "{again:?}");
+    assert_eq!(KernelTask::Timer.name(), "timer");
+}
+
+#[tokio::test]
+async fn the_handle_hangs_a_task_of_the_running_sim() {
+    let sim = start(small_trace()).await;
+    let mut client = sim.client().await;
+    let timer_age = async |client: &mut Client| {
+        let response = client.request(SysinfoCommand::Watchdog).await.unwrap();
+        let Report::Watchdog(w) = response.report else { panic!("{:?}", response.report) };
+        w.kernel_tasks.iter().find(|h| h.name == "timer").expect("a timer heartbeat").ago_ms
+    };
+    sim.handle.hang(rvos_sim::KernelTask::Timer, true);
+    // The heartbeat grows older than anything a petting task shows (it pets every step, 100 ms, with
+    // chance 1/2: 2 s without a pet has odds of 2^-20).
+    sim_common::within("the hung timer's heartbeat 2 s old", async {
+        while timer_age(&mut client).await < 2_000 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    sim.handle.hang(rvos_sim::KernelTask::Timer, false);
+    sim_common::within("the timer petting again", async {
+        while timer_age(&mut client).await >= 2_000 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    sim.stop().await;
+}

@@ -7,6 +7,9 @@
 //! sys161 a command split across reads still works, and a client that stops reading is dropped once
 //! its bounded queue ([`sim_common::ClientWriter`]) is full instead of freezing everyone.
 //!
+//! A [`Control`] changes a running sim: its clock stops as sys161's does in its debugger (no `DATA` while
+//! stopped, simulated time goes on from where it stood), and some `DATA` lines can be sent corrupted.
+//!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -38,6 +41,7 @@ use futures::StreamExt;
 use meter161::{ClientMessage, IntervalRange, ServerCodec, ServerMessage, DEFAULT_INTERVAL_NS};
 use sim_common::{ClientWriter, NumberedUnixListener, SendError, Shutdown, UnixPeer};
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 
@@ -84,6 +88,8 @@ pub struct Config {
     /// Send `ERROR` and close after this many `DATA` lines on each connection (0: instead of the
     /// greeting, like sys161 when `malloc` fails on accept).
     pub error_after: Option<u64>,
+    /// What changes while the sim runs (its clock stopped, corrupted lines). Clones of a config share it.
+    pub control: Control,
 }
 
 impl Default for Config {
@@ -97,7 +103,79 @@ impl Default for Config {
             max_burst: 4096,
             version: meter161::PROTOCOL_VERSION,
             error_after: None,
+            control: Control::default(),
         }
+    }
+}
+
+/// What an operator changes in a running sim, from outside, while clients stay connected. Clones share the
+/// same state, so a test keeps one and the sim (through [`Config::control`]) another.
+///
+/// - The clock stops ([`Control::pause`]) as when sys161 sits in its debugger: no `DATA` is scheduled, and
+///   once it runs again ([`Control::resume`]) simulated time goes on from where it stood, without a jump. The
+///   connections stay open; a client that connects meanwhile still gets its greeting and first `DATA`.
+/// - Every n-th `DATA` line of a connection is sent corrupted ([`Control::corrupt_every`]): its `kinsns`
+///   word is not a number, which a client reports as a decode error of that line and then reads on.
+///   sys161 never does this; it stands for a broken peer or link.
+#[derive(Debug, Clone)]
+pub struct Control(Arc<watch::Sender<Knobs>>);
+
+/// The state behind a [`Control`].
+#[derive(Debug, Clone, Copy, Default)]
+struct Knobs {
+    /// Since when the clock stands still.
+    paused_since: Option<Instant>,
+    /// How long it stood still before, in all (pauses that ended).
+    paused_before: Duration,
+    /// Every n-th `DATA` line corrupted (0: none).
+    corrupt_every: u64,
+}
+
+impl Knobs {
+    /// How long the clock has stood still in all, up to `now`.
+    fn paused_until(&self, now: Instant) -> Duration {
+        self.paused_before
+            + self.paused_since.map_or(Duration::ZERO, |since| now.saturating_duration_since(since))
+    }
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Control(Arc::new(watch::channel(Knobs::default()).0))
+    }
+}
+
+impl Control {
+    /// Stops the simulated clock (nothing happens if it stands still already).
+    pub fn pause(&self) {
+        self.0.send_if_modified(|k| {
+            let stop = k.paused_since.is_none();
+            if stop {
+                k.paused_since = Some(Instant::now());
+            }
+            stop
+        });
+    }
+
+    /// Starts the simulated clock again where it stopped (nothing happens if it runs).
+    pub fn resume(&self) {
+        self.0.send_if_modified(|k| match k.paused_since.take() {
+            Some(since) => {
+                k.paused_before += since.elapsed();
+                true
+            }
+            None => false,
+        });
+    }
+
+    /// Whether the simulated clock stands still.
+    pub fn is_paused(&self) -> bool {
+        self.0.borrow().paused_since.is_some()
+    }
+
+    /// Sends every `n`-th `DATA` line of each connection corrupted from now on (0: none, the default).
+    pub fn corrupt_every(&self, n: u64) {
+        self.0.send_if_modified(|k| std::mem::replace(&mut k.corrupt_every, n) != n);
     }
 }
 
@@ -124,23 +202,35 @@ impl Running {
     }
 }
 
-/// Simulated time: `start_nsec` at `origin`, advancing `speed` times as fast as the (tokio) clock.
+/// Simulated time: `start_nsec` at `origin`, advancing `speed` times as fast as the (tokio) clock while
+/// the [`Control`] lets it run.
 #[derive(Debug, Clone, Copy)]
 struct SimClock {
     origin: Instant,
+    /// How long the clock had stood still before `origin` (a [`Control`] outlives a run).
+    paused_at_origin: Duration,
     start_nsec: u64,
     speed: f64,
 }
 
 impl SimClock {
-    fn now_nsec(&self) -> u64 {
-        let wall = self.origin.elapsed().as_nanos() as f64;
+    /// Wall time the clock has run since `origin`, up to `now`.
+    fn running(&self, knobs: &Knobs, now: Instant) -> Duration {
+        let paused = knobs.paused_until(now).saturating_sub(self.paused_at_origin);
+        now.saturating_duration_since(self.origin).saturating_sub(paused)
+    }
+
+    fn now_nsec(&self, knobs: &Knobs) -> u64 {
+        let wall = self.running(knobs, Instant::now()).as_nanos() as f64;
         self.start_nsec.saturating_add((wall * self.speed) as u64)
     }
 
-    fn instant_at(&self, nsec: u64) -> Instant {
+    /// When simulated time reaches `nsec` if the clock runs from now on.
+    fn instant_at(&self, knobs: &Knobs, nsec: u64) -> Instant {
+        let now = Instant::now();
         let wall = nsec.saturating_sub(self.start_nsec) as f64 / self.speed;
-        self.origin + Duration::from_nanos(wall.min(u64::MAX as f64 / 2.0) as u64)
+        let wall = Duration::from_nanos(wall.min(u64::MAX as f64 / 2.0) as u64);
+        now + wall.saturating_sub(self.running(knobs, now))
     }
 }
 
@@ -185,7 +275,9 @@ pub async fn run(listener: UnixListener, config: Config, shutdown: Shutdown) -> 
             format!("speed {} is not > 0", config.speed),
         ));
     }
-    let clock = SimClock { origin: Instant::now(), start_nsec: config.start_nsec, speed: config.speed };
+    let origin = Instant::now();
+    let paused_at_origin = config.control.0.borrow().paused_until(origin);
+    let clock = SimClock { origin, paused_at_origin, start_nsec: config.start_nsec, speed: config.speed };
     let shared = Arc::new(Shared { config, clock });
     let clients = shutdown.clone();
     sim_common::accept_loop(NumberedUnixListener::new(listener), shutdown, move |stream, peer| {
@@ -212,6 +304,18 @@ impl std::fmt::Display for Dropped {
 
 fn encode(msg: &ServerMessage, out: &mut BytesMut) {
     meter161::encode_server(msg, out).expect("the sim only sends encodable messages");
+}
+
+/// `msg` (a `DATA` line) encoded with a `#` before its second word (`kinsns`), which is then no number.
+fn encode_corrupted(msg: &ServerMessage, out: &mut BytesMut) {
+    let start = out.len();
+    encode(msg, out);
+    let mut spaces = out[start..].iter().enumerate().filter(|(_, b)| **b == b' ').map(|(i, _)| start + i);
+    if let Some(at) = spaces.nth(1) {
+        let tail = out.split_off(at + 1);
+        out.extend_from_slice(b"#");
+        out.unsplit(tail);
+    }
 }
 
 async fn serve(
@@ -244,7 +348,9 @@ async fn serve(
     for msg in [ServerMessage::Hello(config.version), head, width] {
         encode(&msg, &mut out);
     }
-    let mut schedule = Schedule { next: clock.now_nsec(), interval: DEFAULT_INTERVAL_NS };
+    let mut control = config.control.0.subscribe();
+    let mut knobs = *control.borrow_and_update();
+    let mut schedule = Schedule { next: clock.now_nsec(&knobs), interval: DEFAULT_INTERVAL_NS };
     let mut sent: u64 = 0;
     // The timer fired (or the connection is new): at least one DATA is due, whatever float rounding
     // in the clock says.
@@ -252,14 +358,19 @@ async fn serve(
     let mut commands = FramedRead::new(read, ServerCodec::new(config.mode.range()));
     loop {
         // Send what is due: the immediate first DATA, or the ticks whose time has come (at most a burst).
-        let now = clock.now_nsec();
+        let now = clock.now_nsec(&knobs);
         let mut burst = 0;
         while (due || schedule.next <= now) && burst < config.max_burst {
             due = false;
             let at = schedule.fire();
-            encode(&ServerMessage::Data(config.machine.counters_at(at).to_vec()), &mut out);
-            burst += 1;
             sent += 1;
+            let data = ServerMessage::Data(config.machine.counters_at(at).to_vec());
+            if knobs.corrupt_every > 0 && sent % knobs.corrupt_every == 0 {
+                encode_corrupted(&data, &mut out);
+            } else {
+                encode(&data, &mut out);
+            }
+            burst += 1;
             if config.error_after == Some(sent) {
                 encode(&ServerMessage::Error(None), &mut out);
                 send(&mut out)?;
@@ -274,10 +385,13 @@ async fn serve(
         if !out.is_empty() {
             send(&mut out)?;
         }
+        let paused = knobs.paused_since.is_some();
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
             _ = writer.closed() => return Ok(()),
-            _ = tokio::time::sleep_until(clock.instant_at(schedule.next)) => due = true,
+            _ = tokio::time::sleep_until(clock.instant_at(&knobs, schedule.next)), if !paused => due = true,
+            // The sender lives in `config`, so this never fails while the sim serves.
+            Ok(()) = control.changed() => knobs = *control.borrow_and_update(),
             command = commands.next() => match command {
                 None => return Ok(()),
                 Some(Err(e)) => return Err(Dropped::Io(e)),

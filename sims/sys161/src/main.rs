@@ -1,10 +1,11 @@
 //! `sys161-sim`: serve a fake System/161 meter socket at `DIR/.sockets/meter` until Ctrl-C.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
-use sys161_sim::{Config, Machine, Mode};
+use sys161_sim::{Config, Control, Machine, Mode};
 
 /// A fake System/161 meter socket that behaves like the real sys161 (watch it with stat161 or
 /// `telemon meter161`).
@@ -38,6 +39,15 @@ struct Args {
     /// Messages a client may leave unread before it is dropped.
     #[arg(long, default_value_t = Config::default().queue_capacity)]
     queue: usize,
+    /// Stop the simulated clock AFTER this long, for FOR (without +FOR, for good), as when sys161 sits in
+    /// its debugger: no DATA meanwhile, the connections stay open, and simulated time then goes on from
+    /// where it stood. E.g. 30s+2m.
+    #[arg(long, value_name = "AFTER[+FOR]", value_parser = parse_pause)]
+    pause: Option<Pause>,
+    /// Send every N-th DATA line of each connection corrupted (its kinsns word is not a number), as a
+    /// broken peer would; clients count a decode error and read on. 0: never.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    corrupt_every: u64,
     /// Serve N independent machines from this one process, at DIR/0/.sockets/meter to
     /// DIR/N-1/.sockets/meter (the folders are created as needed).
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
@@ -50,7 +60,13 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     sim_common::init_tracing();
     let args = Args::parse();
+    let control = Control::default();
+    control.corrupt_every(args.corrupt_every);
+    if let Some(pause) = args.pause {
+        tokio::spawn(pause.run(control.clone()));
+    }
     let config = Config {
+        control,
         mode: if args.spec_mode { Mode::SpecText } else { Mode::Sys161 },
         speed: args.speed,
         start_nsec: args.start_nsec,
@@ -104,4 +120,47 @@ async fn serve_instances(dir: &Path, n: u32, config: Config) -> anyhow::Result<(
         listeners.into_iter().map(|listener| sys161_sim::run(listener, config.clone(), shutdown.clone()));
     sim_common::run_instances(instances, &shutdown).await?;
     Ok(())
+}
+
+/// `--pause AFTER[+FOR]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pause {
+    after: Duration,
+    length: Option<Duration>,
+}
+
+impl Pause {
+    /// Stops the clock after `after`, and starts it again `length` later (if any).
+    async fn run(self, control: Control) {
+        tokio::time::sleep(self.after).await;
+        tracing::info!(after = ?self.after, length = ?self.length, "the simulated clock stops");
+        control.pause();
+        if let Some(length) = self.length {
+            tokio::time::sleep(length).await;
+            tracing::info!("the simulated clock runs again");
+            control.resume();
+        }
+    }
+}
+
+fn parse_pause(s: &str) -> Result<Pause, String> {
+    let duration = |d: &str| humantime::parse_duration(d.trim()).map_err(|e| format!("{d:?}: {e}"));
+    match s.split_once('+') {
+        Some((after, length)) => Ok(Pause { after: duration(after)?, length: Some(duration(length)?) }),
+        None => Ok(Pause { after: duration(s)?, length: None }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pause_takes_a_start_and_an_optional_length() {
+        let s = Duration::from_secs;
+        assert_eq!(parse_pause("30s+2m"), Ok(Pause { after: s(30), length: Some(s(120)) }));
+        assert_eq!(parse_pause("0s"), Ok(Pause { after: s(0), length: None }));
+        assert!(parse_pause("soon").is_err());
+        assert!(parse_pause("1s+").is_err());
+    }
 }

@@ -455,3 +455,67 @@ async fn error_on_accept_fails_the_handshake() {
     .await;
     sim.stop().await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_clock_sends_nothing_and_then_goes_on_where_it_stood() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = sys161_sim::Control::default();
+    let sim = Sim::start(dir.path(), Config { control: control.clone(), ..Config::default() });
+    within(async {
+        let mut client = Client::connect(dir.path(), &client_config()).await.unwrap();
+        sample(&mut client).await;
+        let before = nsec(&sample(&mut client).await);
+        control.pause();
+        assert!(control.is_paused());
+        // A minute of wall time without a row (the connection stays open: the wait times out, not the stream).
+        let silence = tokio::time::timeout(Duration::from_secs(60), client.next()).await;
+        assert!(silence.is_err(), "a row while the clock stood still: {silence:?}");
+        // A client connecting meanwhile still gets its greeting and first row, at the stopped time.
+        let mut late = Client::connect(dir.path(), &client_config()).await.unwrap();
+        let stopped = nsec(&sample(&mut late).await);
+        assert!(stopped < before + 200_000_000, "the clock stood at {stopped}, the last row was {before}");
+        control.resume();
+        assert!(!control.is_paused());
+        let after = sample(&mut client).await;
+        assert_eq!(nsec(&after), before + 200_000_000, "the next row, without the minute stopped");
+        assert_eq!(after.delta("nsec"), Some(200_000_000));
+    })
+    .await;
+    sim.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn corrupted_rows_are_decode_errors_between_good_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let control = sys161_sim::Control::default();
+    control.corrupt_every(2);
+    let sim = Sim::start(dir.path(), Config { control: control.clone(), ..Config::default() });
+    within(async {
+        let mut client = Client::connect(dir.path(), &client_config()).await.unwrap();
+        for row in 1..=6 {
+            let item = client.next().await.expect("the stream goes on");
+            match item {
+                Ok(sample) => assert_eq!(row % 2, 1, "row {row} is good: {sample:?}"),
+                Err(err) => {
+                    assert_eq!(row % 2, 0, "row {row}: {err}");
+                    assert!(!err.is_fatal(), "{err}");
+                    assert!(
+                        matches!(
+                            &err,
+                            ClientError::Protocol(ProtocolError::Decode(
+                                meter161::DecodeError::InvalidNumber { keyword: "DATA", index: 1, .. }
+                            ))
+                        ),
+                        "{err:?}"
+                    );
+                }
+            }
+        }
+        control.corrupt_every(0);
+        for _ in 0..4 {
+            sample(&mut client).await;
+        }
+    })
+    .await;
+    sim.stop().await;
+}

@@ -16,6 +16,7 @@ mod web_config;
 pub use auth::{AUTH_CACHE_ENTRIES, OPEN_PATH};
 pub use settings::{ClientAuth, Curve, PemSource, RateLimit, TlsSettings, TlsVersion, MAX_PEM_BYTES};
 pub use tls::CERT_CHECK_INTERVAL;
+pub use web_config::{WebConfig, WebConfigError, ALLOWED_HEADERS, MAX_WEB_CONFIG_BYTES};
 
 /// What a TLS port answers a plain HTTP request with, before closing: Go's `net/http` answer, word
 /// for word (`curl http://` to an exporter-toolkit port prints the same).
@@ -28,7 +29,6 @@ pub const CLIENT_CERT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 /// The most bytes read from a plain HTTP client after the answer, waiting for it to close.
 const PLAIN_HTTP_DRAIN_BYTES: usize = 64 * 1024;
-pub use web_config::{WebConfig, WebConfigError, ALLOWED_HEADERS, MAX_WEB_CONFIG_BYTES};
 
 /// Descriptors kept aside for the process itself (logs, the config, listeners) before the
 /// open-file limit is shared out.

@@ -1,10 +1,15 @@
 //! `/probe`: one target collected on demand (the multi-target exporter pattern).
+//!
+//! The answer holds the probed target's series and its `telemon_target_*` families, and nothing
+//! process-wide (as blackbox_exporter answers only its probe). A probe target keeps its collector
+//! (and so its connection) between probes, and is dropped once nobody asked for it within
+//! [`PROBE_IDLE`]; drops are counted in `telemon_probe_targets_dropped_total{reason}`.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, StatusCode};
@@ -15,11 +20,13 @@ use telemon_fleet::collect::AbortOnDrop;
 use telemon_fleet::config::check_host_port;
 use telemon_fleet::protocol::{address_unit, Component, Start};
 use telemon_fleet::{FleetSnapshot, Protocol, Protocols, Registry, TargetSnapshot};
+// tokio's clock: the sweep's deadlines are timers, and a test runs them on a paused clock.
+use tokio::time::Instant;
 
 use super::probe_allow::ProbeAllow;
 
 use super::AppState;
-use crate::exposition::exposition;
+use crate::exposition::targets_exposition;
 
 #[derive(Debug, Deserialize)]
 pub(super) struct ProbeQuery {
@@ -27,8 +34,11 @@ pub(super) struct ProbeQuery {
     protocol: Option<String>,
 }
 
-/// A probe target not asked for this long is dropped, with its connection.
-pub const PROBE_IDLE: Duration = Duration::from_secs(600);
+/// A probe target not asked for this long is dropped, with its connection (and counted in
+/// `telemon_probe_targets_dropped_total{reason="idle"}`): five scrapes at Prometheus's default
+/// interval of a minute, and its staleness window. A mistyped target is retried this long at most; a
+/// job that probes less often than this connects afresh each time.
+pub const PROBE_IDLE: Duration = Duration::from_secs(300);
 /// The most probe targets kept at once.
 pub const MAX_PROBES: usize = 10_000;
 /// The probe timeout when Prometheus does not send `X-Prometheus-Scrape-Timeout-Seconds`.
@@ -65,6 +75,27 @@ impl ProbeRefusal {
     }
 }
 
+/// Why a probe target was dropped (`telemon_probe_targets_dropped_total{reason}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProbeDrop {
+    /// Not asked for within [`PROBE_IDLE`].
+    Idle,
+    /// A reload's `[serve] probe_allow` no longer allows its address.
+    NotAllowed,
+}
+
+impl ProbeDrop {
+    const ALL: [ProbeDrop; 2] = [ProbeDrop::Idle, ProbeDrop::NotAllowed];
+
+    /// The `reason` label.
+    fn label(self) -> &'static str {
+        match self {
+            ProbeDrop::Idle => "idle",
+            ProbeDrop::NotAllowed => "not_allowed",
+        }
+    }
+}
+
 fn refuse(state: &AppState, why: ProbeRefusal, status: StatusCode, message: impl Into<String>) -> Response {
     state.probes.refused[why as usize].fetch_add(1, Ordering::Relaxed);
     (status, message.into() + "\n").into_response()
@@ -97,7 +128,7 @@ pub(super) async fn probe(
         .map(|s| Duration::from_secs_f64((s * 0.9).min(60.0)))
         .unwrap_or(DEFAULT_PROBE_TIMEOUT);
     match state.probes.probe(protocol, &target, timeout).await {
-        Ok(t) => exposition(FleetSnapshot::from(vec![t]), &headers, String::new()),
+        Ok(t) => targets_exposition(FleetSnapshot::from(vec![t]), &headers),
         Err(Refused::Limit) => refuse(
             &state,
             ProbeRefusal::Limit,
@@ -155,6 +186,8 @@ pub(super) struct Probes {
     tasks: Mutex<HashMap<(Protocol, String), Probe>>,
     allow: Mutex<Arc<[ProbeAllow]>>,
     refused: [AtomicU64; 4],
+    /// By [`ProbeDrop`].
+    dropped: [AtomicU64; 2],
     series_limit: usize,
     /// Held while a probe target starts.
     starting: tokio::sync::Mutex<()>,
@@ -184,6 +217,7 @@ impl Probes {
             tasks: Mutex::new(HashMap::new()),
             allow: Mutex::new(allow.into()),
             refused: Default::default(),
+            dropped: Default::default(),
             series_limit,
             starting: tokio::sync::Mutex::new(()),
             runtime,
@@ -194,26 +228,59 @@ impl Probes {
     pub(super) fn set_allow(&self, allow: Vec<ProbeAllow>) {
         let allow: Arc<[ProbeAllow]> = allow.into();
         *self.allow.lock().unwrap_or_else(|e| e.into_inner()) = allow.clone();
-        self.tasks.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, p| probe_allowed(&allow, p.addr));
+        self.drop_where(ProbeDrop::NotAllowed, |_, p| !probe_allowed(&allow, p.addr));
     }
 
-    /// `telemon_probe_refused_total{reason}`.
+    /// Drops the probe targets that are `gone`, counting them as `why`.
+    fn drop_where(&self, why: ProbeDrop, mut gone: impl FnMut(&(Protocol, String), &Probe) -> bool) {
+        let mut dropped = 0;
+        self.tasks.lock().unwrap_or_else(|e| e.into_inner()).retain(|key, p| {
+            let drop = gone(key, p);
+            if drop {
+                let (protocol, reason) = (key.0.as_str(), why.label());
+                tracing::info!(target_name = %key.1, protocol, reason, "probe target dropped");
+                dropped += 1;
+            }
+            !drop
+        });
+        self.dropped[why as usize].fetch_add(dropped, Ordering::Relaxed);
+    }
+
+    /// `telemon_probe_refused_total{reason}` and `telemon_probe_targets_dropped_total{reason}`.
     pub(super) fn render(&self, open_metrics: bool) -> String {
-        let labels: Vec<String> =
-            ProbeRefusal::ALL.iter().map(|r| format!("reason=\"{}\"", r.label())).collect();
-        let samples: Vec<(&str, f64)> = ProbeRefusal::ALL
-            .iter()
-            .zip(&labels)
-            .map(|(r, l)| (l.as_str(), self.refused[*r as usize].load(Ordering::Relaxed) as f64))
-            .collect();
+        fn family(
+            out: &mut String,
+            name: &str,
+            help: &str,
+            open_metrics: bool,
+            counts: &[(&str, &AtomicU64)],
+        ) {
+            let labels: Vec<String> = counts.iter().map(|(r, _)| format!("reason=\"{r}\"")).collect();
+            let samples: Vec<(&str, f64)> = labels
+                .iter()
+                .zip(counts)
+                .map(|(l, (_, n))| (l.as_str(), n.load(Ordering::Relaxed) as f64))
+                .collect();
+            telemon_fleet::own::write_family(out, name, "counter", help, open_metrics, &samples);
+        }
         let mut out = String::new();
-        telemon_fleet::own::write_family(
+        let refused: Vec<_> =
+            ProbeRefusal::ALL.iter().map(|r| (r.label(), &self.refused[*r as usize])).collect();
+        family(
             &mut out,
             "telemon_probe_refused_total",
-            "counter",
             "/probe requests refused, by reason: invalid (not HOST:PORT, bad protocol), not_allowed (outside probe_allow), unresolved, limit.",
             open_metrics,
-            &samples,
+            &refused,
+        );
+        let dropped: Vec<_> =
+            ProbeDrop::ALL.iter().map(|r| (r.label(), &self.dropped[*r as usize])).collect();
+        family(
+            &mut out,
+            "telemon_probe_targets_dropped_total",
+            "Probe targets dropped with their connection, by reason: idle (not asked for within 5 minutes), not_allowed (a reload's probe_allow no longer allows them).",
+            open_metrics,
+            &dropped,
         );
         out
     }
@@ -335,8 +402,110 @@ impl Probes {
         current().ok_or_else(|| Refused::Unresolved("the probe target was dropped meanwhile".into()))
     }
 
-    /// Drops the probe targets not asked for within `idle`.
-    pub(super) fn sweep(&self, idle: Duration) {
-        self.tasks.lock().unwrap_or_else(|e| e.into_inner()).retain(|_, p| p.used.elapsed() < idle);
+    /// Drops the probe targets not asked for within [`PROBE_IDLE`] before `now`; returns when the
+    /// next one is due (`None`: none is kept).
+    fn sweep(&self, now: Instant) -> Option<Instant> {
+        self.drop_where(ProbeDrop::Idle, |_, p| now.saturating_duration_since(p.used) >= PROBE_IDLE);
+        let tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        tasks.values().map(|p| p.used + PROBE_IDLE).min()
+    }
+
+    /// Drops each probe target once it has not been asked for within [`PROBE_IDLE`], at that time;
+    /// runs until dropped (the HTTP thread runs it).
+    pub(super) async fn expire(&self) {
+        loop {
+            // A target added meanwhile is due after every target kept now: the wait never needs
+            // to be cut short.
+            let next = self.sweep(Instant::now()).unwrap_or_else(|| Instant::now() + PROBE_IDLE);
+            tokio::time::sleep_until(next).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A loopback address nothing listens on: a probe target that is down, and retried.
+    fn closed_port() -> String {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    }
+
+    /// Waits (on the test's clock) until `target` is out of the smon registry: its collector ended.
+    async fn gone(probes: &Probes, target: &str) {
+        let registry = &probes.registries[&Protocol::SMON];
+        let mut changed = registry.changed();
+        let wait = async {
+            while registry.snapshot().get(target).is_some() {
+                changed.changed().await.expect("the registry lives");
+            }
+        };
+        tokio::time::timeout(PROBE_IDLE * 2, wait).await.expect("the probe target is dropped");
+    }
+
+    /// A probe target nobody asks for again (a mistyped address, down and retried) is dropped
+    /// [`PROBE_IDLE`] after it was last asked for, with its collector, and counted; one asked for
+    /// within that time is kept. On a paused clock: the minutes pass at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_target_not_asked_for_within_probe_idle_is_dropped_and_counted() {
+        let probes =
+            Arc::new(Probes::new(&Protocols::built_in(), 100, Vec::new(), tokio::runtime::Handle::current()));
+        let sweeper = probes.clone();
+        let _sweeper = AbortOnDrop(tokio::spawn(async move { sweeper.expire().await }));
+        let probe = {
+            let probes = probes.clone();
+            move |target: String| {
+                let probes = probes.clone();
+                async move {
+                    let t = probes
+                        .probe(&telemon_fleet::protocol::smon::Smon, &target, Duration::from_secs(1))
+                        .await;
+                    t.ok().expect("a probe answer")
+                }
+            }
+        };
+        let (mistyped, kept, other) = (closed_port(), closed_port(), closed_port());
+        // Asked for a while after the sweeper started: at a time of its own, not a sweep's.
+        tokio::time::sleep(Duration::from_secs(37)).await;
+        let t = probe(mistyped.clone()).await;
+        assert!(!t.is_up() && t.last_error.is_some(), "down: {t:?}");
+        let asked = Instant::now();
+        // Another one is asked for every minute.
+        let keep_asking = tokio::spawn({
+            let (probe, kept) = (probe.clone(), kept.clone());
+            async move {
+                loop {
+                    probe(kept.clone()).await;
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+            }
+        });
+        gone(&probes, &mistyped).await;
+        // As documented: 5 minutes after it was last asked for, not later.
+        let after = asked.elapsed();
+        assert_eq!(PROBE_IDLE, Duration::from_secs(300), "the README and metrics.md say 5 minutes");
+        assert!(
+            after >= PROBE_IDLE && after < PROBE_IDLE + Duration::from_secs(2),
+            "dropped after {after:?}"
+        );
+        let names: Vec<String> = probes.snapshot().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, std::slice::from_ref(&kept), "the one asked for is kept");
+        let page = probes.render(false);
+        assert!(page.contains("telemon_probe_targets_dropped_total{reason=\"idle\"} 1\n"), "{page}");
+        assert!(page.contains("telemon_probe_targets_dropped_total{reason=\"not_allowed\"} 0\n"), "{page}");
+
+        // A reload whose allow list no longer allows loopback drops the others at once, counted
+        // apart.
+        keep_asking.abort();
+        probe(other.clone()).await;
+        probes.set_allow(vec![ProbeAllow::parse("192.0.2.0/24").unwrap()]);
+        gone(&probes, &other).await;
+        gone(&probes, &kept).await;
+        assert!(probes.tasks.lock().unwrap().is_empty());
+        let page = probes.render(true);
+        assert!(page.contains("# TYPE telemon_probe_targets_dropped counter\n"), "{page}");
+        assert!(page.contains("telemon_probe_targets_dropped_total{reason=\"idle\"} 1\n"), "{page}");
+        assert!(page.contains("telemon_probe_targets_dropped_total{reason=\"not_allowed\"} 2\n"), "{page}");
     }
 }

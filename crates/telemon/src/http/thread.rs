@@ -12,7 +12,6 @@ use telemon_fleet::collect::AbortOnDrop;
 
 use super::conn::{serve_http, HttpLimits, WebGate};
 use super::probe::Probes;
-use super::PROBE_IDLE;
 
 /// How long a replaced server keeps serving after its replacement started: time for the reply of the
 /// request that asked for the reload.
@@ -65,12 +64,7 @@ impl HttpThread {
         let thread = std::thread::Builder::new().name("telemon-http".into()).spawn(move || {
             let served = tokio::runtime::Builder::new_current_thread().enable_all().build().and_then(|rt| {
                 rt.block_on(async move {
-                    let sweeper = tokio::spawn(async move {
-                        loop {
-                            tokio::time::sleep(Duration::from_secs(60)).await;
-                            probes.sweep(PROBE_IDLE);
-                        }
-                    });
+                    let sweeper = tokio::spawn(async move { probes.expire().await });
                     let _sweeper = AbortOnDrop(sweeper);
                     let listener = tokio::net::TcpListener::from_std(listener)?;
                     serve_http(listener, app, limits, gate, async move {

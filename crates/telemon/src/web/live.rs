@@ -21,11 +21,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use crate::config::WebHistory;
 use tokio::time::Instant;
 
-use crate::history::{self, History, DERIVED};
+use crate::history::{self, History, Priority, DERIVED};
 use serde_json::{json, Map, Value};
 use telemon_fleet::collect::AbortOnDrop;
 use telemon_fleet::protocol::{Carry, Figure};
-use telemon_fleet::{Fleet, FleetSnapshot, MetricKind, Protocols, SeriesRef, TargetSnapshot, TargetState};
+use telemon_fleet::{
+    Fleet, FleetSnapshot, MetricKind, Protocols, SeriesRef, TargetSnapshot, TargetState, ValueRef,
+};
 use tokio::sync::broadcast;
 
 /// The seconds of a sparkline on `/`.
@@ -304,14 +306,17 @@ impl Live {
         let Inner { history, kept, pages, .. } = &mut *inner;
         let recording = fleet_on || !pages.is_empty();
         if recording {
-            let series = |t: &TargetSnapshot| t.series.len().min(history::MAX_SERIES_PER_TARGET);
             let planned: usize = if always {
-                snapshot.targets.iter().map(|t| series(t)).sum()
+                snapshot.targets.iter().map(|t| t.series.len()).sum()
             } else {
-                let pages: usize = pages.keys().filter_map(|n| snapshot.get(n)).map(series).sum();
+                let pages: usize = pages.keys().filter_map(|n| snapshot.get(n)).map(|t| t.series.len()).sum();
                 pages + if fleet_on { snapshot.targets.len() * HEADLINES } else { 0 }
             };
             history.begin(&snapshot, at, planned);
+            // The pages watched first: what is shown finds room before what nobody looks at.
+            for t in pages.keys().filter_map(|n| snapshot.get(n)) {
+                history.record_target(t, Priority::Shown);
+            }
         } else {
             *history = History::new();
         }
@@ -339,18 +344,19 @@ impl Live {
                 }
                 k.log.push_back((now, t.state));
             }
-            let whole = always || pages.contains_key(&t.name);
-            if whole {
-                history.record_target(t);
+            let page = pages.contains_key(&t.name);
+            if always && !page {
+                history.record_target(t, Priority::Background);
             }
             if !fleet_on {
                 continue;
             }
             let heads = headlines(&protocols, t, &mut k.carry);
             for h in &heads {
-                // A whole target's series are recorded already; its derived figures are not.
+                // A page's series are recorded already; its derived figures are not. A target recorded
+                // in the background may have been refused room that its figures are given.
                 if let Some(v) =
-                    h.value.filter(|_| !h.key.is_empty() && (!whole || h.key.starts_with(DERIVED)))
+                    h.value.filter(|_| !h.key.is_empty() && (!page || h.key.starts_with(DERIVED)))
                 {
                     history.put(&t.name, &h.key, v);
                 }
@@ -461,6 +467,8 @@ impl Live {
         let snapshot = self.fleet.snapshot();
         let t = snapshot.get(name)?;
         let inner = self.lock();
+        let history = &inner.history;
+        let bounded = history.bounded(&t.name);
         let window = window.clamp(10, history::MAX_WINDOW_SECS);
         let families: Vec<Value> = t
             .series
@@ -471,14 +479,12 @@ impl Live {
                     .series()
                     .map(|s| {
                         let key = history::key(&s);
-                        let points = inner.history.points_of(&t.name, &key, window);
-                        let mut o = series_json(&s, &key);
-                        o.insert(
-                            "history".into(),
-                            Value::Array(
-                                points.into_iter().map(|(dt, v)| json!([dt as i64, v as f32])).collect(),
-                            ),
-                        );
+                        let points = past(history, &t.name, &s, &key, window);
+                        let mut o = series_json(&s, &key, plotted_json(history, &t.name, &s, &key));
+                        // A histogram's `plotted` is an array: never null.
+                        let shown = !o["plotted"].is_null();
+                        o.insert("bound".into(), Value::Bool(bounded && shown && points.is_empty()));
+                        o.insert("history".into(), Value::Array(points));
                         Value::Object(o)
                     })
                     .collect();
@@ -496,8 +502,24 @@ impl Live {
         o.insert("at".into(), json!(inner.at));
         o.insert("t".into(), json!(self.unix_at(inner.at)));
         o.insert("window".into(), json!(window));
+        o.insert("history_bound".into(), json!(history::MAX_SERIES));
         o.insert("families".into(), Value::Array(families));
         Some(Value::Object(o))
+    }
+
+    /// Each series of `t`: its key, and its value, rate and what a chart plots of it (as
+    /// [`series_json`] has them), for a target page's stream to send what changed.
+    pub fn figures(&self, t: &TargetSnapshot) -> (Vec<String>, Vec<(Value, Value, Value)>) {
+        let inner = self.lock();
+        t.series
+            .iter()
+            .map(|s| {
+                let key = history::key(&s);
+                let plotted = plotted_json(&inner.history, &t.name, &s, &key);
+                let o = series_json(&s, &key, plotted);
+                (key, (o["value"].clone(), o["rate"].clone(), o["plotted"].clone()))
+            })
+            .collect()
     }
 
     /// The fields of a target page that the stream updates: state, since, the state log, errors.
@@ -524,18 +546,55 @@ fn target_fields(t: &TargetSnapshot, k: Option<&Kept>) -> Map<String, Value> {
     o
 }
 
-/// One series' current figures: key, labels, value, rate and what a chart plots.
-pub fn series_json(s: &SeriesRef, key: &str) -> Map<String, Value> {
+/// One series' current figures: key, labels, value (a histogram's count of observations), rate and
+/// what a chart plots (`plotted`, from [`plotted_json`]).
+pub fn series_json(s: &SeriesRef, key: &str, plotted: Value) -> Map<String, Value> {
     let mut o = Map::new();
     o.insert("key".into(), Value::from(key));
     o.insert(
         "labels".into(),
         Value::Object(s.labels().iter().map(|(k, v)| (k.to_string(), Value::from(v.as_ref()))).collect()),
     );
-    o.insert("value".into(), s.number().filter(|v| v.is_finite()).map_or(Value::Null, Value::from));
+    let value = match s.value() {
+        ValueRef::Number(n) => Some(n.as_f64()).filter(|v| v.is_finite()),
+        ValueRef::Histogram(h) => Some(h.count as f64),
+    };
+    o.insert("value".into(), value.map_or(Value::Null, Value::from));
     o.insert("rate".into(), num(s.rate()));
-    o.insert("plotted".into(), num(history::plotted(s)));
+    o.insert("plotted".into(), plotted);
     o
+}
+
+/// What a chart plots of the series `s` (keyed `key`) of `target` now: a counter's rate or another
+/// number's value, or a histogram's quantiles `[p50, p90, p99]` at its last change (from `history`,
+/// `null`s until it has changed while recorded).
+pub fn plotted_json(history: &History, target: &str, s: &SeriesRef, key: &str) -> Value {
+    match s.value() {
+        ValueRef::Number(_) => num(history::plotted(s)),
+        ValueRef::Histogram(_) => Value::Array(
+            (0..history::QUANTILES.len())
+                .map(|i| num(history.latest(target, &history::quantile_key(key, i)).map(f64::from)))
+                .collect(),
+        ),
+    }
+}
+
+/// The past of the series `s` (keyed `key`) of `target` within `window` seconds, as `[[seconds
+/// before now, what is plotted]]`: a number, or a histogram's `[p50, p90, p99]` (`null` for one
+/// missing).
+fn past(history: &History, target: &str, s: &SeriesRef, key: &str, window: u32) -> Vec<Value> {
+    let point = |dt: f64, v: Value| json!([dt as i64, v]);
+    if s.kind() != MetricKind::Histogram {
+        let points = history.points_of(target, key, window);
+        return points.into_iter().map(|(dt, v)| point(dt, num(Some(v)))).collect();
+    }
+    let mut at: std::collections::BTreeMap<i64, [Option<f64>; 3]> = Default::default();
+    for i in 0..history::QUANTILES.len() {
+        for (dt, v) in history.points_of(target, &history::quantile_key(key, i), window) {
+            at.entry(dt as i64).or_default()[i] = Some(v);
+        }
+    }
+    at.into_iter().map(|(dt, q)| point(dt as f64, Value::Array(q.into_iter().map(num).collect()))).collect()
 }
 
 /// A row of `/` as last sent, to send only what changed.
@@ -798,6 +857,108 @@ mod tests {
         let inner = live.lock();
         assert_eq!(inner.history.series(), 3, "every series of both, and a's headline is one of them");
         assert!(inner.rows);
+    }
+
+    /// An rvOS-like target: `gauges` channel queues, the watchdog's heartbeat age (last by name, as in
+    /// rvOS) and a latency histogram of bounds 1 ms, 2 ms, 4 ms holding `observed` observations, all
+    /// up to 1 ms.
+    fn vm(name: &str, gauges: usize, observed: u64) -> TargetSnapshot {
+        let gauge = |family: &str, labels: LabelSet, v: f64| Series {
+            family: Arc::from(family),
+            help: "a gauge",
+            labels,
+            kind: MetricKind::Gauge,
+            value: V::Number(v),
+            rate: None,
+        };
+        let mut series: Vec<Series> = (0..gauges)
+            .map(|i| gauge("rvos_channel_queue_length", LabelSet::new([("channel", i.to_string())]), 1.0))
+            .collect();
+        series.push(gauge("rvos_watchdog_heartbeat_age_seconds", LabelSet::default(), 0.25));
+        series.push(Series {
+            family: Arc::from("rvos_ipc_latency_seconds"),
+            help: "IPC latency",
+            labels: LabelSet::default(),
+            kind: MetricKind::Histogram,
+            value: V::Histogram {
+                buckets: vec![(0.001, observed), (0.002, observed), (0.004, observed)],
+                sum: 0.0,
+                count: observed,
+            },
+            rate: None,
+        });
+        series.sort_by(|a, b| a.family.cmp(&b.family));
+        let mut t = TargetSnapshot::new(name, telemon_fleet::Protocol::SYSINFO, vec![]);
+        t.state = TargetState::Up;
+        t.series = SeriesSet::from(series);
+        t
+    }
+
+    fn family<'a>(page: &'a Value, name: &str) -> &'a Value {
+        page["families"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_page_records_every_series_of_its_target_and_its_histograms_quantiles() {
+        let fleet = Arc::new(Fleet::new());
+        fleet.registry().put(vm("vm", 240, 0));
+        let (live, _guard) = Live::start(fleet.clone(), WebHistory::WhileViewed);
+        let _page = live.watch_page("vm", true);
+        for n in 1..=3 {
+            fleet.registry().update("vm", |t| t.series = vm("vm", 240, n * 10).series);
+            seconds(1).await;
+        }
+        let page = live.target("vm", 60).unwrap();
+        // The series past the 128 once kept per target have a history too.
+        let heartbeat = &family(&page, "rvos_watchdog_heartbeat_age_seconds")["series"][0];
+        assert!(heartbeat["history"].as_array().is_some_and(|h| h.len() >= 2), "{heartbeat}");
+        assert_eq!(heartbeat["bound"], false);
+        let histogram = &family(&page, "rvos_ipc_latency_seconds")["series"][0];
+        assert_eq!(histogram["value"], 30.0, "a histogram's value is its count");
+        // Every observation is up to 1 ms: the quantiles are within the first bucket.
+        assert_eq!(histogram["plotted"], json!([0.0005, 0.0009, 0.00099]), "{histogram}");
+        // A point at each change since it was first seen.
+        let past = histogram["history"].as_array().unwrap();
+        assert!(!past.is_empty() && past.len() < 3, "{histogram}");
+        assert_eq!(past.last(), Some(&json!([0, [0.0005, 0.0009, 0.00099]])));
+        let (keys, figures) = live.figures(&fleet.snapshot().targets[0]);
+        let i = keys.iter().position(|k| k == "rvos_ipc_latency_seconds").unwrap();
+        assert_eq!(figures[i].2, histogram["plotted"], "the stream sends the same");
+        assert_eq!(page["history_bound"], history::MAX_SERIES);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_series_without_history_for_lack_of_room_says_so() {
+        // Recorded in the background ("always"), 120 targets of 300 series are more than the
+        // history keeps of them: the last ones are refused until their page is watched.
+        let fleet = Arc::new(Fleet::new());
+        let one = vm("t000", 298, 0).series;
+        for i in 0..120 {
+            let mut t =
+                TargetSnapshot::new(format!("t{i:03}").as_str(), telemon_fleet::Protocol::SYSINFO, vec![]);
+            t.series = one.clone();
+            fleet.registry().put(t);
+        }
+        const { assert!(120 * 300 > history::BACKGROUND_SERIES) };
+        let (live, _guard) = Live::start(fleet.clone(), WebHistory::Always);
+        seconds(1).await;
+        let page = live.target("t119", 60).unwrap();
+        let heartbeat = &family(&page, "rvos_watchdog_heartbeat_age_seconds")["series"][0];
+        assert_eq!(
+            (&heartbeat["bound"], heartbeat["history"].as_array().map(Vec::len)),
+            (&json!(true), Some(0))
+        );
+        let first = live.target("t000", 60).unwrap();
+        assert_eq!(family(&first, "rvos_watchdog_heartbeat_age_seconds")["series"][0]["bound"], false);
+        // Its page is recorded first, and finds room.
+        let _page = live.watch_page("t119", true);
+        seconds(1).await;
+        let page = live.target("t119", 60).unwrap();
+        let heartbeat = &family(&page, "rvos_watchdog_heartbeat_age_seconds")["series"][0];
+        assert_eq!(
+            (&heartbeat["bound"], heartbeat["history"].as_array().map(Vec::len)),
+            (&json!(false), Some(1))
+        );
     }
 
     #[test]

@@ -288,19 +288,6 @@ struct Sent {
     state: Map<String, Value>,
 }
 
-impl Sent {
-    fn of(t: &TargetSnapshot) -> (Vec<String>, Vec<(Value, Value, Value)>) {
-        t.series
-            .iter()
-            .map(|s| {
-                let key = crate::history::key(&s);
-                let o = live::series_json(&s, &key);
-                (key, (o["value"].clone(), o["rate"].clone(), o["plotted"].clone()))
-            })
-            .unzip()
-    }
-}
-
 /// One target page's stream: `full`, then a `delta` a second with the series whose figures changed
 /// and the state fields that changed (a `full` again when its series come or go, `gone` when it does).
 fn target_stream(live: Arc<Live>, name: String) -> Events {
@@ -308,7 +295,7 @@ fn target_stream(live: Arc<Live>, name: String) -> Events {
     let watch = live.watch_page(&name, true);
     let snapshot = live.fleet.snapshot();
     let sent = snapshot.get(&name).map(|t| {
-        let (keys, values) = Sent::of(t);
+        let (keys, values) = live.figures(t);
         Sent { keys, values, state: live.target_state(t) }
     });
     let first = match live.target(&name, live::TARGET_WINDOW) {
@@ -337,7 +324,7 @@ fn target_stream(live: Arc<Live>, name: String) -> Events {
                 event("gone", &json!({ "name": name }).to_string())
             }
             (Some(t), previous) => {
-                let (keys, values) = Sent::of(t);
+                let (keys, values) = live.figures(t);
                 let state = live.target_state(t);
                 match previous {
                     Some(p) if p.keys == keys => {

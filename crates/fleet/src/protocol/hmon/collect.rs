@@ -360,6 +360,9 @@ async fn ask_lks(conn: &mut Connection) -> Result<String, ClientError> {
 
 /// Records one event of a session (SERVE or POLL mode); a failure ends the session.
 fn on_event(p: &mut Publisher, event: Event, seen: &mut Seen) -> Option<Failure> {
+    // Its values are of its own time: a notification's, held back to be published with the next
+    // facts, must not lend the facts its time (their counters' rates would be taken over the wrong span).
+    p.arrived();
     match event {
         Event::Disconnected { reason } => return Some(Failure::new(ErrorKind::Connect, reason)),
         Event::InvalidPayload(e) => p.error(&Failure::new(ErrorKind::Decode, e)),
@@ -891,6 +894,36 @@ mod props {
             message(&mut p, response, &mut Seen::default());
             prop_assert_eq!(check_rendered(&reg, &mut p, &[]), Ok(()));
         }
+    }
+
+    /// Polled facts, a notification 200 ms later (held back, in SERVE mode, to be published with the
+    /// next facts), and the next facts 800 ms after it: the connect time grew by 1 s in 1 s.
+    #[tokio::test(start_paused = true)]
+    async fn a_counters_rate_is_over_the_times_its_facts_arrived() {
+        use crate::collect::testing::publisher;
+        let facts = |ms: u64| {
+            let json = FACTS.replace(r#""ConnectTime":20"#, &format!(r#""ConnectTime":{ms}"#));
+            Event::Message(hmon::decode_message::<Response>(json.as_bytes()).unwrap())
+        };
+        let notification =
+            r#"["Notification",{"UID":"XX","Event":{"ID":2,"Name":"WorkspaceResize"},"Size":1}]"#;
+        let (reg, mut p) = publisher(crate::model::Protocol::HMON);
+        let mut seen = Seen::default();
+        assert!(on_event(&mut p, facts(10_000), &mut seen).is_none());
+        p.flush();
+        tokio::time::advance(Duration::from_millis(200)).await;
+        let n = hmon::decode_message::<Response>(notification.as_bytes()).unwrap();
+        assert!(on_event(&mut p, Event::Message(n), &mut seen).is_none());
+        tokio::time::advance(Duration::from_millis(800)).await;
+        assert!(on_event(&mut p, facts(11_000), &mut seen).is_none());
+        p.flush();
+        let snapshot = reg.snapshot();
+        let rate = snapshot.targets[0]
+            .series
+            .family("dyalog_account_connect_seconds_total")
+            .next()
+            .and_then(|s| s.rate());
+        assert_eq!(rate, Some(1.0), "1 s of connect time in 1 s");
     }
 
     #[test]

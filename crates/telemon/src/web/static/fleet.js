@@ -128,7 +128,8 @@ function fill(row, name, t) {
     const [title, unit] = (r.ht && r.ht[i]) || ["", ""];
     setText(fig.children[0], title);
     fig.children[0].title = title;
-    setText(fig.children[1], r.ht && r.ht[i] ? fmt(r.h[i], unit) : "");
+    // A figure the target does not have (a Mono agent with no counters) is "–", as one with no value yet.
+    setText(fig.children[1], fmt(r.h ? r.h[i] : null, unit));
     // The x axis spans the seconds there are (up to SPARK), so a young sparkline is not a sliver.
     const pts = points(t, i);
     const first = pts.findIndex((p) => p[1] !== null);
