@@ -12,7 +12,7 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::config::{Discovered, FileSdSection};
+use crate::config::file_sd::{Discovered, FileSdSection};
 use crate::protocol::Protocols;
 
 pub mod glob;

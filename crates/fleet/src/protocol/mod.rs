@@ -21,7 +21,7 @@ use std::sync::Arc;
 use telemon_capture::{Connection, ReplayStream};
 
 use crate::config::document::{Block, ConfigError};
-use crate::config::Shard;
+use crate::config::shard::Shard;
 use crate::model::{Protocol, SeriesRef, TargetSnapshot};
 use crate::record::Recording;
 use crate::registry::Registry;
@@ -100,7 +100,7 @@ impl Address {
     /// last component.
     pub fn target_name(&self, address: &str) -> Result<String, String> {
         match self.default_port {
-            Some(port) => crate::config::with_default_port(address, port).map(Cow::into_owned),
+            Some(port) => crate::config::addr::with_default_port(address, port).map(Cow::into_owned),
             None => Ok(std::path::Path::new(address)
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
@@ -140,7 +140,7 @@ pub fn address_unit(
     doc.insert(section.into(), toml::Value::Array(vec![toml::Value::Table(table)]));
     let text = toml::to_string(&doc).map_err(|e| e.to_string())?;
     let fail = |e: ConfigError| format!("{}: {}", e.key, e.message);
-    let doc = crate::config::Document::parse(component.name(), &text).map_err(fail)?;
+    let doc = crate::config::document::Document::parse(component.name(), &text).map_err(fail)?;
     let mut read = doc.read_section(section, |b| component.read(section, &b)).map_err(fail)?;
     read.pop().ok_or_else(|| "no block".to_owned())
 }

@@ -430,7 +430,7 @@ pub async fn listen(
     let limits = block.listener_limits();
     let config = ClientConfig { handshake_timeout: limits.hello_timeout, ..plan.client_config() };
     let listener = tokio::net::TcpListener::bind(&addr).await?;
-    let labels = crate::config::labels(&block.labels);
+    let labels = crate::config::block::labels(&block.labels);
     let name = block.name.clone();
     let (series_limit, recording) = (ctx.series_limit, ctx.recording.clone());
     let dial = DialIn::new(&name, limits, ctx.registry.clone(), linger);

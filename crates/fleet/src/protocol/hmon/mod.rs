@@ -11,10 +11,10 @@ use telemon_capture::{Connection, ReplayStream};
 
 use super::{Address, BoxFuture, Carry, Component, Headline, Start, Unit};
 use crate::collect::dialin::ListenerLimits;
-use crate::config::document::{Block, ConfigError};
-use crate::config::{
+use crate::config::block::{
     check_connect, check_listener, check_target, duration, labels, one_second, opt_duration,
 };
+use crate::config::document::{Block, ConfigError};
 use crate::model::TargetSnapshot;
 use crate::target::{Failure, Publisher};
 use crate::DIAL_IN_LINGER;

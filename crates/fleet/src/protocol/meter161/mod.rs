@@ -11,8 +11,8 @@ use serde::Deserialize;
 use telemon_capture::{Connection, ReplayStream};
 
 use super::{Address, BoxFuture, Carry, Component, Headline, Start, Unit};
+use crate::config::block::{check_target, duration, labels, one_second};
 use crate::config::document::{Block, ConfigError};
-use crate::config::{check_target, duration, labels, one_second};
 use crate::model::{ErrorKind, TargetSnapshot};
 use crate::target::{Failure, Publisher};
 use crate::GLOB_RESCAN;

@@ -44,7 +44,7 @@ pub async fn listen(
     let config = ClientConfig { hello_timeout: limits.hello_timeout, ..ClientConfig::default() }
         .request_timeout(CONNECT_TIMEOUT);
     let listener = TcpListener::bind(&block.listen).await?;
-    let labels = crate::config::labels(&block.labels);
+    let labels = crate::config::block::labels(&block.labels);
     let add: Arc<[CounterName]> = block.add.iter().filter_map(|c| CounterName::parse(c)).collect();
     let name = block.name.clone();
     let (series_limit, recording) = (ctx.series_limit, ctx.recording.clone());

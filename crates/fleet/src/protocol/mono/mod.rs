@@ -11,8 +11,8 @@ use telemon_capture::{Connection, ReplayStream};
 
 use super::{BoxFuture, Carry, Component, Headline, Start, Unit};
 use crate::collect::dialin::ListenerLimits;
+use crate::config::block::{check_listener, check_target, opt_duration};
 use crate::config::document::{Block, ConfigError};
-use crate::config::{check_listener, check_target, opt_duration};
 use crate::model::{MetricKind, SeriesRef, TargetSnapshot};
 use crate::target::{Failure, Publisher};
 use crate::DIAL_IN_LINGER;

@@ -9,8 +9,8 @@ use serde::Deserialize;
 use telemon_capture::{Connection, ReplayStream};
 
 use super::{Address, BoxFuture, Carry, Component, Headline, Start, Unit};
+use crate::config::block::{check_connect, check_target, labels};
 use crate::config::document::{Block, ConfigError};
-use crate::config::{check_connect, check_target, labels};
 use crate::model::TargetSnapshot;
 use crate::target::{Failure, Publisher};
 

@@ -12,8 +12,8 @@ use sysinfo_wire::SysinfoCommand;
 use telemon_capture::{Connection, ReplayStream};
 
 use super::{Address, BoxFuture, Carry, Component, Headline, Start, Unit};
+use crate::config::block::{check_connect, check_target, duration, labels, one_second};
 use crate::config::document::{Block, ConfigError};
-use crate::config::{check_connect, check_target, duration, labels, one_second};
 use crate::model::TargetSnapshot;
 use crate::target::{Failure, Publisher};
 
