@@ -5,6 +5,8 @@
 use std::io::Read;
 use std::path::Path;
 
+use byteorder::{BigEndian, ByteOrder, LittleEndian};
+
 use crate::format::*;
 
 /// Bounds on what a recording may make the reader hold.
@@ -139,28 +141,28 @@ enum Order {
     Big,
 }
 
+/// A section's byte order, chosen at run time: each read is byteorder's for that order. The callers have
+/// checked the lengths (a block's fixed fields against its minimum length, an option's value against its
+/// size), so these never see a slice too short.
 impl Order {
     fn u16(self, b: &[u8]) -> u16 {
-        let a = [b[0], b[1]];
         match self {
-            Order::Little => u16::from_le_bytes(a),
-            Order::Big => u16::from_be_bytes(a),
+            Order::Little => LittleEndian::read_u16(b),
+            Order::Big => BigEndian::read_u16(b),
         }
     }
 
     fn u32(self, b: &[u8]) -> u32 {
-        let a = [b[0], b[1], b[2], b[3]];
         match self {
-            Order::Little => u32::from_le_bytes(a),
-            Order::Big => u32::from_be_bytes(a),
+            Order::Little => LittleEndian::read_u32(b),
+            Order::Big => BigEndian::read_u32(b),
         }
     }
 
     fn u64(self, b: &[u8]) -> u64 {
-        let a: [u8; 8] = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
         match self {
-            Order::Little => u64::from_le_bytes(a),
-            Order::Big => u64::from_be_bytes(a),
+            Order::Little => LittleEndian::read_u64(b),
+            Order::Big => BigEndian::read_u64(b),
         }
     }
 }
@@ -206,15 +208,13 @@ impl Reader {
         let offset = self.offset;
         if buf.len() < 12 {
             if self.order.is_none() && buf.len() >= 4 && !is_section_header(&buf[..4]) {
-                return Err(ReadError::NotPcapng {
-                    found: u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]),
-                });
+                return Err(ReadError::NotPcapng { found: BigEndian::read_u32(buf) });
             }
             return Ok(None);
         }
         let is_shb = is_section_header(&buf[..4]);
         let order = if is_shb {
-            match u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) {
+            match LittleEndian::read_u32(&buf[8..12]) {
                 BYTE_ORDER_MAGIC => Order::Little,
                 m if m.swap_bytes() == BYTE_ORDER_MAGIC => Order::Big,
                 magic => return Err(ReadError::BadMagic { offset, magic }),
@@ -222,11 +222,7 @@ impl Reader {
         } else {
             match self.order {
                 Some(order) => order,
-                None => {
-                    return Err(ReadError::NotPcapng {
-                        found: u32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]),
-                    })
-                }
+                None => return Err(ReadError::NotPcapng { found: BigEndian::read_u32(buf) }),
             }
         };
         let block_type = order.u32(&buf[0..4]);
