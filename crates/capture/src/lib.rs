@@ -49,9 +49,9 @@ mod read;
 mod write;
 
 #[cfg(feature = "tokio")]
-mod recorder;
+mod playback;
 #[cfg(feature = "tokio")]
-mod replay;
+mod recorder;
 #[cfg(feature = "tokio")]
 mod tap;
 
@@ -63,9 +63,9 @@ pub use write::{
 };
 
 #[cfg(feature = "tokio")]
-pub use recorder::{Destination, Recorder, RecorderConfig, RecorderStats, TargetRecorder};
+pub use playback::{Connection, ReplayClock, ReplayStream, Speed};
 #[cfg(feature = "tokio")]
-pub use replay::{Connection, ReplayClock, ReplayStream, Speed};
+pub use recorder::{Destination, Recorder, RecorderConfig, RecorderStats, TargetRecorder};
 #[cfg(feature = "tokio")]
 pub use tap::Tap;
 
