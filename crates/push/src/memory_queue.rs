@@ -1,4 +1,5 @@
-//! The bounded queue between a sender's sampler and its HTTP loop.
+//! The bounded in-memory queue between a sender's sampler and its HTTP loop (a block without `queue_dir`;
+//! with one, the [`disk`](crate::disk) queue takes its place).
 //!
 //! The sampler pushes without ever waiting; when the queue would go over its byte bound, the oldest
 //! items are dropped (and counted) to make room. The HTTP loop takes batches from the front, so

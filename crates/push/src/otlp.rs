@@ -29,7 +29,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use crate::queue::Queued;
+use crate::memory_queue::Queued;
 use crate::sender::Wire;
 use crate::view::{self, UP_FAMILY};
 use telemon_fleet::{FleetSnapshot, LabelSet, MetricKind, Value};

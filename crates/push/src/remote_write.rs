@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::queue::Queued;
+use crate::memory_queue::Queued;
 use crate::sender::Wire;
 use crate::view::{self, PushTarget, UP_FAMILY};
 use telemon_fleet::{FleetSnapshot, LabelSet, Series, Value};
