@@ -2,7 +2,7 @@
 //! (`[[remote_write]]`) or OTLP/HTTP protobuf (`[[otlp]]`).
 //!
 //! A sender is a view like a scrape: every `batch` its sampler takes a [`FleetSnapshot`] (through
-//! the adapter in [`view`]) and queues one sample per series in its own bounded [`queue::Queue`]
+//! the adapter in [`view`]) and queues one sample per series in its own bounded [`memory_queue::Queue`]
 //! (the oldest dropped and counted when full); its HTTP loop sends the queue in order,
 //! `max_samples_per_send` at a time, retrying what the protocol says to retry with exponential
 //! backoff, jitter and `Retry-After`. Neither task ever holds up a collector or a scrape.
@@ -18,8 +18,8 @@ pub mod disk;
 mod durable;
 pub mod fuzz;
 
+pub mod memory_queue;
 pub mod otlp;
-pub mod queue;
 pub mod remote_write;
 mod sender;
 pub mod stats;
@@ -72,7 +72,7 @@ struct Running {
     /// Set before `stop` when a reload replaces the sender: the sender then ends after its request in
     /// flight instead of sending its queue, which the new sender takes over.
     handoff: Arc<AtomicBool>,
-    /// With a memory queue: the queue (an `Arc<queue::Queue<W::Item>>`), handed to a replacement.
+    /// With a memory queue: the queue (an `Arc<memory_queue::Queue<W::Item>>`), handed to a replacement.
     queue: Option<Box<dyn Any + Send + Sync>>,
     /// With `queue_dir`: the disk queue and its syncer.
     disk: Option<(durable::Disk, JoinHandle<()>)>,
@@ -244,11 +244,11 @@ impl Push {
             queue,
             disk,
         };
-        if block.queue_dir.is_some() {
+        if let Some(dir) = block.queue_path(shard) {
             let stats = old_stats
                 .filter(|s| s.has_disk() && s.queue_limit() == block.queue_max_bytes)
                 .unwrap_or_else(|| Arc::new(Stats::with_disk(name.clone(), block.queue_max_bytes)));
-            let disk = durable::Disk::open(block, shard, stats.clone()).map_err(fail)?;
+            let disk = durable::Disk::open(block, dir, stats.clone()).map_err(|e| fail(e.to_string()))?;
             let context = Arc::new(wire.context());
             let (registry, sampler_stop) = (registry.clone(), stop.subscribe());
             let (sampler_disk, sampler_plan) = (disk.clone(), plan.clone());
@@ -269,9 +269,9 @@ impl Push {
             .filter(|s| !s.has_disk() && s.queue_limit() == block.queue_bytes)
             .unwrap_or_else(|| Arc::new(Stats::new(name, block.queue_bytes)));
         let limit = usize::try_from(block.queue_bytes).unwrap_or(usize::MAX);
-        let queue = Arc::new(queue::Queue::<W::Item>::new(limit));
+        let queue = Arc::new(memory_queue::Queue::<W::Item>::new(limit));
         // A replaced sender's queue: its items, oldest first, into the new bound.
-        if let Some(old) = old_queue.and_then(|q| q.downcast::<Arc<queue::Queue<W::Item>>>().ok()) {
+        if let Some(old) = old_queue.and_then(|q| q.downcast::<Arc<memory_queue::Queue<W::Item>>>().ok()) {
             let dropped = queue.push(old.take(usize::MAX));
             stats.add_dropped(stats::reason::QUEUE_FULL, dropped);
             stats.set_queue(queue.bytes(), queue.oldest_ms());

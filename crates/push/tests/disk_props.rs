@@ -14,7 +14,7 @@ use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use telemon_push::disk::record::{decode, encode, Decoded, HEADER_LEN, MAX_RECORD};
+use telemon_push::disk::frame::{decode, encode, Decoded, HEADER_LEN, MAX_RECORD};
 use telemon_push::disk::{
     Config, CursorFound, DiskQueue, DropReason, Dropped, Meta, Next, RecordIn, StdFs, WhenFull, MAX_PAYLOAD,
 };
@@ -159,7 +159,7 @@ fn check_bounds(bytes: &[u8]) {
                 assert!(needed <= MAX_RECORD);
                 if needed > HEADER_LEN {
                     let head: &[u8; HEADER_LEN] = bytes[at..at + HEADER_LEN].try_into().unwrap();
-                    assert!(telemon_push::disk::record::decode_header(head).is_some());
+                    assert!(telemon_push::disk::frame::decode_header(head).is_some());
                 }
                 break;
             }

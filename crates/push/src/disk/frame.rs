@@ -1,4 +1,4 @@
-//! The on-disk record: a 36-byte header and the payload, and a sans-IO reader.
+//! A record as it lies on disk (its frame): a 36-byte header and the payload, and a sans-IO reader.
 //!
 //! ```text
 //! offset  size  field
@@ -20,6 +20,8 @@
 //! CRC-32C (Castagnoli) rather than the CRC-32 of zip: it is computed by one instruction on x86-64
 //! (SSE4.2) and aarch64, so checking every byte read costs little, and it detects more error
 //! patterns at these lengths; ext4, iSCSI and Vector's disk buffer use it for the same reasons.
+
+use byteorder::{ByteOrder, LittleEndian as LE};
 
 /// The first four bytes of every record: how a reader finds the next record after damage.
 pub const MAGIC: [u8; 4] = [0xF3, b'T', b'Q', b'1'];
@@ -99,16 +101,16 @@ pub fn encode(record: &RecordIn<'_>, out: &mut Vec<u8>) -> Result<(), TooLarge> 
         .ok()
         .filter(|&n| n <= MAX_PAYLOAD)
         .ok_or(TooLarge { len: record.payload.len() })?;
-    let at = out.len();
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&[0; 4]); // header_crc, filled in below
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(record.payload).to_le_bytes());
-    out.extend_from_slice(&record.meta.samples.to_le_bytes());
-    out.extend_from_slice(&record.meta.oldest_ms.to_le_bytes());
-    out.extend_from_slice(&record.meta.newest_ms.to_le_bytes());
-    let crc = crc32c::crc32c(&out[at + 8..at + HEADER_LEN]);
-    out[at + 4..at + 8].copy_from_slice(&crc.to_le_bytes());
+    let mut header = [0; HEADER_LEN];
+    header[..4].copy_from_slice(&MAGIC);
+    LE::write_u32(&mut header[8..12], len);
+    LE::write_u32(&mut header[12..16], crc32c::crc32c(record.payload));
+    LE::write_u32(&mut header[16..20], record.meta.samples);
+    LE::write_i64(&mut header[20..28], record.meta.oldest_ms);
+    LE::write_i64(&mut header[28..36], record.meta.newest_ms);
+    let header_crc = crc32c::crc32c(&header[8..]);
+    LE::write_u32(&mut header[4..8], header_crc);
+    out.extend_from_slice(&header);
     out.extend_from_slice(record.payload);
     Ok(())
 }
@@ -141,18 +143,6 @@ pub enum Decoded<'a> {
     },
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut w = [0; 4];
-    w.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(w)
-}
-
-fn i64_at(b: &[u8], at: usize) -> i64 {
-    let mut w = [0; 8];
-    w.copy_from_slice(&b[at..at + 8]);
-    i64::from_le_bytes(w)
-}
-
 /// The offset of the first possible record start in `buf` at or after `from`: a whole magic, or a
 /// part of one that the end of `buf` cuts; `buf.len()` when there is none.
 pub fn find_magic(buf: &[u8], from: usize) -> usize {
@@ -171,13 +161,17 @@ pub fn find_magic(buf: &[u8], from: usize) -> usize {
 
 /// The header at the start of `bytes` when its magic, checksum and length limit hold.
 pub fn decode_header(bytes: &[u8; HEADER_LEN]) -> Option<Header> {
-    if bytes[..4] != MAGIC || crc32c::crc32c(&bytes[8..]) != u32_at(bytes, 4) {
+    if bytes[..4] != MAGIC || crc32c::crc32c(&bytes[8..]) != LE::read_u32(&bytes[4..8]) {
         return None;
     }
     let header = Header {
-        payload_len: u32_at(bytes, 8),
-        payload_crc: u32_at(bytes, 12),
-        meta: Meta { samples: u32_at(bytes, 16), oldest_ms: i64_at(bytes, 20), newest_ms: i64_at(bytes, 28) },
+        payload_len: LE::read_u32(&bytes[8..12]),
+        payload_crc: LE::read_u32(&bytes[12..16]),
+        meta: Meta {
+            samples: LE::read_u32(&bytes[16..20]),
+            oldest_ms: LE::read_i64(&bytes[20..28]),
+            newest_ms: LE::read_i64(&bytes[28..36]),
+        },
     };
     (header.payload_len <= MAX_PAYLOAD).then_some(header)
 }
@@ -247,9 +241,9 @@ mod tests {
         assert_eq!(decode(b"xx\xF3T"), Decoded::Damaged { header: None, skip: 2 });
         // A header announcing more than the limit, with a valid checksum.
         let mut big = rec(b"");
-        big[8..12].copy_from_slice(&(MAX_PAYLOAD + 1).to_le_bytes());
+        LE::write_u32(&mut big[8..12], MAX_PAYLOAD + 1);
         let crc = crc32c::crc32c(&big[8..HEADER_LEN]);
-        big[4..8].copy_from_slice(&crc.to_le_bytes());
+        LE::write_u32(&mut big[4..8], crc);
         assert!(matches!(decode(&big), Decoded::Damaged { header: None, skip: 36 }));
     }
 
