@@ -13,7 +13,7 @@ use bytes::{Buf, BufMut, BytesMut};
 mod fast;
 mod scan;
 
-use fast::{or_zeros, Kind, Shape};
+use fast::{le, Kind, Shape};
 use scan::Scan;
 
 use crate::error::{DecodeError, EncodeError};
@@ -176,9 +176,14 @@ fn kind_name(kind: CounterType) -> &'static str {
     kind.label().unwrap_or("raw")
 }
 
-/// The `n` bytes at `at`, or [`Incomplete`] when `buf` ends before them.
-fn fixed(buf: &[u8], at: usize, n: usize) -> Result<&[u8], Incomplete> {
-    buf.get(at..at + n).ok_or(Incomplete)
+/// `N` bytes at `at` as an array, for std's `from_le_bytes`: the Sampling loops ([`parse_values`] and
+/// `fast.rs`) keep std's conversions, which cost fewer instructions there than `byteorder`'s slice reads
+/// (`cargo xtask bench --table`, the `mono sampling` rows).
+fn fixed<const N: usize>(buf: &[u8], at: usize) -> Result<[u8; N], Incomplete> {
+    let bytes = buf.get(at..at + N).ok_or(Incomplete)?;
+    let mut out = [0; N];
+    out.copy_from_slice(bytes);
+    Ok(out)
 }
 
 /// The `[index][size][bytes]* [ff ff]` list of a Sampling message. This is the hot loop of a busy
@@ -193,7 +198,7 @@ fn parse_values(
     let mut pos = c.pos;
     let mut values = Vec::with_capacity(types.len().min(64));
     loop {
-        let index = LE::read_i16(fixed(buf, pos, 2)?);
+        let index = i16::from_le_bytes(fixed(buf, pos)?);
         if index == END_OF_VALUES {
             c.pos = pos + 2;
             return Ok(values);
@@ -205,15 +210,15 @@ fn parse_values(
             return Err(DecodeError::TooManyValues { max: limits.max_values }.into());
         }
         let kind = types.get(index as usize).copied().flatten().ok_or(DecodeError::UnknownIndex(index))?;
-        let size = LE::read_i16(fixed(buf, pos + 2, 2)?);
+        let size = i16::from_le_bytes(fixed(buf, pos + 2)?);
         let at = pos + 4;
         let bad = || Fail::Bad(DecodeError::BadValueSize { index, size, kind: kind_name(kind) });
         let value = match kind {
-            CounterType::Int if size == 4 => CounterValue::Int(LE::read_i32(fixed(buf, at, 4)?)),
-            CounterType::Long if size == 8 => CounterValue::Long(LE::read_i64(fixed(buf, at, 8)?)),
-            CounterType::Double if size == 8 => CounterValue::Double(LE::read_f64(fixed(buf, at, 8)?)),
-            CounterType::Word if size == 8 => CounterValue::Word64(LE::read_i64(fixed(buf, at, 8)?)),
-            CounterType::Word if size == 4 => CounterValue::Word32(LE::read_i32(fixed(buf, at, 4)?)),
+            CounterType::Int if size == 4 => CounterValue::Int(i32::from_le_bytes(fixed(buf, at)?)),
+            CounterType::Long if size == 8 => CounterValue::Long(i64::from_le_bytes(fixed(buf, at)?)),
+            CounterType::Double if size == 8 => CounterValue::Double(f64::from_le_bytes(fixed(buf, at)?)),
+            CounterType::Word if size == 8 => CounterValue::Word64(i64::from_le_bytes(fixed(buf, at)?)),
+            CounterType::Word if size == 4 => CounterValue::Word32(i32::from_le_bytes(fixed(buf, at)?)),
             CounterType::Unknown(_) if size >= 0 => {
                 let raw = buf.get(at..at + size as usize).ok_or(Incomplete)?.to_vec();
                 pos = at + size as usize;
@@ -338,7 +343,7 @@ impl InspectorCodec {
                 self.shape.walk(buf, &self.limits, &self.kinds)
             };
             match walked {
-                Ok(values) => Sample { timestamp: LE::read_i64(or_zeros(buf, 1, 8)), values },
+                Ok(values) => Sample { timestamp: i64::from_le_bytes(le(buf, 1)), values },
                 Err(Fail::Bad(e)) => return Err(e),
                 Err(Fail::Incomplete) if buf.len() > self.limits.max_message_len => {
                     return Err(DecodeError::MessageTooLarge { max: self.limits.max_message_len })

@@ -9,8 +9,6 @@
 //! `--cfg telemon_portable` decodes every Sampling message with the reference instead; CI runs the tests once
 //! that way.
 
-use byteorder::{ByteOrder, LittleEndian as LE};
-
 use super::{fixed, kind_name, Fail, Incomplete, Limits, Parse};
 
 /// Whether the layout path is on (off in the portable build, which tests the reference alone).
@@ -124,12 +122,11 @@ impl Shape {
         }
         let Some(bytes) = buf.get(..self.len) else { return false };
         for e in &self.entries {
-            let at = e.at as usize;
-            if bytes.get(at - 4..at).map(LE::read_u32) != Some(e.head) {
+            if array(bytes, e.at as usize - 4).map(u32::from_le_bytes) != Some(e.head) {
                 return false;
             }
         }
-        bytes.ends_with(&[0xff, 0xff])
+        array(bytes, self.len - 2) == Some([0xff, 0xff])
     }
 
     /// Walks the `[index][size][bytes]* [ff ff]` list from offset 9, checking and decoding each value
@@ -157,11 +154,11 @@ pub(super) fn walk_values(
 ) -> Parse<usize> {
     let mut pos = 9;
     loop {
-        let head = match buf.get(pos..pos + 4) {
-            Some(head) => LE::read_u32(head),
+        let head = match array::<4>(buf, pos) {
+            Some(head) => u32::from_le_bytes(head),
             // Fewer than 4 bytes: the terminator, or an error or truncation after the index.
             None => {
-                let index = LE::read_i16(fixed(buf, pos, 2)?);
+                let index = i16::from_le_bytes(fixed(buf, pos)?);
                 if index == END_OF_VALUES {
                     break;
                 }
@@ -188,11 +185,11 @@ pub(super) fn walk_values(
         let at = pos + 4;
         entries.push(Entry { head, at: at as u32, slot });
         let data = match slot {
-            Slot::Int => ValueData::Typed(CounterValue::Int(LE::read_i32(fixed(buf, at, 4)?))),
-            Slot::Long => ValueData::Typed(CounterValue::Long(LE::read_i64(fixed(buf, at, 8)?))),
-            Slot::Word32 => ValueData::Typed(CounterValue::Word32(LE::read_i32(fixed(buf, at, 4)?))),
-            Slot::Word64 => ValueData::Typed(CounterValue::Word64(LE::read_i64(fixed(buf, at, 8)?))),
-            Slot::Double => ValueData::Typed(CounterValue::Double(LE::read_f64(fixed(buf, at, 8)?))),
+            Slot::Int => ValueData::Typed(CounterValue::Int(i32::from_le_bytes(fixed(buf, at)?))),
+            Slot::Long => ValueData::Typed(CounterValue::Long(i64::from_le_bytes(fixed(buf, at)?))),
+            Slot::Word32 => ValueData::Typed(CounterValue::Word32(i32::from_le_bytes(fixed(buf, at)?))),
+            Slot::Word64 => ValueData::Typed(CounterValue::Word64(i64::from_le_bytes(fixed(buf, at)?))),
+            Slot::Double => ValueData::Typed(CounterValue::Double(f64::from_le_bytes(fixed(buf, at)?))),
             Slot::Raw => ValueData::Raw(buf.get(at..at + size as usize).ok_or(Incomplete)?.to_vec()),
         };
         values.push(SampleValue { index, data });
@@ -234,17 +231,11 @@ impl Shape {
             .map(|&Entry { head, at, slot }| {
                 let at = at as usize;
                 let data = match slot {
-                    Slot::Int => ValueData::Typed(CounterValue::Int(LE::read_i32(or_zeros(bytes, at, 4)))),
-                    Slot::Long => ValueData::Typed(CounterValue::Long(LE::read_i64(or_zeros(bytes, at, 8)))),
-                    Slot::Double => {
-                        ValueData::Typed(CounterValue::Double(LE::read_f64(or_zeros(bytes, at, 8))))
-                    }
-                    Slot::Word32 => {
-                        ValueData::Typed(CounterValue::Word32(LE::read_i32(or_zeros(bytes, at, 4))))
-                    }
-                    Slot::Word64 => {
-                        ValueData::Typed(CounterValue::Word64(LE::read_i64(or_zeros(bytes, at, 8))))
-                    }
+                    Slot::Int => ValueData::Typed(CounterValue::Int(i32::from_le_bytes(le(bytes, at)))),
+                    Slot::Long => ValueData::Typed(CounterValue::Long(i64::from_le_bytes(le(bytes, at)))),
+                    Slot::Double => ValueData::Typed(CounterValue::Double(f64::from_le_bytes(le(bytes, at)))),
+                    Slot::Word32 => ValueData::Typed(CounterValue::Word32(i32::from_le_bytes(le(bytes, at)))),
+                    Slot::Word64 => ValueData::Typed(CounterValue::Word64(i64::from_le_bytes(le(bytes, at)))),
                     Slot::Raw => ValueData::Raw(
                         bytes.get(at..at + (head >> 16) as usize).map_or_else(Vec::new, <[u8]>::to_vec),
                     ),
@@ -252,13 +243,15 @@ impl Shape {
                 SampleValue { index: head as u16 as i16, data }
             })
             .collect();
-        Sample { timestamp: LE::read_i64(or_zeros(bytes, 1, 8)), values }
+        Sample { timestamp: i64::from_le_bytes(le(bytes, 1)), values }
     }
 }
 
-/// The `n` (at most 8) bytes at `at`, zeros if out of bounds (only for offsets already checked).
-#[inline(always)]
-pub(super) fn or_zeros(bytes: &[u8], at: usize, n: usize) -> &[u8] {
-    const ZEROS: [u8; 8] = [0; 8];
-    bytes.get(at..at + n).unwrap_or(&ZEROS[..n])
+/// `N` bytes at `at`, zeros if out of bounds (only for offsets already checked).
+pub(super) fn le<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
+    array(bytes, at).unwrap_or([0; N])
+}
+
+pub(super) fn array<const N: usize>(bytes: &[u8], at: usize) -> Option<[u8; N]> {
+    bytes.get(at..at + N)?.try_into().ok()
 }

@@ -8,8 +8,6 @@
 //! ends where the parser would find an error: the parser then reports it, at the same point of a cut message
 //! as if it had parsed from the start.
 
-use byteorder::{ByteOrder, LittleEndian as LE};
-
 use super::{agent_op, Kind, Limits, END_OF_VALUES};
 use crate::error::DecodeError;
 use crate::message::{RequestOpcodes, PROTOCOL_VERSION};
@@ -60,9 +58,9 @@ enum Found<T> {
     Bad,
 }
 
-/// The `n` bytes at `at`, if the buffer has them.
-fn field(buf: &[u8], at: usize, n: usize) -> Option<&[u8]> {
-    buf.get(at..at.checked_add(n)?)
+/// `N` bytes at `at`, if the buffer has them.
+fn field<const N: usize>(buf: &[u8], at: usize) -> Option<[u8; N]> {
+    buf.get(at..at.checked_add(N)?)?.try_into().ok()
 }
 
 impl Scan {
@@ -118,7 +116,7 @@ impl Scan {
                     Step::Done
                 }
                 Step::AgentOp => {
-                    let Some(&op) = buf.get(at) else { return Ok(false) };
+                    let Some([op]) = field(buf, at) else { return Ok(false) };
                     self.pos += 1;
                     match op {
                         agent_op::HELLO => Step::HelloVersion,
@@ -130,7 +128,7 @@ impl Scan {
                     }
                 }
                 Step::RequestOp => {
-                    let Some(&op) = buf.get(at) else { return Ok(false) };
+                    let Some([op]) = field(buf, at) else { return Ok(false) };
                     self.pos += 1;
                     if op == ops.add() {
                         Step::AddString { name: false }
@@ -141,7 +139,7 @@ impl Scan {
                     }
                 }
                 Step::HelloVersion => {
-                    let Some(version) = field(buf, at, 2).map(LE::read_i16) else { return Ok(false) };
+                    let Some(version) = field(buf, at).map(i16::from_le_bytes) else { return Ok(false) };
                     self.pos += 2;
                     if version == PROTOCOL_VERSION {
                         Step::HelloCount
@@ -150,7 +148,7 @@ impl Scan {
                     }
                 }
                 Step::HelloCount => {
-                    let Some(count) = field(buf, at, 2).map(LE::read_i16) else { return Ok(false) };
+                    let Some(count) = field(buf, at).map(i16::from_le_bytes) else { return Ok(false) };
                     self.pos += 2;
                     match u16::try_from(count) {
                         Ok(count) if usize::from(count) <= limits.max_headers => Step::Headers(count),
@@ -164,7 +162,7 @@ impl Scan {
                     Found::Bad => Step::Done,
                 },
                 Step::AddStatus => {
-                    let Some(&status) = buf.get(at) else { return Ok(false) };
+                    let Some([status]) = field(buf, at) else { return Ok(false) };
                     self.pos += 1;
                     if status == 0 {
                         Step::Headers(1)
@@ -214,7 +212,7 @@ impl Scan {
 
     /// One Sampling value at `at`, checked as the parser checks it: its length, or `None` for the end marker.
     fn value(buf: &[u8], at: usize, values: usize, limits: &Limits, kinds: &[u8]) -> Found<Option<usize>> {
-        let Some(index) = field(buf, at, 2).map(LE::read_i16) else { return Found::More };
+        let Some(index) = field(buf, at).map(i16::from_le_bytes) else { return Found::More };
         if index == END_OF_VALUES {
             return Found::Ok(None);
         }
@@ -222,7 +220,7 @@ impl Scan {
         if values == limits.max_values || kind == Kind::NONE {
             return Found::Bad;
         }
-        let Some(size) = field(buf, at + 2, 2).map(LE::read_i16) else { return Found::More };
+        let Some(size) = field(buf, at + 2).map(i16::from_le_bytes) else { return Found::More };
         let fits = match kind {
             Kind::INT => size == 4,
             Kind::LONG | Kind::DOUBLE => size == 8,
@@ -242,7 +240,7 @@ impl Scan {
     /// Steps over a string: `Ok(false)` for the null string, `Ok(true)` for a string; `Bad` for a bad length
     /// or bytes that are not UTF-8.
     fn string(&mut self, buf: &[u8], limits: &Limits) -> Found<bool> {
-        let Some(len) = field(buf, self.pos, 4).map(LE::read_i32) else { return Found::More };
+        let Some(len) = field(buf, self.pos).map(i32::from_le_bytes) else { return Found::More };
         if len == -1 {
             self.pos += 4;
             return Found::Ok(false);
