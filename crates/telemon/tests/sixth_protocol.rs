@@ -62,6 +62,10 @@ impl Component for Lines {
         Ok(Arc::new(b))
     }
 
+    fn peer(&self) -> &'static str {
+        "a lines peer"
+    }
+
     fn address(&self) -> Option<Address> {
         Some(Address::connect(PORT))
     }
