@@ -15,7 +15,11 @@ use support::{code, run, stderr, stdout, Telemon};
 ///
 /// The recorder writes in batches (20 ms apart) while records arrive every few milliseconds, so a command
 /// killed by the signal, as they were, lost the last rows it showed.
-async fn stop_then_replay(mut live: Telemon, signal: &str, rows: usize, rec: &Path) {
+///
+/// A line starting with `reply` (a reply to the command's own request) is shown once the request's call
+/// returns, so a notification that came before it on the wire is shown after it: such a line is checked
+/// to be there once in both, and the others in order.
+async fn stop_then_replay(mut live: Telemon, signal: &str, rows: usize, rec: &Path, reply: Option<&str>) {
     let mut shown = Vec::new();
     for _ in 0..rows {
         shown.push(live.stdout_line().await);
@@ -36,7 +40,15 @@ async fn stop_then_replay(mut live: Telemon, signal: &str, rows: usize, rec: &Pa
         replayed.len(),
         stderr(&out)
     );
-    assert_eq!(replayed[..shown.len()], shown, "the lines shown are those recorded, in order");
+    let (mut replayed, mut shown) = (replayed[..shown.len()].to_vec(), shown);
+    if let Some(reply) = reply {
+        let replies = |lines: &[&str]| lines.iter().filter(|l| l.starts_with(reply)).count();
+        assert_eq!(replies(&replayed), 1, "{reply} in {replayed:?}");
+        assert_eq!(replies(&shown.iter().map(String::as_str).collect::<Vec<_>>()), 1, "{reply} in {shown:?}");
+        replayed.retain(|l| !l.starts_with(reply));
+        shown.retain(|l| !l.starts_with(reply));
+    }
+    assert_eq!(replayed, shown, "the lines shown are those recorded, in order");
 }
 
 struct Cpus(u64);
@@ -194,7 +206,7 @@ async fn every_meter161_row_shown_before_ctrl_c_is_in_the_recording() {
     let sim = sys161_sim::Running::spawn(dir.path(), sys161_sim::Config::default()).unwrap();
     let rec = dir.path().join("s.pcapng");
     let args = ["meter161", "--dir", path(dir.path()), "--json", "--interval", "1ms", "--record", path(&rec)];
-    stop_then_replay(Telemon::spawn(&args), "-INT", 100, &rec).await;
+    stop_then_replay(Telemon::spawn(&args), "-INT", 100, &rec, None).await;
     sim.stop().await.unwrap();
 }
 
@@ -208,7 +220,7 @@ async fn every_smon_value_shown_before_ctrl_c_is_in_the_recording() {
     tokio::spawn(smon_sim::serve(listener, Cpus(0), config, shutdown.clone()));
     let rec = dir.path().join("smon.pcapng");
     let live = Telemon::spawn(&["smon", "connect", &addr, "--json", "--record", path(&rec)]);
-    stop_then_replay(live, "-INT", 40, &rec).await;
+    stop_then_replay(live, "-INT", 40, &rec, None).await;
     shutdown.cancel();
 }
 
@@ -221,7 +233,7 @@ async fn every_sysinfo_report_shown_before_ctrl_c_is_in_the_recording() {
     tokio::spawn(rvos_sim::run(listener, rvos_sim::Config::default(), shutdown.clone()));
     let rec = dir.path().join("vm.pcapng");
     let args = ["sysinfo", "--connect", &addr, "memstat", "--watch", "5ms", "--json", "--record", path(&rec)];
-    stop_then_replay(Telemon::spawn(&args), "-INT", 20, &rec).await;
+    stop_then_replay(Telemon::spawn(&args), "-INT", 20, &rec, None).await;
     shutdown.cancel();
 }
 
@@ -249,7 +261,7 @@ async fn every_mono_sample_shown_before_ctrl_c_is_in_the_recording() {
             overrides.set("Mono System/Working Set", mono_counters::CounterValue::Long(value));
         }
     });
-    stop_then_replay(live, "-INT", 20, &rec).await;
+    stop_then_replay(live, "-INT", 20, &rec, None).await;
     source.abort();
     shutdown.cancel();
 }
@@ -268,6 +280,6 @@ async fn every_hmon_message_shown_before_sigterm_is_in_the_recording() {
     tokio::spawn(dyalog_sim::Sim::new(config).serve(listener, shutdown.clone()));
     let rec = dir.path().join("hmon.pcapng");
     let args = ["hmon", "connect", &addr, "--subscribe", "all", "--json", "--record", path(&rec)];
-    stop_then_replay(Telemon::spawn(&args), "-TERM", 20, &rec).await;
+    stop_then_replay(Telemon::spawn(&args), "-TERM", 20, &rec, Some("[\"Subscribed\"")).await;
     shutdown.cancel();
 }

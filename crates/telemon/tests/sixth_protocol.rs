@@ -210,7 +210,14 @@ async fn a_protocol_from_outside_runs_through_the_public_api() {
     .unwrap();
     let recording = Arc::new(telemon_fleet::record::Recording::new(recorder));
     let server =
-        telemon::http::start_checked(check(config).unwrap(), Some("127.0.0.1:0"), Some(recording.clone()))
+        telemon::http::start_checked(
+            check(config).unwrap(),
+            telemon::http::Launch {
+                listen: Some("127.0.0.1:0".into()),
+                recording: Some(recording.clone()),
+                ..Default::default()
+            },
+        )
             .await
             .unwrap();
     let http = server.local_addr();
