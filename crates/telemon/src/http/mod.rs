@@ -238,6 +238,7 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     let open_metrics = Format::from_accept(accept) == Format::OpenMetrics;
     let push = state.control.push_stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut own = telemon_push::stats::render(&push, open_metrics);
+    own.push_str(&crate::build_info::render(open_metrics));
     own.push_str(&state.fleet.render_tail(open_metrics));
     own.push_str(&state.control.render(open_metrics));
     own.push_str(&state.probes.render(open_metrics));
