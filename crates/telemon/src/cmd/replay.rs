@@ -135,14 +135,21 @@ pub struct View {
     play: Play,
 }
 
+/// A view of inbound byte streams (see [`Play::Streams`]).
+type PlayStreams = for<'a> fn(Vec<ReplayStream>, &'a OutputArgs) -> BoxFuture<'a, CliResult>;
+
+/// A view of whole connections (see [`Play::Connections`]).
+type PlayConnections =
+    for<'a> fn(&'a [Connection], Speed, &'a OutputArgs) -> BoxFuture<'a, Result<bool, CliError>>;
+
 /// How a view plays a recorded target's connections.
 #[derive(Debug, Clone, Copy)]
 enum Play {
     /// Their inbound bytes, one stream per connection in order, at the recorded pace.
-    Streams(for<'a> fn(Vec<ReplayStream>, &'a OutputArgs) -> BoxFuture<'a, CliResult>),
+    Streams(PlayStreams),
     /// The connections themselves (both directions: what was asked says what each reply is); `Ok(true)` when
     /// played to the recording's end.
-    Connections(for<'a> fn(&'a [Connection], Speed, &'a OutputArgs) -> BoxFuture<'a, Result<bool, CliError>>),
+    Connections(PlayConnections),
 }
 
 /// The one-target views, one line each.
