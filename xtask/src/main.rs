@@ -24,9 +24,12 @@
 //!   and the sims', peak RSS, bytes per series, scrape latency and size (plain and gzip), targets up and
 //!   flapping (also written to `target/fleet-bench.md`); `--record` runs it with `telemon serve --record`;
 //!   `--push` adds a row per size with a remote write sender, for its cost.
+//! * `cargo xtask deb [--test]` builds the Debian package, `target/debian/telemon_*.deb` (see `deb.rs` and
+//!   `deploy/debian/README.md`); `--test` then lints, installs, upgrades and purges it on this machine.
 //! * `cargo xtask ci` runs `.ci/run`.
 
 mod bench_table;
+mod deb;
 mod fleet_bench;
 mod fuzz_run;
 mod sims;
@@ -128,6 +131,13 @@ enum Task {
         #[arg(long, value_name = "K", default_value_t = 0)]
         views: usize,
     },
+    /// Build the Debian package (target/debian/telemon_*.deb): binary, unit, conffile, man pages, completions.
+    Deb {
+        /// Then lint it, install it on this machine (as root), upgrade it and purge it
+        /// (crates/telemon/tests/package.rs).
+        #[arg(long)]
+        test: bool,
+    },
     /// Run the CI script, `.ci/run`.
     Ci,
     /// Regenerate docs/screenshots/ (the web view in headless Chromium, light and dark).
@@ -165,6 +175,13 @@ fn main() -> Result<()> {
                     .filter_map(|(on, p)| on.then_some(p))
                     .collect();
             fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, record, &push, views)
+        }
+        Task::Deb { test } => {
+            let package = deb::deb(&root)?;
+            if test {
+                deb::test(&package)?;
+            }
+            Ok(())
         }
         Task::Ci => run(Command::new("bash").arg(".ci/run")),
         Task::Screenshots => run(Command::new(cargo())

@@ -56,7 +56,7 @@ mod recorder;
 mod tap;
 
 pub use format::*;
-pub use read::{Capture, Event, FileReader, Limits, ReadError, Reader, Section, Warning};
+pub use read::{Capture, Event, FileReader, Limits, ReadError, Reader, Section, Warning, NOT_PCAPNG_SHOWN};
 pub use write::{
     encode_interface, encode_record, encode_section_header, prepare_append, AppendCheck, Writer,
     MAX_RECORD_DATA,

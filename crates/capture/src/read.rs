@@ -30,11 +30,12 @@ impl Default for Limits {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReadError {
-    /// The input does not start with a pcapng Section Header Block.
-    #[error("not a pcapng file: it starts with block type {found:#010x}, not a section header")]
+    /// The input does not start with a pcapng Section Header Block (decided on its first byte that differs
+    /// from one, so a file shorter than a block header is told apart from a cut recording).
+    #[error("not a pcapng file: it starts with \"{}\", not a section header", .first.escape_ascii())]
     NotPcapng {
-        /// The first four bytes.
-        found: u32,
+        /// Its first bytes (at most [`NOT_PCAPNG_SHOWN`]).
+        first: Vec<u8>,
     },
     /// A section header's byte-order magic is neither order of 0x1A2B3C4D.
     #[error("section header at byte {offset}: bad byte-order magic {magic:#010x}")]
@@ -206,24 +207,27 @@ impl Reader {
     /// `buf` holds no whole block yet. After an error the reader stays where it was.
     pub fn read(&mut self, buf: &[u8]) -> Result<Option<(usize, Event)>, ReadError> {
         let offset = self.offset;
-        if buf.len() < 12 {
-            if self.order.is_none() && buf.len() >= 4 && !is_section_header(&buf[..4]) {
-                return Err(ReadError::NotPcapng { found: BigEndian::read_u32(buf) });
+        if self.order.is_none() {
+            // Before the first section header: bytes that cannot start one are another kind of file, however
+            // few of them there are.
+            let head = &buf[..buf.len().min(4)];
+            if head != &SECTION_HEADER_TYPE[..head.len()] {
+                return Err(ReadError::NotPcapng { first: buf[..buf.len().min(NOT_PCAPNG_SHOWN)].to_vec() });
             }
+        }
+        if buf.len() < 12 {
             return Ok(None);
         }
-        let is_shb = is_section_header(&buf[..4]);
-        let order = if is_shb {
+        let order = if is_section_header(&buf[..4]) {
             match LittleEndian::read_u32(&buf[8..12]) {
                 BYTE_ORDER_MAGIC => Order::Little,
                 m if m.swap_bytes() == BYTE_ORDER_MAGIC => Order::Big,
                 magic => return Err(ReadError::BadMagic { offset, magic }),
             }
         } else {
-            match self.order {
-                Some(order) => order,
-                None => return Err(ReadError::NotPcapng { found: BigEndian::read_u32(buf) }),
-            }
+            // Checked above: a file starts with a section header, so the order is known here.
+            self.order
+                .ok_or(ReadError::Malformed { offset, what: "a block before the first section header" })?
         };
         let block_type = order.u32(&buf[0..4]);
         let len = order.u32(&buf[4..8]);
@@ -324,9 +328,15 @@ impl Reader {
     }
 }
 
+/// The first four bytes of every pcapng file: the Section Header Block's type, 0x0A0D0D0A, which reads the
+/// same in both byte orders.
+const SECTION_HEADER_TYPE: [u8; 4] = [0x0A, 0x0D, 0x0D, 0x0A];
+
+/// How many of a file's first bytes [`ReadError::NotPcapng`] keeps, to show what the file is.
+pub const NOT_PCAPNG_SHOWN: usize = 16;
+
 fn is_section_header(first4: &[u8]) -> bool {
-    // 0x0A0D0D0A reads the same in both byte orders.
-    first4 == [0x0A, 0x0D, 0x0D, 0x0A]
+    first4 == SECTION_HEADER_TYPE
 }
 
 /// Converts timestamp ticks of resolution `tsresol` to nanoseconds (saturating).

@@ -124,19 +124,20 @@ pub struct Recorder {
 }
 
 impl Recorder {
-    /// Starts the writer thread. Fails if the destination cannot be prepared (directory created, file
-    /// opened and its crash-cut tail removed).
+    /// Starts the writer thread. Fails if the destination cannot be prepared: the directory is created
+    /// and must take a new file, an existing file must be a recording (its crash-cut tail is removed), a new
+    /// file's directory must take it.
+    ///
+    /// A file is created with the first record it holds: a recorder that records nothing (a command that
+    /// fails to start, a target that never connects) leaves no file behind, not even an empty one.
     pub fn start(config: RecorderConfig) -> io::Result<Recorder> {
-        if let Destination::Dir(dir) = &config.destination {
-            std::fs::create_dir_all(dir)?;
-        }
-        // The first file is opened here, so that a bad destination is an error at start.
         let queued = Arc::new(AtomicUsize::new(0));
         let counters = Arc::new(Counters::default());
         let registered: Arc<Mutex<HashMap<u32, Registered>>> = Arc::default();
         let mut thread = WriterThread::new(config.clone(), Arc::clone(&queued), Arc::clone(&counters));
         thread.registered = Arc::clone(&registered);
-        thread.open()?;
+        // A bad destination is an error now, not at the first record.
+        thread.appending = prepare(&config.destination)?;
         // Each message is small or bounded by queue_bytes; the count bound keeps tiny records bounded too.
         let (tx, rx) = sync_channel(65_536);
         let handle =
@@ -298,8 +299,48 @@ struct OpenFile {
     interfaces: HashMap<u32, u32>,
 }
 
+/// Checks that `destination` can be written without creating a recording there; returns an existing file
+/// opened and made ready for appending ([`prepare_append`]), which the first record then uses.
+fn prepare(destination: &Destination) -> io::Result<Option<File>> {
+    let dir = match destination {
+        Destination::Dir(dir) => {
+            std::fs::create_dir_all(dir)?;
+            dir.as_path()
+        }
+        Destination::File(path) => match OpenOptions::new().read(true).write(true).open(path) {
+            Ok(mut file) => {
+                cut_unfinished_tail(&mut file, path)?;
+                return Ok(Some(file));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match path.parent() {
+                Some(parent) if !parent.as_os_str().is_empty() => parent,
+                _ => Path::new("."),
+            },
+            Err(e) => return Err(e),
+        },
+    };
+    // A file that has no name (O_TMPFILE where the system has it) and is gone when closed: whether the
+    // directory takes a new file, leaving nothing behind.
+    tempfile::tempfile_in(dir).map(|_| None)
+}
+
+/// [`prepare_append`] on the recording at `path`, logging what it cut.
+fn cut_unfinished_tail(file: &mut File, path: &Path) -> io::Result<()> {
+    let check = prepare_append(file)?;
+    if check.cut > 0 {
+        tracing::warn!(
+            path = %path.display(),
+            cut = check.cut,
+            "recording: removed an unfinished block at the end of the file before appending"
+        );
+    }
+    Ok(())
+}
+
 struct WriterThread {
     config: RecorderConfig,
+    /// With [`Destination::File`]: the existing file, checked at start, that the first record appends to.
+    appending: Option<File>,
     targets: HashMap<u32, Registered>,
     registered: Arc<Mutex<HashMap<u32, Registered>>>,
     file: Option<OpenFile>,
@@ -315,6 +356,7 @@ impl WriterThread {
     fn new(config: RecorderConfig, queued: Arc<AtomicUsize>, counters: Arc<Counters>) -> Self {
         WriterThread {
             config,
+            appending: None,
             targets: HashMap::new(),
             registered: Arc::default(),
             file: None,
@@ -391,7 +433,7 @@ impl WriterThread {
             let t = registered.ok_or_else(|| io::Error::other("record of an unknown target"))?;
             self.targets.insert(target, t);
         }
-        self.rotate_if_due()?;
+        self.rotate_if_due();
         if self.file.is_none() {
             if self.retry_at.is_some_and(|t| Instant::now() < t) {
                 return Err(io::Error::other("no file open"));
@@ -426,11 +468,10 @@ impl WriterThread {
         }
     }
 
-    /// Periodic work: age-based rotation while idle, and reporting losses.
+    /// Periodic work: age-based rotation while idle (the file is closed; the next record starts the next
+    /// one), and reporting losses.
     fn tick(&mut self) {
-        if let Err(e) = self.rotate_if_due() {
-            tracing::error!(error = %e, "recording: rotating failed");
-        }
+        self.rotate_if_due();
         let lost = self.counters.lost_records.load(Ordering::Relaxed);
         if lost > self.last_lost_report.1 && self.last_lost_report.0.elapsed() >= Duration::from_secs(10) {
             tracing::warn!(
@@ -442,37 +483,33 @@ impl WriterThread {
         }
     }
 
-    fn rotate_if_due(&mut self) -> io::Result<()> {
+    /// Closes the current file when it has reached its size or age (files of a directory only).
+    fn rotate_if_due(&mut self) {
         if !matches!(self.config.destination, Destination::Dir(_)) {
-            return Ok(());
+            return;
         }
-        let Some(file) = &self.file else { return Ok(()) };
+        let Some(file) = &self.file else { return };
         let too_big = self.config.max_file_bytes.is_some_and(|max| file.writer.bytes_written() >= max);
         let too_old = self.config.max_file_age.is_some_and(|max| file.opened.elapsed() >= max);
         if too_big || too_old {
+            // The next file starts with the next record.
             self.flush();
             self.file = None;
-            self.open()?;
         }
-        Ok(())
     }
 
     fn open(&mut self) -> io::Result<()> {
         let application = self.config.application.clone();
         let (file, path) = match &self.config.destination {
-            Destination::File(path) => {
-                let mut file =
-                    OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
-                let check = prepare_append(&mut file)?;
-                if check.cut > 0 {
-                    tracing::warn!(
-                        path = %path.display(),
-                        cut = check.cut,
-                        "recording: removed an unfinished block at the end of the file before appending"
-                    );
+            Destination::File(path) => match self.appending.take() {
+                Some(file) => (file, path.clone()),
+                None => {
+                    let mut file =
+                        OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+                    cut_unfinished_tail(&mut file, path)?;
+                    (file, path.clone())
                 }
-                (file, path.clone())
-            }
+            },
             Destination::Dir(dir) => {
                 self.seq += 1;
                 let path = dir.join(file_name(SystemTime::now(), self.seq));

@@ -173,12 +173,26 @@ fn a_block_longer_than_the_limit_is_refused_on_its_length_field() {
 
 #[test]
 fn other_files_are_not_pcapng() {
-    let capture = Capture::from_bytes(b"\xd4\xc3\xb2\xa1 classic pcap", Limits::default());
-    assert!(matches!(
-        capture.warning,
-        Some(Warning::Damaged { offset: 0, error: ReadError::NotPcapng { found: 0xd4c3b2a1 } })
-    ));
+    let file = b"\xd4\xc3\xb2\xa1 classic pcap file";
+    let capture = Capture::from_bytes(file, Limits::default());
+    let first = file[..telemon_capture::NOT_PCAPNG_SHOWN].to_vec();
+    assert_eq!(capture.warning, Some(Warning::Damaged { offset: 0, error: ReadError::NotPcapng { first } }));
     assert!(capture.sections.is_empty());
+}
+
+/// Issue 45: a file shorter than a block header (`/etc/hostname`) is not a recording cut at byte 0.
+#[test]
+fn a_short_file_that_does_not_start_like_a_section_header_is_not_pcapng() {
+    let capture = Capture::from_bytes(b"vm\n", Limits::default());
+    let error = ReadError::NotPcapng { first: b"vm\n".to_vec() };
+    assert_eq!(error.to_string(), r#"not a pcapng file: it starts with "vm\n", not a section header"#);
+    assert_eq!(capture.warning, Some(Warning::Damaged { offset: 0, error }));
+    // One byte tells: the reader does not wait for a block header it will not get.
+    assert_eq!(Reader::new(Limits::default()).read(b"v"), Err(ReadError::NotPcapng { first: b"v".to_vec() }));
+    // The first bytes of a section header, cut, are a cut recording; nothing at all is an empty one.
+    let cut = Capture::from_bytes(&[0x0A, 0x0D, 0x0D], Limits::default());
+    assert_eq!(cut.warning, Some(Warning::Truncated { offset: 0, bytes: 3 }));
+    assert_eq!(Capture::from_bytes(b"", Limits::default()), Capture::default());
 }
 
 #[test]

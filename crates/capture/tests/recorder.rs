@@ -201,3 +201,46 @@ async fn a_tap_that_does_not_record_still_counts_what_it_reads() {
     tap.write_all(b"out").await.unwrap();
     assert_eq!(received.load(std::sync::atomic::Ordering::Relaxed), 12);
 }
+
+/// Issue 45: `telemon serve --record DIR` that failed to start left a 0-byte `.pcapng`. A file is created with
+/// its first record: a recorder that records nothing leaves no file, and a bad destination still fails at start.
+#[test]
+fn a_recorder_that_records_nothing_leaves_no_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let rotated = dir.path().join("rotated");
+    let config = RecorderConfig::new(Destination::Dir(rotated.clone()), "test");
+    let stats = Recorder::start(config).unwrap().finish();
+    assert_eq!(stats.files, 0);
+    assert_eq!(
+        recordings(&rotated),
+        Vec::<std::path::PathBuf>::new(),
+        "the directory is made, no file in it"
+    );
+    let one = dir.path().join("one.pcapng");
+    let recorder = Recorder::start(RecorderConfig::new(Destination::File(one.clone()), "test")).unwrap();
+    let _target = recorder.target(Target::new("t", link_type::SMON, "-"));
+    recorder.finish();
+    assert!(!one.exists(), "a target registered but never recorded");
+    // Dropped without finishing (a command that returns early): nothing either.
+    drop(Recorder::start(RecorderConfig::new(Destination::File(one.clone()), "test")).unwrap());
+    assert!(!one.exists());
+
+    // The first record creates the file; an existing recording is appended to only when there is something new.
+    let recorder = Recorder::start(RecorderConfig::new(Destination::File(one.clone()), "test")).unwrap();
+    recorder.target(Target::new("t", link_type::SMON, "-")).data(Direction::Inbound, b"x");
+    recorder.finish();
+    let len = one.metadata().unwrap().len();
+    Recorder::start(RecorderConfig::new(Destination::File(one.clone()), "test")).unwrap().finish();
+    assert_eq!(one.metadata().unwrap().len(), len, "no empty section appended");
+
+    // What cannot be recorded to is refused at start, and left as it was.
+    let foreign = dir.path().join("hostname");
+    std::fs::write(&foreign, b"vm\n").unwrap();
+    let err = Recorder::start(RecorderConfig::new(Destination::File(foreign.clone()), "test")).unwrap_err();
+    assert!(err.to_string().contains("not a pcapng file"), "{err}");
+    assert_eq!(std::fs::read(&foreign).unwrap(), b"vm\n");
+    let nowhere = dir.path().join("missing").join("f.pcapng");
+    assert!(Recorder::start(RecorderConfig::new(Destination::File(nowhere), "test")).is_err());
+    let under_a_file = Destination::Dir(foreign.join("sub"));
+    assert!(Recorder::start(RecorderConfig::new(under_a_file, "test")).is_err());
+}

@@ -51,7 +51,6 @@ pub const CHUNK: usize = 64 * 1024;
 /// telemon's own per-target families (metrics.md), rendered from each target's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Own {
-    Build,
     Up,
     Connects,
     Errors,
@@ -65,8 +64,7 @@ enum Own {
 }
 
 impl Own {
-    const ALL: [Own; 9] = [
-        Own::Build,
+    const ALL: [Own; 8] = [
         Own::Up,
         Own::Connects,
         Own::Errors,
@@ -79,7 +77,6 @@ impl Own {
 
     fn name(self) -> &'static str {
         match self {
-            Own::Build => "telemon_build_info",
             Own::Up => "telemon_target_up",
             Own::Connects => "telemon_target_connects_total",
             Own::Errors => "telemon_target_errors_total",
@@ -93,7 +90,6 @@ impl Own {
 
     fn help(self) -> &'static str {
         match self {
-            Own::Build => "telemon build information.",
             Own::Up => "1 while the target is connected and receiving, else 0.",
             Own::Connects => "Successful connections to the target (or accepted agents).",
             Own::Errors => "Errors collecting from the target, by kind.",
@@ -110,12 +106,11 @@ impl Own {
     /// Whether the family has a series per target (the process-wide ones have none: they are not
     /// in a page of some targets alone, see [`Chunks::targets_only`]).
     fn per_target(self) -> bool {
-        !matches!(self, Own::Build | Own::ListenerRefused | Own::ListenerTargets)
+        !matches!(self, Own::ListenerRefused | Own::ListenerTargets)
     }
 
     fn kind(self) -> MetricKind {
         match self {
-            Own::Build => MetricKind::Info,
             Own::Connects | Own::Errors | Own::Dropped | Own::Received | Own::ListenerRefused => {
                 MetricKind::Counter
             }
@@ -161,7 +156,9 @@ const SUFFIXES: [&str; 4] = ["", "_bucket", "_sum", "_count"];
 
 impl Chunks {
     /// Plans the page of `snapshot`: every family name, sorted, with the targets that have it, and
-    /// the process-wide families (`telemon_build_info`, the HTTP and listener ones).
+    /// the fleet's process-wide families (the dial-in listeners'). `telemon_build_info` and the HTTP
+    /// server's families are the binary's: they come in the binary's tail ([`Chunks::with_tail`]), as
+    /// do the push senders' families.
     pub fn new(snapshot: FleetSnapshot, format: Format) -> Chunks {
         Chunks::plan(snapshot, format, true)
     }
@@ -289,12 +286,6 @@ impl Chunks {
             }
             let Chunks { plan, snapshot, buf, member, family, header_done, prefixes, .. } = self;
             match &plan[*family].1 {
-                Source::Own(Own::Build) => {
-                    buf.push_str("telemon_build_info{version=\"");
-                    buf.push_str(env!("CARGO_PKG_VERSION"));
-                    buf.push_str("\"} 1\n");
-                    *member = usize::MAX;
-                }
                 Source::Own(Own::ListenerRefused) => {
                     for (listener, reason, n) in crate::own::listener_refusals() {
                         buf.push_str("telemon_listener_refused_total{listener=\"");
@@ -447,7 +438,7 @@ fn write_own(out: &mut String, name: &str, own: Own, t: &TargetSnapshot) {
         out.push('\n');
     };
     match own {
-        Own::Build | Own::ListenerRefused | Own::ListenerTargets => {}
+        Own::ListenerRefused | Own::ListenerTargets => {}
         Own::Up => own_line(None, Num::Uint(u64::from(t.is_up()))),
         Own::Connects => own_line(None, Num::Uint(t.connects)),
         Own::Errors => {
@@ -520,7 +511,8 @@ mod tests {
         assert!(out.contains("telemon_target_up{protocol=\"hmon\",target=\"gone\"} 0\n"));
         assert!(out.contains("telemon_target_errors_total{protocol=\"smon\",target=\"box\\\"1\",room=\"b12\",kind=\"decode\"} 1\n"));
         assert!(out.contains("smon_lat_seconds_bucket{target=\"box\\\"1\",room=\"b12\",le=\"+Inf\"} 4\n"));
-        assert!(out.contains("# TYPE telemon_build_info gauge\n"));
+        // The binary's families (crates/telemon's build_info and HTTP server), not the fleet's.
+        assert!(!out.contains("telemon_build_info") && !out.contains("telemon_http_"), "{out}");
         assert!(!out.contains("# EOF"));
         // One HELP/TYPE per family even with several targets.
         assert_eq!(out.matches("# TYPE telemon_target_up ").count(), 1);
@@ -531,7 +523,6 @@ mod tests {
         let out = render(&snap(), Format::OpenMetrics);
         assert!(out.contains("# TYPE smon_cpu_seconds counter\n"), "{out}");
         assert!(out.contains("smon_cpu_seconds_total{"));
-        assert!(out.contains("# TYPE telemon_build info\n"));
         assert!(out.ends_with("# EOF\n"));
     }
 
@@ -555,14 +546,9 @@ mod tests {
                 page.contains("smon_lat_seconds_bucket{")
                     && page.contains("telemon_target_up{protocol=\"hmon\"")
             );
-            assert!(!page.contains("telemon_build_info") && !page.contains("telemon_http_refused"), "{page}");
+            assert!(!page.contains("telemon_listener_"), "{page}");
             assert_eq!(page.ends_with("# EOF\n"), format == Format::OpenMetrics);
         }
-        // The whole page has them.
-        let all = render(&snap, Format::Text004);
-        assert!(
-            all.contains("telemon_build_info{") && all.contains("telemon_http_refused_connections_total ")
-        );
     }
 
     #[test]

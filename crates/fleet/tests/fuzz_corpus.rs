@@ -3,5 +3,5 @@
 
 #[test]
 fn fleet_file_sd_corpus_replays() {
-    bench_harness::corpus::replay("fleet_file_sd", 3500, telemon_fleet::fuzz::file_sd);
+    bench_harness::corpus::replay("fleet_file_sd", 4000, telemon_fleet::fuzz::file_sd);
 }

@@ -24,7 +24,7 @@ use tokio_util::codec::Framed;
 
 use crate::codec::{ClientCodec, Handshake, Payload};
 use crate::error::{ClientError, HandshakeError, PayloadError};
-use crate::frame::DEFAULT_MAX_FRAME_LEN;
+use crate::frame::{sniff, DEFAULT_MAX_FRAME_LEN};
 use crate::ids::IdOrName;
 use crate::message::{
     BumpFacts, ConnectRide, Facts, GetFacts, GetLastKnownState, LastKnownState, Message, PollFacts, Request,
@@ -588,6 +588,7 @@ where
     let after = config.handshake_timeout;
     let mut state = proto::Handshake::new(Role::Monitor(config.handshake), now.into_std(), after);
     let deadline = tokio::time::Instant::from_std(state.deadline());
+    let mut frames = 0;
     let steps = async {
         loop {
             while let Some(frame) = state.poll_transmit() {
@@ -597,13 +598,26 @@ where
             if state.is_done() {
                 return Ok(());
             }
-            state.handle(next_handshake(framed).await?)?;
+            let handshake = next_handshake(framed).await?;
+            frames += 1;
+            state.handle(handshake)?;
         }
     };
-    tokio::time::timeout_at(deadline, steps)
+    let result = tokio::time::timeout_at(deadline, steps)
         .await
-        .map_err(|_| ClientError::Timeout { what: "handshake", after })?
+        .unwrap_or(Err(ClientError::Timeout { what: "handshake", after }));
+    match result {
+        // Before the first frame, what the peer sent is still all in the read buffer: whose is it?
+        Err(_) if frames == 0 && sniff(framed.read_buffer()) == Some(false) => {
+            let first = framed.read_buffer();
+            Err(ClientError::OtherProtocol { first: first[..first.len().min(FIRST_BYTES_KEPT)].to_vec() })
+        }
+        result => result,
+    }
 }
+
+/// How many of a foreign peer's first bytes [`ClientError::OtherProtocol`] keeps.
+const FIRST_BYTES_KEPT: usize = 24;
 
 async fn next_handshake<S>(framed: &mut Framed<S, ClientCodec>) -> Result<Handshake, ClientError>
 where
@@ -856,6 +870,7 @@ impl Background {
 mod tests {
     use super::*;
     use crate::codec::ServerCodec;
+    use crate::error::FrameError;
     use crate::message::{Facts, UserMessage};
 
     /// The interpreter's end of a pipe, driven by hand.
@@ -869,6 +884,31 @@ mod tests {
     async fn peer_handshake(peer: &mut Peer, using: u32) {
         peer.feed(Payload::Handshake(Handshake::supported())).await.unwrap();
         peer.send(Payload::Handshake(Handshake::UsingProtocol(using))).await.unwrap();
+    }
+
+    /// Issue 45: a monitor pointed at another protocol's port said `frame total length 4294967295 exceeds...`.
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_of_another_protocol_is_named_as_such() {
+        let resync = [&[0xFF; 17][..], &[0xFE, 0x00, 0x0C]].concat();
+        let mono_hello = [0x00, 0x01, 0x00, 0x00, 0x00]; // shorter than a frame header: the timeout tells
+        for (first, timeout) in
+            [(&resync[..], false), (&b"HTTP/1.1 400 Bad Request\r\n"[..], false), (&mono_hello[..], true)]
+        {
+            let (ours, mut theirs) = tokio::io::duplex(1 << 16);
+            theirs.write_all(first).await.unwrap();
+            let config =
+                ClientConfig { handshake_timeout: Duration::from_secs(1), ..ClientConfig::default() };
+            let err = Client::over(ours, config).await.unwrap_err();
+            let ClientError::OtherProtocol { first: got } = &err else { panic!("{err}") };
+            assert_eq!(got[..], first[..first.len().min(FIRST_BYTES_KEPT)], "timeout {timeout}");
+            assert!(err.to_string().starts_with("not an HMON peer: it began with \""), "{err}");
+        }
+        // An HMON peer whose second frame is bad is an HMON peer with a bad frame.
+        let (ours, mut peer) = pipe();
+        peer.send(Payload::Handshake(Handshake::supported())).await.unwrap();
+        peer.get_mut().write_all(b"\xff\xff\xff\xff").await.unwrap();
+        let err = Client::over(ours, ClientConfig::default()).await.unwrap_err();
+        assert!(matches!(err, ClientError::Frame(FrameError::TooLarge { .. })), "{err}");
     }
 
     #[tokio::test]

@@ -141,6 +141,13 @@ pub enum ClientError {
     /// A message could not be encoded (only for hand-built `Value`s that JSON cannot hold).
     #[error("cannot encode message: {0}")]
     Encode(String),
+    /// The peer's first bytes are not HMON's (see [`crate::sniff`]): it speaks another protocol. Checked while
+    /// no frame has been read from the connection, when the handshake fails.
+    #[error("not an HMON peer: it began with \"{}\"", .first.escape_ascii())]
+    OtherProtocol {
+        /// The first bytes it sent (at most 24: enough for any protocol's signature).
+        first: Vec<u8>,
+    },
     /// The connection is closed (and reconnecting is off or gave up).
     #[error("connection closed{}", .reason.as_deref().map(|r| format!(": {r}")).unwrap_or_default())]
     Closed {

@@ -54,6 +54,32 @@ mod work {
     }
 }
 
+/// Whether `first`, the first bytes a peer sent on a connection, can start an HMON stream: a frame header, a
+/// total length of 9 to [`DEFAULT_MAX_FRAME_LEN`] bytes and then `HMON`. `None` while the bytes seen fit one
+/// but are too few to tell; a first byte above 1 (a length over 16 MiB) is already `Some(false)`. It looks at 8
+/// bytes at most.
+///
+/// ```
+/// assert_eq!(hmon::sniff(b"\0\0\0\x1bHMONSupportedProtocols=2"), Some(true));
+/// assert_eq!(hmon::sniff(b"\0\0"), None);
+/// assert_eq!(hmon::sniff(b"HTTP/1.1 400 Bad Request"), Some(false));
+/// ```
+pub fn sniff(first: &[u8]) -> Option<bool> {
+    // The smallest length these bytes can start (the missing ones 0) must fit; a whole one must be valid.
+    let mut len = [0u8; 4];
+    let known = first.len().min(4);
+    len[..known].copy_from_slice(&first[..known]);
+    let len = u32::from_be_bytes(len);
+    if len > DEFAULT_MAX_FRAME_LEN || (known == 4 && check_len(len, DEFAULT_MAX_FRAME_LEN).is_err()) {
+        return Some(false);
+    }
+    let magic = first.get(4..first.len().min(HEADER_LEN)).unwrap_or_default();
+    if magic != &MAGIC[..magic.len()] {
+        return Some(false);
+    }
+    (first.len() >= HEADER_LEN).then_some(true)
+}
+
 fn peek_len(buf: &[u8]) -> Option<u32> {
     buf.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
@@ -113,6 +139,29 @@ mod tests {
             trickled as f64 / whole as f64
         );
         assert!(trickled <= 3 * whole, "{trickled} against {whole}");
+    }
+
+    #[test]
+    fn the_first_bytes_of_other_protocols_are_not_hmon() {
+        let mut hmon = BytesMut::new();
+        encode_frame(b"SupportedProtocols=2", &mut hmon).unwrap();
+        assert_eq!(sniff(&hmon), Some(true));
+        for cut in 0..HEADER_LEN {
+            assert_eq!(sniff(&hmon[..cut]), None, "{cut} bytes of a frame header");
+        }
+        let others: [&[u8]; 7] = [
+            b"\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\xfe", // an smon resync
+            b"HELLO 2\r\nHEAD nsec",                                                     // sys161
+            b"\x01\0\0\0\0\0\0\0\0\0\0\0\0\x01", // an rvOS host-transport frame
+            b"\0\x01\0\x02\0\0\0\0\0",           // a Mono agent's Hello
+            b"HTTP/1.1 400 Bad Request\r\n",
+            b"GET / HTTP/1.1\r\n",
+            b"\0\0\0\x08HMON", // an empty payload: no HMON peer sends one
+        ];
+        for other in others {
+            assert_eq!(sniff(other), Some(false), "{:?}", other.escape_ascii().to_string());
+        }
+        assert_eq!(sniff(b"\x02"), Some(false), "a length over 16 MiB, from its first byte");
     }
 
     #[test]

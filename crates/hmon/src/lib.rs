@@ -87,7 +87,7 @@ pub use facts::{
     AccountInformation, CommsLayer, Dmx, Exception, Fact, FactValue, Host, Interpreter, Machine, Ride,
     StackEntry, Thread, ThreadCount, Workspace,
 };
-pub use frame::{check_len, decode_frame, encode_frame, DEFAULT_MAX_FRAME_LEN, HEADER_LEN, MAGIC};
+pub use frame::{check_len, decode_frame, encode_frame, sniff, DEFAULT_MAX_FRAME_LEN, HEADER_LEN, MAGIC};
 pub use ids::{EventKind, FactKind, IdOrName};
 pub use message::*;
 pub use poll::{effective_interval, PollTimer};

@@ -16,7 +16,7 @@ use tokio_util::codec::Framed;
 
 use crate::batched::BatchedStream;
 use crate::codec::ClientCodec;
-use crate::error::{ClientError, ProtocolError};
+use crate::error::{ClientError, DecodeError, ProtocolError};
 use crate::message::{interval_ns, socket_path, ClientMessage, DEFAULT_MAX_FIELDS, DEFAULT_MAX_LINE};
 use crate::session::{Header, Sample, Session, Update};
 
@@ -162,8 +162,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Client<S> {
         let interval = interval_ns_of(config)?;
         // Small buffers that grow when a line needs it: a DATA line is under 256 bytes, and a fleet
         // holds one client per simulator (tokio-util's default is 8 KiB each way).
-        let mut framed =
-            Framed::with_capacity(stream, ClientCodec::new(config.max_line, config.max_fields), IO_BUFFER);
+        let codec = ClientCodec::new(config.max_line, config.max_fields).checking_greeting();
+        let mut framed = Framed::with_capacity(stream, codec, IO_BUFFER);
         // The client writes one short INTERVAL line at most.
         *framed.write_buffer_mut() = bytes::BytesMut::new();
         if let Some(ns) = interval {
@@ -310,7 +310,8 @@ enum WatchState<S> {
 /// Connection failures are `Err` items; with `reconnect` the watch tries again after
 /// `config.retry_delay` (no simulator there: `NotFound`, `ConnectionRefused`) or
 /// `config.error_retry_delay` (anything else). Waiting for a simulator that is not there (yet) is
-/// silent, as in stat161. A wrong protocol version ends the watch, as it ends stat161.
+/// silent, as in stat161. A wrong protocol version ends the watch, as it ends stat161, and so does a peer
+/// of another protocol ([`DecodeError::OtherProtocol`]).
 pub fn watch(
     dir: impl AsRef<Path>,
     config: ClientConfig,
@@ -381,8 +382,15 @@ where
     }
 }
 
+/// A server of another version, or of another protocol: reconnecting would meet it again.
 fn is_wrong_version(e: &ClientError) -> bool {
-    matches!(e, ClientError::Protocol(ProtocolError::UnsupportedVersion { .. }))
+    matches!(
+        e,
+        ClientError::Protocol(
+            ProtocolError::UnsupportedVersion { .. }
+                | ProtocolError::Decode(DecodeError::OtherProtocol { .. })
+        )
+    )
 }
 
 /// Whether connecting failed because no simulator is there (yet).
@@ -400,6 +408,28 @@ mod tests {
         let config = super::ClientConfig::default();
         let connect = super::Client::connect_path("/nonexistent", &config);
         assert!(std::mem::size_of_val(&connect) <= 128, "{} bytes", std::mem::size_of_val(&connect));
+    }
+
+    /// Issue 45: a client on a socket of another protocol says so at once and does not retry.
+    #[tokio::test]
+    async fn a_server_of_another_protocol_is_named_as_such() {
+        use tokio::io::AsyncWriteExt;
+        let (ours, mut other) = tokio::io::duplex(4096);
+        other.write_all(b"\x01\0\0\0\0\0\0\0\0\0\0\0\0\x01\0\0\0\0").await.unwrap();
+        let config = super::ClientConfig::default();
+        let err = super::Client::over(ours, &config).await.unwrap_err();
+        let super::ClientError::Protocol(super::ProtocolError::Decode(super::DecodeError::OtherProtocol {
+            first,
+        })) = &err
+        else {
+            panic!("{err}")
+        };
+        assert_eq!(first.len(), 18, "what the peer sent");
+        assert!(err.is_fatal() && super::is_wrong_version(&err), "the watch ends: {err}");
+        assert!(
+            err.to_string().starts_with("not a System/161 meter socket: the peer began with \"\\x01\\x00"),
+            "{err}"
+        );
     }
 
     #[tokio::test]

@@ -86,6 +86,33 @@ fn known_keyword(word: &[u8]) -> Option<&'static str> {
     KEYWORDS.into_iter().find(|k| k.len() == word.len() && k.as_bytes().eq_ignore_ascii_case(word))
 }
 
+/// Whether `first`, the first bytes a server sent on a connection, can start a meter161 stream: after any
+/// blanks and blank lines, a word that is one of the protocol's keywords, in any case (sys161 starts with
+/// `HELLO`). `None` while the bytes seen are blanks or the start of a keyword. It looks at the first word only.
+///
+/// ```
+/// assert_eq!(meter161::sniff(b"HELLO 2\r\nHEAD nsec"), Some(true));
+/// assert_eq!(meter161::sniff(b"\r\nhel"), None);
+/// assert_eq!(meter161::sniff(b"HTTP/1.1 400 Bad Request"), Some(false));
+/// ```
+pub fn sniff(first: &[u8]) -> Option<bool> {
+    let start = first.iter().position(|&b| !is_blank(b) && b != b'\n')?;
+    let rest = &first[start..];
+    let end = rest.iter().position(|&b| is_blank(b) || b == b'\n');
+    let word = &rest[..end.unwrap_or(rest.len())];
+    let fits = |k: &&str| match end {
+        Some(_) => k.len() == word.len() && k.as_bytes().eq_ignore_ascii_case(word),
+        None => k.len() >= word.len() && k.as_bytes()[..word.len()].eq_ignore_ascii_case(word),
+    };
+    if !KEYWORDS.iter().any(fits) {
+        return Some(false);
+    }
+    end.map(|_| true)
+}
+
+/// How many of a foreign server's first bytes [`DecodeError::OtherProtocol`] keeps.
+const FIRST_BYTES_KEPT: usize = 24;
+
 /// Parses the words in `rest` as unsigned decimals of at most `max`, word by word (the reference for
 /// [`numbers`], and its path for lines with an error or too long for the fast path).
 fn numbers_plain(
@@ -327,6 +354,8 @@ pub struct ClientCodec {
     scanned: usize,
     /// Skipping the rest of an overlong line.
     discarding: bool,
+    /// Still to check that the stream starts like meter161 (see [`ClientCodec::checking_greeting`]).
+    greeting: bool,
 }
 
 impl Default for ClientCodec {
@@ -339,7 +368,16 @@ impl ClientCodec {
     /// A codec accepting lines of up to `max_line` bytes before the LF and `max_fields` words after
     /// the keyword.
     pub fn new(max_line: usize, max_fields: usize) -> Self {
-        Self { max_line: max_line.max(1), max_fields, scanned: 0, discarding: false }
+        Self { max_line: max_line.max(1), max_fields, scanned: 0, discarding: false, greeting: false }
+    }
+
+    /// Checks that the stream starts like meter161 ([`sniff`]): when the first word the server sends is no
+    /// keyword of the protocol, the first [`ClientCodec::decode`] fails with [`DecodeError::OtherProtocol`],
+    /// consuming nothing, and decoding goes on as usual after it. For a codec at the start of a connection
+    /// ([`crate::Client`] checks every connection so); a codec fed lines from the middle of a stream must not.
+    pub fn checking_greeting(mut self) -> Self {
+        self.greeting = true;
+        self
     }
 
     /// Decodes the next message from `buf`, consuming what it used.
@@ -347,6 +385,18 @@ impl ClientCodec {
     /// `Ok(None)`: no complete line yet. `Err`: this line was bad (it is consumed, or skipped up to the
     /// next LF when overlong); call again to go on with the next one.
     pub fn decode(&mut self, buf: &mut BytesMut) -> Result<Option<ServerMessage>, DecodeError> {
+        if self.greeting {
+            match sniff(buf) {
+                None => {}
+                Some(true) => self.greeting = false,
+                Some(false) => {
+                    self.greeting = false;
+                    return Err(DecodeError::OtherProtocol {
+                        first: buf[..buf.len().min(FIRST_BYTES_KEPT)].to_vec(),
+                    });
+                }
+            }
+        }
         loop {
             if self.discarding {
                 match memchr::memchr(b'\n', buf) {
@@ -475,6 +525,58 @@ mod tests {
             }
         }
         (out, work::EXAMINED.with(|c| c.get()))
+    }
+
+    #[test]
+    fn the_first_bytes_of_other_protocols_are_not_meter161() {
+        for ours in [&b"HELLO 2\r\n"[..], b"  \r\n\thead nsec\n", b"DATA 1 2\r\n", b"ok\n"] {
+            assert_eq!(sniff(ours), Some(true), "{:?}", ours.escape_ascii().to_string());
+        }
+        for unsure in [&b""[..], b" \r\n", b"H", b"hel", b"HELLO", b"  DAT"] {
+            assert_eq!(sniff(unsure), None, "{:?}", unsure.escape_ascii().to_string());
+        }
+        let others: [&[u8]; 7] = [
+            b"\0\0\0\x1bHMONSupportedProtocols=2", // an HMON frame
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",   // an smon resync
+            b"\x01\0\0\0\0",                       // an rvOS host-transport frame
+            b"\0\x01\0\x02\0",                     // a Mono agent's Hello
+            b"HTTP/1.1 400 Bad Request\r\n",
+            b"HELLOS 2\r\n",
+            b"HELLO_",
+        ];
+        for other in others {
+            assert_eq!(sniff(other), Some(false), "{:?}", other.escape_ascii().to_string());
+        }
+    }
+
+    /// Issue 45: a stream that is not meter161 is said to be so once, before any line of it; a codec that does
+    /// not check (or a stream that starts right) decodes as before.
+    #[test]
+    fn a_codec_checking_the_greeting_names_another_protocol_once() {
+        let mut codec = ClientCodec::default().checking_greeting();
+        let input = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n";
+        let mut buf = BytesMut::from(&input[..]);
+        let first = b"HTTP/1.1 400 Bad Request".to_vec();
+        assert_eq!(codec.decode(&mut buf), Err(DecodeError::OtherProtocol { first }));
+        assert_eq!(buf.len(), input.len(), "nothing consumed");
+        assert!(
+            matches!(codec.decode(&mut buf), Ok(Some(ServerMessage::Unknown { .. }))),
+            "then lines as usual"
+        );
+        let mut plain = ClientCodec::default();
+        let mut buf = BytesMut::from(&b"HTTP/1.1 400 Bad Request\r\n"[..]);
+        assert!(matches!(plain.decode(&mut buf), Ok(Some(ServerMessage::Unknown { .. }))));
+        // Checked once, on the first word, however it is split: a later line is a line like any other.
+        let mut codec = ClientCodec::default().checking_greeting();
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for piece in [&b"\r\nHE"[..], b"LLO 2\r\n", b"HTTP/1.1\r\n"] {
+            buf.extend_from_slice(piece);
+            while let Some(msg) = codec.decode(&mut buf).unwrap() {
+                got.push(msg);
+            }
+        }
+        assert_eq!(got, [ServerMessage::Hello(2), ServerMessage::Unknown("HTTP/1.1".into())]);
     }
 
     #[test]

@@ -45,6 +45,13 @@ pub enum DecodeError {
         /// How many it had.
         got: usize,
     },
+    /// The server's first bytes are no meter161 line (see [`crate::sniff`]): it speaks another protocol.
+    /// Only from a codec [`checking_greeting`](crate::ClientCodec::checking_greeting); fatal for a client.
+    #[error("not a System/161 meter socket: the peer began with \"{}\"", .first.escape_ascii())]
+    OtherProtocol {
+        /// The first bytes it sent (at most 24: enough for any protocol's signature).
+        first: Vec<u8>,
+    },
 }
 
 /// A message that cannot be written as one protocol line.
@@ -194,9 +201,15 @@ pub enum ProtocolError {
 }
 
 impl ProtocolError {
-    /// Whether the connection cannot go on after this error (wrong version, or the server's `ERROR`).
+    /// Whether the connection cannot go on after this error (wrong version, the server's `ERROR`, or a peer
+    /// of another protocol).
     pub fn is_fatal(&self) -> bool {
-        matches!(self, ProtocolError::UnsupportedVersion { .. } | ProtocolError::ServerError { .. })
+        matches!(
+            self,
+            ProtocolError::UnsupportedVersion { .. }
+                | ProtocolError::ServerError { .. }
+                | ProtocolError::Decode(DecodeError::OtherProtocol { .. })
+        )
     }
 
     /// For a `BAD` reply, sys161's reason if the text is one of its exact texts.

@@ -82,7 +82,7 @@ pub use batched::BatchedStream;
 #[allow(deprecated)]
 pub use client::{no_simulator, watch, watch_with, Client, ClientConfig, Config, Event};
 pub use codec::{
-    decode_command_line, decode_server_line, encode_client, encode_server, strtoul, ClientCodec,
+    decode_command_line, decode_server_line, encode_client, encode_server, sniff, strtoul, ClientCodec,
     IntervalRange, ServerCodec,
 };
 pub use error::{ClientError, CommandError, DecodeError, EncodeError, ProtocolError};

@@ -137,6 +137,13 @@ pub enum ClientError {
     /// The first message was not Hello.
     #[error("expected Hello first, got {0}")]
     ExpectedHello(&'static str),
+    /// The peer's first bytes (or a file's) are no Mono agent's Hello (see [`crate::sniff`]): it speaks
+    /// another protocol. Reported instead of the error that the first message met.
+    #[error("not a Mono counters agent: it began with \"{}\"", .first.escape_ascii())]
+    OtherProtocol {
+        /// The first bytes it sent (at most 24: enough for any protocol's signature).
+        first: Vec<u8>,
+    },
     /// A message that has no place here (e.g. a response in a file, or a response nobody asked for).
     #[error("unexpected {0}")]
     Unexpected(&'static str),
@@ -154,6 +161,18 @@ pub enum ClientError {
         /// The timeout.
         after: Duration,
     },
+}
+
+impl ClientError {
+    /// `error`, the failure of a stream's first message, or [`ClientError::OtherProtocol`] when the bytes the
+    /// stream began with (still all unread: no message was taken out) are no Mono agent's.
+    #[cfg(feature = "client")]
+    pub(crate) fn at_start(error: ClientError, first: &[u8]) -> ClientError {
+        match crate::sniff(first) {
+            Some(false) => ClientError::OtherProtocol { first: first[..first.len().min(24)].to_vec() },
+            _ => error,
+        }
+    }
 }
 
 /// The name [`ClientError`] had before 0.2.

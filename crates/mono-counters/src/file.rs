@@ -43,7 +43,7 @@ impl<R: AsyncRead + Unpin> CounterFile<R> {
         let hello = match framed.next().await {
             Some(Ok(AgentMessage::Hello(hello))) => hello,
             Some(Ok(other)) => return Err(ClientError::ExpectedHello(other.kind())),
-            Some(Err(e)) => return Err(e),
+            Some(Err(e)) => return Err(ClientError::at_start(e, framed.read_buffer())),
             None => return Err(ClientError::ExpectedHello("an empty file")),
         };
         let table = Arc::new(CounterTable::from_hello(&hello));

@@ -338,14 +338,16 @@ impl Session {
         let (read, write) = tokio::io::split(stream);
         let codec = InspectorCodec::new(config.limits).with_opcodes(config.opcodes);
         let mut framed = framed_read(read, codec.clone());
-        let first = tokio::time::timeout(config.hello_timeout, framed.next())
-            .await
-            .map_err(|_| ClientError::Timeout { request: "hello", after: config.hello_timeout })?;
+        let first = tokio::time::timeout(config.hello_timeout, framed.next()).await;
         let hello = match first {
-            Some(Ok(AgentMessage::Hello(hello))) => hello,
-            Some(Ok(other)) => return Err(ClientError::ExpectedHello(other.kind())),
-            Some(Err(e)) => return Err(e),
-            None => return Err(ClientError::Closed { request: "hello" }),
+            Ok(Some(Ok(AgentMessage::Hello(hello)))) => hello,
+            Ok(Some(Ok(other))) => return Err(ClientError::ExpectedHello(other.kind())),
+            Ok(Some(Err(e))) => return Err(ClientError::at_start(e, framed.read_buffer())),
+            Ok(None) => return Err(ClientError::Closed { request: "hello" }),
+            Err(_) => {
+                let timeout = ClientError::Timeout { request: "hello", after: config.hello_timeout };
+                return Err(ClientError::at_start(timeout, framed.read_buffer()));
+            }
         };
         let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(write);
         let shared = Arc::new(Shared::new(writer, codec, &config));
@@ -598,6 +600,30 @@ impl Drop for ReaderDone {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 45: an inspector dialled by an HMON interpreter said `unsupported protocol version 0`, and by a
+    /// web browser `unknown agent opcode 71`.
+    #[tokio::test(start_paused = true)]
+    async fn a_peer_of_another_protocol_is_named_as_such() {
+        use tokio::io::AsyncWriteExt;
+        let hmon = &b"\0\0\0\x1bHMONSupportedProtocols=2"[..];
+        let http = &b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"[..];
+        let short = &b"\0\0\0"[..]; // fewer bytes than a Hello: the hello timeout tells
+        for first in [hmon, http, short] {
+            let (ours, mut theirs) = tokio::io::duplex(4096);
+            theirs.write_all(first).await.unwrap();
+            let config = ClientConfig { hello_timeout: Duration::from_secs(1), ..ClientConfig::default() };
+            let err = Session::start(ours, config).await.unwrap_err();
+            let ClientError::OtherProtocol { first: got } = &err else { panic!("{err}") };
+            assert_eq!(got[..], first[..first.len().min(24)]);
+            assert!(err.to_string().starts_with("not a Mono counters agent: it began with \""), "{err}");
+        }
+        // A Hello of another version is a Mono agent of another version.
+        let (ours, mut theirs) = tokio::io::duplex(4096);
+        theirs.write_all(&[0x00, 0x02, 0x00, 0x00, 0x00]).await.unwrap();
+        let err = Session::start(ours, ClientConfig::default()).await.unwrap_err();
+        assert!(matches!(err, ClientError::Decode(crate::DecodeError::UnsupportedVersion(2))), "{err}");
+    }
 
     #[tokio::test]
     async fn the_sample_queue_is_bounded_ordered_and_ends_when_the_reader_does() {

@@ -5,6 +5,29 @@ use std::fmt;
 /// The only protocol version ("0.1" is sent as the short `1`).
 pub const PROTOCOL_VERSION: i16 = 1;
 
+/// Whether `first`, the first bytes an agent sent on a connection (or the start of a counters file), can start
+/// a Mono agent's stream: a Hello, `[0]` then a version from 1 to 255 as a little-endian short (this crate
+/// speaks [`PROTOCOL_VERSION`]; another one is an agent of another version), then a header count that is not
+/// negative. `None` while the bytes seen fit one but are too few to tell. It looks at 5 bytes at most.
+///
+/// ```
+/// assert_eq!(mono_counters::sniff(&[0x00, 0x01, 0x00, 0x02, 0x00]), Some(true));
+/// assert_eq!(mono_counters::sniff(&[0x00, 0x01]), None);
+/// assert_eq!(mono_counters::sniff(b"GET / HTTP/1.1\r\n"), Some(false));
+/// ```
+pub fn sniff(first: &[u8]) -> Option<bool> {
+    match first {
+        [] | [agent_op::HELLO] => None,
+        [op, ..] if *op != agent_op::HELLO => Some(false),
+        // Version 0 (an HMON frame's length starts so).
+        [_, 0, ..] => Some(false),
+        [_, _] => None,
+        [_, _, version_high, ..] if *version_high != 0 => Some(false),
+        [_, _, _, _, count_high, ..] => Some(count_high & 0x80 == 0),
+        _ => Some(true),
+    }
+}
+
 /// Agent-to-inspector opcodes (the same under both request numberings).
 pub mod agent_op {
     /// Hello, first message of a connection.
@@ -483,4 +506,30 @@ pub enum InspectorMessage {
     GoodBye,
     /// A command byte the agent does not know: it logs it and reads nothing after it.
     Unknown(u8),
+}
+
+#[cfg(test)]
+mod sniff_tests {
+    use super::sniff;
+
+    #[test]
+    fn the_first_bytes_of_other_protocols_are_not_a_mono_agent() {
+        assert_eq!(sniff(&[0x00, 0x01, 0x00, 0x02, 0x00, 0x00]), Some(true));
+        assert_eq!(sniff(&[0x00, 0x02, 0x00]), Some(true), "an agent of another version");
+        for unsure in [&[][..], &[0x00], &[0x00, 0x01]] {
+            assert_eq!(sniff(unsure), None);
+        }
+        let others: [&[u8]; 7] = [
+            b"\0\0\0\x1bHMONSupportedProtocols=2",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"HELLO 2\r\n",
+            b"\x01\0\0\0\0",
+            b"GET / HTTP/1.1\r\n",
+            &[0x04, 0x01, 0x00], // a Sampling: an agent's stream starts with its Hello
+            &[0x00, 0x01, 0x00, 0x00, 0x80], // a negative header count
+        ];
+        for other in others {
+            assert_eq!(sniff(other), Some(false), "{:?}", other.escape_ascii().to_string());
+        }
+    }
 }

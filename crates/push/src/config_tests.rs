@@ -66,7 +66,7 @@ fn bad_blocks_name_file_line_and_key() {
         ("[[remote_write]]\nurl = \"http://x\"\nbearer_token_file = \"/t\"\nbasic_auth = { username = \"u\", password = \"p\" }\n", 4, "basic_auth"),
         ("[[remote_write]]\nurl = \"http://x\"\nbasic_auth = { username = \"u\" }\n", 3, "basic_auth"),
         ("[[otlp]]\nendpoint = \"http://x\"\ncompression = \"gzip\"\n", 3, "compression"),
-        ("[[remote_write]]\nurl = \"http://x\"\n[[remote_write]]\nurl = \"http://y\"\nbatch = \"0s\"\n", 3, "batch"),
+        ("[[remote_write]]\nurl = \"http://x\"\n[[remote_write]]\nurl = \"http://y\"\nbatch = \"0s\"\n", 5, "batch"),
     ];
     for (text, line, key) in cases {
         let e = parse(text).unwrap_err();

@@ -83,6 +83,23 @@ async fn read_capped(mut resp: reqwest::Response, max: usize) -> reqwest::Result
     Ok(body)
 }
 
+/// `error` and its causes ([`std::error::Error::source`]), joined by `: `, so that a log says why: reqwest's
+/// `error sending request for url (...)` names no cause, its sources do (`client error (Connect): tcp connect
+/// error: Connection refused (os error 111)`). A cause whose text is already in the message is left out.
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 /// One POST of `body`.
 pub(crate) async fn post<W: Wire>(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Attempt {
     let mut req = client.post(url).header(reqwest::header::CONTENT_TYPE, W::CONTENT_TYPE);
@@ -92,9 +109,9 @@ pub(crate) async fn post<W: Wire>(client: &reqwest::Client, url: &str, body: Vec
     let resp = match req.body(body).send().await {
         Ok(r) => r,
         Err(e) if e.is_builder() => {
-            return Attempt::Drop { reason: reason::REQUEST.into(), why: e.to_string() };
+            return Attempt::Drop { reason: reason::REQUEST.into(), why: error_chain(&e) };
         }
-        Err(e) => return Attempt::Retry { after: None, why: format!("{e}") },
+        Err(e) => return Attempt::Retry { after: None, why: error_chain(&e) },
     };
     let status = resp.status().as_u16();
     let after = resp
@@ -109,7 +126,7 @@ pub(crate) async fn post<W: Wire>(client: &reqwest::Client, url: &str, body: Vec
             tracing::debug!(error = %e, "reading a 2xx reply");
             Vec::new()
         }
-        Err(e) => return Attempt::Retry { after, why: format!("HTTP {status}, then {e}") },
+        Err(e) => return Attempt::Retry { after, why: format!("HTTP {status}, then {}", error_chain(&e)) },
     };
     if (200..300).contains(&status) {
         return Attempt::Sent(body);
@@ -293,6 +310,19 @@ pub(crate) async fn sender<W: Wire>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 45: a failed POST was logged as `error sending request for url (...)`, which hides why.
+    #[tokio::test]
+    async fn a_failed_request_says_why() {
+        // A port nothing listens on: bound, then released.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let url = format!("http://127.0.0.1:{port}/api/v1/write");
+        let attempt = post::<crate::remote_write::RemoteWrite>(&reqwest::Client::new(), &url, vec![1]).await;
+        let Attempt::Retry { why, .. } = attempt else { panic!("{attempt:?}") };
+        assert!(why.starts_with("error sending request for url ("), "{why}");
+        assert!(why.contains("Connection refused"), "the cause: {why}");
+        assert_eq!(why.matches("Connection refused").count(), 1, "said once: {why}");
+    }
 
     #[test]
     fn retry_after_takes_seconds_or_a_date_and_is_capped() {

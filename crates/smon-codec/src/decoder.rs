@@ -21,6 +21,9 @@ use crate::wire::{
     RESYNC_FF_COUNT, STUFFING,
 };
 
+/// How many of a foreign stream's first bytes [`DecodeError::OtherProtocol`] keeps.
+const FIRST_BYTES_KEPT: usize = 24;
+
 /// How a [`StreamDecoder`] treats input that the format allows but a careful reader may refuse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DecoderConfig {
@@ -296,6 +299,8 @@ pub struct StreamDecoder {
     need: usize,
     /// The current item's string, decoded as far as the bytes went.
     partial: Option<PartialString>,
+    /// Whether the stream was seen to start like smon (or said not to): see [`StreamDecoder::check_start`].
+    start_checked: bool,
 }
 
 impl Default for StreamDecoder {
@@ -534,6 +539,7 @@ impl StreamDecoder {
             scratch: Vec::new(),
             need: 0,
             partial: None,
+            start_checked: false,
         }
     }
 
@@ -725,6 +731,9 @@ impl StreamDecoder {
                     return Err(DecodeError::BrokenResync { byte: next, offset: self.consumed });
                 }
                 SyncState::Synced => {
+                    if !self.start_checked && !self.check_start(buf, false)? {
+                        return Ok(None);
+                    }
                     if fast::ENABLED && self.need == 0 {
                         if let Some(ev) = self.fast_pair(buf) {
                             return Ok(Some(ev));
@@ -771,9 +780,33 @@ impl StreamDecoder {
         }
     }
 
+    /// At the start of the stream, before its first item: whether it starts like smon at all ([`wire::sniff`]).
+    /// A stream that does not is an error once [`FIRST_BYTES_KEPT`] bytes are there or the input ended, so
+    /// that the error is the same however the input was split; the decoder is then [`SyncState::Lost`], as
+    /// after any error. `Ok(false)` while more bytes are needed to tell.
+    fn check_start(&mut self, buf: &[u8], eof: bool) -> Result<bool, DecodeError> {
+        match wire::sniff(buf) {
+            Some(false) if buf.len() < FIRST_BYTES_KEPT && !eof => Ok(false),
+            Some(false) => {
+                self.start_checked = true;
+                self.state = SyncState::Lost;
+                Err(DecodeError::OtherProtocol { first: buf[..buf.len().min(FIRST_BYTES_KEPT)].to_vec() })
+            }
+            Some(true) => {
+                self.start_checked = true;
+                Ok(true)
+            }
+            // The start of a resync or a definition: parsing it asks for more bytes.
+            None => Ok(true),
+        }
+    }
+
     fn step_eof(&mut self, buf: &mut BytesMut) -> Result<Option<Event>, DecodeError> {
         if let Some(ev) = self.step(buf)? {
             return Ok(Some(ev));
+        }
+        if !self.start_checked && self.state == SyncState::Synced {
+            self.check_start(buf, true)?;
         }
         match self.state {
             SyncState::Lost => {
@@ -1095,6 +1128,42 @@ impl StreamDecoder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 45: `telemon smon connect` pointed at an HMON port said `offset 1: definition string of 0 bytes`
+    /// and waited for a resync that never came.
+    #[test]
+    fn a_stream_of_another_protocol_is_named_as_such_on_its_first_item() {
+        let hmon = b"\0\0\0\x1bHMONSupportedProtocols=2";
+        let mut dec = StreamDecoder::default();
+        let mut buf = BytesMut::from(&hmon[..]);
+        let err = dec.decode(&mut buf).unwrap_err();
+        assert!(matches!(&err, DecodeError::OtherProtocol { first } if first[..] == hmon[..24]), "{err}");
+        assert_eq!(
+            err.to_string(),
+            r#"offset 0: not an smon stream: it begins with "\x00\x00\x00\x1bHMONSupportedProtoco""#
+        );
+        assert_eq!(dec.sync_state(), SyncState::Lost, "then it skips to the next resync, as after any error");
+        // A stream that starts like smon keeps its own errors, and only the first item is looked at.
+        // (its second pair names token 1 + 9, which is not defined)
+        let undefined = b"\x00\x0csmon.version\x01\x050.0.0\x09\x00";
+        let mut dec = StreamDecoder::default();
+        let mut buf = BytesMut::from(&undefined[..]);
+        let err = loop {
+            match dec.decode(&mut buf) {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("no error"),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, DecodeError::UndefinedToken { token: 10, .. }), "{err}");
+        let spec = b"\x00\x0bsmon.version\x01\x050.0.0"; // the notes' literal example: its own error (A8)
+        let err = StreamDecoder::decode_all(spec, DecoderConfig::default()).unwrap_err();
+        assert!(matches!(err, DecodeError::UndefinedToken { .. }), "{err}");
+        let mut dec = StreamDecoder::default();
+        let mut buf = BytesMut::from(&b"\x00\x0csmon.version\x01\x050.0.0HTTP/1.1"[..]);
+        while let Ok(Some(_)) = dec.decode(&mut buf) {}
+        assert_ne!(dec.offset(), 0);
+    }
 
     #[test]
     fn a_token_is_48_bytes_and_a_free_entry_costs_no_more() {

@@ -137,6 +137,14 @@ pub enum DecodeError {
         /// Offset of the number.
         offset: u64,
     },
+    /// The stream's first item does not decode and its first bytes cannot start an smon stream (see
+    /// [`crate::sniff`]): the input is another protocol, or another kind of file. Reported instead of that
+    /// item's error; the decoder then skips to the next resync, as after any error.
+    #[error("offset 0: not an smon stream: it begins with \"{}\"", .first.escape_ascii())]
+    OtherProtocol {
+        /// The stream's first bytes (at most 24: enough for any protocol's signature).
+        first: Vec<u8>,
+    },
     /// The input ended in the middle of a pair (or of a resync sequence).
     #[error("offset {offset}: input ends mid-pair ({pending} bytes left undecoded)")]
     Truncated {
@@ -173,6 +181,7 @@ impl DecodeError {
             | BrokenResync { offset, .. }
             | OutOfRange { offset }
             | Truncated { offset, .. } => Some(*offset),
+            OtherProtocol { .. } => Some(0),
             #[cfg(feature = "std")]
             Io(_) => None,
         }

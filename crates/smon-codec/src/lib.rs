@@ -147,7 +147,7 @@ pub use error::{DecodeError, EncodeError};
 pub use message::{Kind, Sample, Update, Value};
 #[cfg(feature = "client")]
 pub use reader::{UpdateReader, FIRST_READ_CHUNK, READ_CHUNK};
-pub use wire::{Limits, BYTE_ORDER, RESYNC};
+pub use wire::{sniff, Limits, BYTE_ORDER, RESYNC};
 
 /// The TCP port `smon-sim` serves a stream on by default (the 2004 protocol defines no network mode, so this is
 /// the toolkit's choice): what an address without a port means to telemon.

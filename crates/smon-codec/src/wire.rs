@@ -100,6 +100,44 @@ pub const DEFAULT_MAX_TOKENS: usize = 65_536;
 /// Default maximum depth of the index vector.
 pub const DEFAULT_MAX_INDEX_DEPTH: usize = 16;
 
+/// Whether `first`, the first bytes of a stream, can start an smon stream: a resync (17 FF, then FE), a
+/// definition of token 1 (token field `00` or `F0 00`, then a definition string of at least
+/// [`DEFINITION_MIN_LEN`] bytes whose type byte is `u` or `s`, or `FD FA` for an indexed token's), or an index
+/// op that needs no index set (`FA`, `FD`). `None` while the bytes seen fit one but are too few to tell. It looks at 18 bytes at most.
+///
+/// ```
+/// assert_eq!(smon_codec::sniff(&smon_codec::RESYNC), Some(true));
+/// assert_eq!(smon_codec::sniff(b"\x00\x0csmon.version"), Some(true));
+/// assert_eq!(smon_codec::sniff(b"\0\0\0\x1bHMONSupportedProtocols=2"), Some(false));
+/// ```
+pub fn sniff(first: &[u8]) -> Option<bool> {
+    let definition = |rest: &[u8]| match rest {
+        [] => None,
+        [len @ 0..=DIRECT_MAX, rest @ ..] if usize::from(*len) >= DEFINITION_MIN_LEN => {
+            rest.first().map(|&kind| kind == TYPE_UNSIGNED || kind == TYPE_STRING)
+        }
+        // A definition string of 224 bytes or more.
+        [POSITIVE_FIRST..=POSITIVE_LAST, ..] => Some(true),
+        // An indexed token's definition (A13): `FD`, then its first index `FA n`.
+        [INDEX_RESET] => None,
+        [INDEX_RESET, next, ..] => Some(*next == INDEX_ADD),
+        _ => Some(false),
+    };
+    match first {
+        [] => None,
+        [FF, ..] => match first.iter().take(RESYNC_FF_COUNT as usize).position(|&b| b != FF) {
+            Some(_) => Some(false),
+            None if first.len() >= RESYNC_FF_COUNT as usize => Some(true),
+            None => None,
+        },
+        [0x00, rest @ ..] => definition(rest),
+        [ABSOLUTE_FIRST] => None,
+        [ABSOLUTE_FIRST, 0x00, rest @ ..] => definition(rest),
+        [INDEX_ADD | INDEX_RESET, ..] => Some(true),
+        _ => Some(false),
+    }
+}
+
 /// The bounds a decoder or encoder enforces, checked before anything is allocated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
@@ -260,6 +298,36 @@ mod tests {
         let mut b = BytesMut::new();
         form.put(&mut b);
         b.to_vec()
+    }
+
+    #[test]
+    fn the_first_bytes_of_other_protocols_are_not_smon() {
+        let ours: [&[u8]; 6] = [
+            &RESYNC,
+            b"\x00\x0csmon.version",
+            b"\xf0\x00\x0ausmon.time",
+            &[FF; 20],
+            b"\xfa\x01",
+            b"\x00\xfd\xfa\x01",
+        ];
+        for first in ours {
+            assert_eq!(sniff(first), Some(true), "{:?}", first.escape_ascii().to_string());
+        }
+        for unsure in [&b""[..], &[FF; 16], b"\x00", b"\x00\x0c", b"\xf0", b"\xf0\x00", b"\x00\xfd"] {
+            assert_eq!(sniff(unsure), None, "{:?}", unsure.escape_ascii().to_string());
+        }
+        let others: [&[u8]; 7] = [
+            b"\0\0\0\x1bHMONSupportedProtocols=2", // an HMON frame: a definition of 0 bytes
+            b"HELLO 2\r\n",                        // sys161: token 72, never defined
+            b"\x01\0\0\0\0",                       // an rvOS host-transport frame
+            b"\0\x01\0\x02\0",                     // a Mono agent's Hello: a definition of 1 byte
+            b"HTTP/1.1 400 Bad Request\r\n",
+            b"\x00\x05xname", // a definition of an unknown type
+            b"\xff\xff\xfe",  // a run too short to resync
+        ];
+        for other in others {
+            assert_eq!(sniff(other), Some(false), "{:?}", other.escape_ascii().to_string());
+        }
     }
 
     #[test]

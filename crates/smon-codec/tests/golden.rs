@@ -293,6 +293,36 @@ fn decode_err(input: &[u8]) -> DecodeError {
     decode(input).unwrap_err()
 }
 
+/// The error of `input` after a resync: a stream's first item is also its check that it is smon at all.
+/// Offsets count the resync's 18 bytes.
+fn decode_err_mid_stream(input: &[u8]) -> DecodeError {
+    decode_err(&[&RESYNC[..], input].concat())
+}
+
+/// The first bytes of a stream whose first item is bad: it does not start like smon.
+#[test]
+fn a_stream_whose_first_item_is_bad_does_not_start_like_smon() {
+    let starts: [&[u8]; 8] = [
+        b"\xF8",
+        b"\x00\xE8\x01",
+        b"\x00\x03uab\x01\x00",
+        b"\x00\x00\x01\x00",
+        b"\x00\x04xa.b\x01\x00",
+        b"\x05\x00",
+        b"\xFB\x01",
+        b"HTTP/1.1 200 OK\r\n",
+    ];
+    for start in starts {
+        let err = decode_err(start);
+        let shown = &start[..start.len().min(24)];
+        assert!(matches!(&err, DecodeError::OtherProtocol { first } if first[..] == *shown), "{err:?}");
+        assert_eq!(err.offset(), Some(0));
+    }
+    // A stream that starts like smon keeps the errors of its first item.
+    let err = decode_err(b"\x00\x04ua.b\x01\xFF\x00");
+    assert!(matches!(err, DecodeError::BadNumberPrefix { byte: 0xFF, offset: 7 }), "{err:?}");
+}
+
 #[test]
 fn f8_f9_fe_ff_in_a_number_position_are_rejected() {
     for byte in [0xF8u8, 0xF9, 0xFE] {
@@ -301,8 +331,8 @@ fn f8_f9_fe_ff_in_a_number_position_are_rejected() {
     }
     let err = decode_err(b"\x00\x04ua.b\x01\xFF\x00");
     assert!(matches!(err, DecodeError::BadNumberPrefix { byte: 0xFF, offset: 7 }), "{err:?}");
-    let err = decode_err(b"\xF8");
-    assert!(matches!(err, DecodeError::BadNumberPrefix { byte: 0xF8, offset: 0 }), "{err:?}");
+    let err = decode_err_mid_stream(b"\xF8");
+    assert!(matches!(err, DecodeError::BadNumberPrefix { byte: 0xF8, offset: 18 }), "{err:?}");
 }
 
 #[test]
@@ -314,28 +344,28 @@ fn e8_to_ef_as_a_string_length_are_rejected() {
         let err = decode_err(&stream);
         assert!(matches!(err, DecodeError::NegativeStringDelta { offset: 11, .. }), "{err:?}");
     }
-    let err = decode_err(b"\x00\xE8\x01");
-    assert!(matches!(err, DecodeError::NegativeStringDelta { prefix: 0xE8, offset: 1 }), "{err:?}");
+    let err = decode_err_mid_stream(b"\x00\xE8\x01");
+    assert!(matches!(err, DecodeError::NegativeStringDelta { prefix: 0xE8, offset: 19 }), "{err:?}");
 }
 
 #[test]
 fn definitions_shorter_than_4_bytes_are_rejected() {
-    let err = decode_err(b"\x00\x03uab\x01\x00");
-    assert!(matches!(err, DecodeError::DefinitionTooShort { len: 3, offset: 1 }), "{err:?}");
-    let err = decode_err(b"\x00\x00\x01\x00");
-    assert!(matches!(err, DecodeError::DefinitionTooShort { len: 0, offset: 1 }), "{err:?}");
+    let err = decode_err_mid_stream(b"\x00\x03uab\x01\x00");
+    assert!(matches!(err, DecodeError::DefinitionTooShort { len: 3, offset: 19 }), "{err:?}");
+    let err = decode_err_mid_stream(b"\x00\x00\x01\x00");
+    assert!(matches!(err, DecodeError::DefinitionTooShort { len: 0, offset: 19 }), "{err:?}");
 }
 
 #[test]
 fn definitions_of_an_unknown_type_are_rejected() {
-    let err = decode_err(b"\x00\x04xa.b\x01\x00");
-    assert!(matches!(err, DecodeError::UnknownType { type_byte: b'x', offset: 2 }), "{err:?}");
+    let err = decode_err_mid_stream(b"\x00\x04xa.b\x01\x00");
+    assert!(matches!(err, DecodeError::UnknownType { type_byte: b'x', offset: 20 }), "{err:?}");
 }
 
 #[test]
 fn a_pair_naming_an_undefined_token_is_rejected() {
-    let err = decode_err(b"\x05\x00");
-    assert!(matches!(err, DecodeError::UndefinedToken { token: 5, offset: 0 }), "{err:?}");
+    let err = decode_err_mid_stream(b"\x05\x00");
+    assert!(matches!(err, DecodeError::UndefinedToken { token: 5, offset: 18 }), "{err:?}");
 }
 
 #[test]
@@ -364,9 +394,9 @@ fn index_ops_in_value_position_are_rejected() {
 
 #[test]
 fn fb_and_fc_with_too_few_levels_are_rejected() {
-    let err = decode_err(b"\xFB\x01");
+    let err = decode_err_mid_stream(b"\xFB\x01");
     assert!(
-        matches!(err, DecodeError::IndexTooShallow { op: 0xFB, needed: 1, depth: 0, offset: 0 }),
+        matches!(err, DecodeError::IndexTooShallow { op: 0xFB, needed: 1, depth: 0, offset: 18 }),
         "{err:?}"
     );
     let err = decode_err(b"\xFA\x01\xFC\x01");
@@ -479,10 +509,11 @@ fn a_resync_inside_string_data_drops_the_partial_pair() {
 
 #[test]
 fn after_an_error_the_decoder_skips_to_the_next_resync() {
-    let stream = [b"\x05\x00garbage\xFF\xFF".as_slice(), &RESYNC, EXAMPLE].concat();
+    let stream = [&RESYNC[..], b"\x05\x00garbage\xFF\xFF", &RESYNC, EXAMPLE].concat();
     let mut dec = StreamDecoder::default();
     let mut buf = BytesMut::from(&stream[..]);
-    assert!(matches!(dec.decode(&mut buf), Err(DecodeError::UndefinedToken { token: 5, offset: 0 })));
+    assert_eq!(dec.decode(&mut buf).unwrap(), Some(Update::Resync));
+    assert!(matches!(dec.decode(&mut buf), Err(DecodeError::UndefinedToken { token: 5, offset: 18 })));
     assert_eq!(dec.sync_state(), SyncState::Lost);
     assert_eq!(dec.decode(&mut buf).unwrap(), Some(Update::Resync));
     let mut rest = Vec::new();

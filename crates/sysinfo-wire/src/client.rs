@@ -12,7 +12,7 @@ use tokio_util::codec::Framed;
 use crate::message::{BootRequest, BootResponse, ChannelId, Message, SysinfoCommand, SYSINFO_SERVICE};
 use crate::reassembly::{Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
 use crate::report::Report;
-use crate::transport::{encode_data_frame, Frame, HostCodec, TransportError};
+use crate::transport::{decode_frame, encode_data_frame, encode_frame, sniff, Frame, TransportError};
 use crate::wire::{self, WireError};
 
 /// The initial size of the connection's read buffer: replies grow it as they need (a fleet holds a
@@ -158,13 +158,60 @@ pub struct Response {
     pub report: Report,
 }
 
+/// The client's side of the transport: [`crate::HostCodec`], and before the first frame a check that the server
+/// speaks the host transport at all ([`sniff`]), so that a client pointed at another protocol's port says so.
+#[derive(Debug, Default)]
+struct ClientCodec {
+    started: bool,
+}
+
+/// How many of a foreign server's first bytes [`TransportError::OtherProtocol`] keeps.
+const FIRST_BYTES_KEPT: usize = 24;
+
+impl tokio_util::codec::Decoder for ClientCodec {
+    type Item = Frame;
+    type Error = TransportError;
+
+    fn decode(&mut self, src: &mut bytes::BytesMut) -> Result<Option<Frame>, TransportError> {
+        if !self.started {
+            match sniff(src) {
+                Some(false) => {
+                    return Err(TransportError::OtherProtocol {
+                        first: src[..src.len().min(FIRST_BYTES_KEPT)].to_vec(),
+                    })
+                }
+                Some(true) => self.started = true,
+                None => {}
+            }
+        }
+        decode_frame(src)
+    }
+
+    fn decode_eof(&mut self, src: &mut bytes::BytesMut) -> Result<Option<Frame>, TransportError> {
+        match self.decode(src)? {
+            Some(frame) => Ok(Some(frame)),
+            None if src.is_empty() => Ok(None),
+            None => Err(TransportError::Truncated { buffered: src.len() }),
+        }
+    }
+}
+
+impl tokio_util::codec::Encoder<Frame> for ClientCodec {
+    type Error = TransportError;
+
+    fn encode(&mut self, frame: Frame, dst: &mut bytes::BytesMut) -> Result<(), TransportError> {
+        encode_frame(&frame, dst);
+        Ok(())
+    }
+}
+
 /// A byte stream the transport runs on (TCP or Unix).
 pub trait HostStream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> HostStream for T {}
 
 /// One host-transport connection, i.e. one rvOS process with its boot channel.
 pub struct Client {
-    framed: Framed<Box<dyn HostStream>, HostCodec>,
+    framed: Framed<Box<dyn HostStream>, ClientCodec>,
     config: ClientConfig,
     open: HashSet<ChannelId>,
     queued: HashMap<ChannelId, VecDeque<Message>>,
@@ -192,7 +239,7 @@ impl Client {
             framed: {
                 // Requests are a few dozen bytes: the write buffer grows to a batch's size, no more.
                 // (`Framed::from_parts` would reserve tokio-util's 8 KiB for each buffer.)
-                let mut framed = Framed::with_capacity(stream, HostCodec, IO_BUFFER);
+                let mut framed = Framed::with_capacity(stream, ClientCodec::default(), IO_BUFFER);
                 *framed.write_buffer_mut() = bytes::BytesMut::new();
                 framed
             },
@@ -603,6 +650,7 @@ impl Client {
 mod tests {
     use super::*;
     use crate::reassembly::End;
+    use crate::transport::HostCodec;
     use crate::wire::MAX_MSG_SIZE;
 
     /// The server's end of a pipe, driven by hand.
@@ -611,6 +659,33 @@ mod tests {
     fn pipe() -> (Client, Peer) {
         let (a, b) = tokio::io::duplex(1 << 16);
         (Client::new(a, ClientConfig::default()), Framed::new(b, HostCodec))
+    }
+
+    /// Issue 45: a client pointed at another protocol's port said `unknown frame kind 0`.
+    #[tokio::test]
+    async fn a_server_of_another_protocol_is_named_as_such() {
+        use tokio::io::AsyncWriteExt;
+        let hmon = b"\0\0\0\x1bHMONSupportedProtocols=2";
+        let (a, mut b) = tokio::io::duplex(1 << 16);
+        b.write_all(hmon).await.unwrap();
+        let mut client = Client::new(a, ClientConfig::default());
+        let err = client.request(SysinfoCommand::Ps).await.unwrap_err();
+        let ClientError::Transport(TransportError::OtherProtocol { first }) = &err else { panic!("{err}") };
+        assert_eq!(first[..], hmon[..24]);
+        assert_eq!(
+            err.to_string(),
+            r#"not an rvOS sysinfo host transport: the peer began with "\x00\x00\x00\x1bHMONSupportedProtoco""#
+        );
+        // Only the first frame is looked at: a bad frame later is a bad frame.
+        let (mut client, mut peer) = pipe();
+        let asked = tokio::spawn(async move { client.request(SysinfoCommand::Ps).await });
+        let _request = peer.next().await.unwrap().unwrap();
+        let mut ok = Message::encode(&BootResponse::Ok).unwrap();
+        ok.push_cap(ChannelId(5)).unwrap();
+        peer.send(Frame::Message { channel: ChannelId::BOOT, message: ok }).await.unwrap();
+        peer.get_mut().write_all(&[9]).await.unwrap();
+        let err = asked.await.unwrap().unwrap_err();
+        assert!(matches!(err, ClientError::Transport(TransportError::UnknownKind(9))), "{err}");
     }
 
     #[tokio::test]

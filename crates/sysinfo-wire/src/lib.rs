@@ -105,7 +105,7 @@ pub use message::{
 pub use reassembly::{chunk_text, End, Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
 pub use report::Report;
 pub use transport::{
-    decode_frame, encode_data_frame, encode_frame, Frame, HostCodec, TransportError, KIND_CLOSE,
+    decode_frame, encode_data_frame, encode_frame, sniff, Frame, HostCodec, TransportError, KIND_CLOSE,
     KIND_MESSAGE, MAX_FRAME_SIZE,
 };
 pub use wire::{WireError, MAX_MSG_SIZE};

@@ -97,6 +97,13 @@ pub enum TransportError {
         /// How many bytes of the partial frame had arrived.
         buffered: usize,
     },
+    /// The server's first bytes are not the host transport's (see [`sniff`]): it speaks another protocol.
+    /// Only from [`crate::Client`], which checks them before its first frame.
+    #[error("not an rvOS sysinfo host transport: the peer began with \"{}\"", .first.escape_ascii())]
+    OtherProtocol {
+        /// The first bytes it sent (at most 24: enough for any protocol's signature).
+        first: Vec<u8>,
+    },
     /// The socket failed.
     #[cfg(feature = "std")]
     #[error("transport I/O: {0}")]
@@ -213,6 +220,32 @@ pub fn decode_frame(src: &mut BytesMut) -> Result<Option<Frame>, TransportError>
     Ok(Some(Frame::Message { channel: ChannelId(channel), message }))
 }
 
+/// Whether `first`, the first bytes a server sent on a connection, can start the host transport's replies: the
+/// first frame is init's answer on the boot channel, a MESSAGE (with at most [`MAX_CAPS`] caps) or a CLOSE on
+/// channel 0. `None` while the bytes seen fit one but are too few to tell; the kind byte alone tells it from
+/// every other protocol telemon speaks. It looks at 14 bytes at most.
+///
+/// ```
+/// assert_eq!(sysinfo_wire::sniff(&[1, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, 1]), Some(true));
+/// assert_eq!(sysinfo_wire::sniff(&[1, 0, 0]), None);
+/// assert_eq!(sysinfo_wire::sniff(b"HELLO 2\r\n"), Some(false));
+/// ```
+pub fn sniff(first: &[u8]) -> Option<bool> {
+    let (&kind, rest) = first.split_first()?;
+    if kind != KIND_MESSAGE && kind != KIND_CLOSE {
+        return Some(false);
+    }
+    let channel = &rest[..rest.len().min(4)];
+    if channel.iter().any(|&b| b != 0) {
+        return Some(false);
+    }
+    match (kind, first.get(13)) {
+        (KIND_CLOSE, _) if channel.len() == 4 => Some(true),
+        (KIND_MESSAGE, Some(&caps)) => Some(usize::from(caps) <= MAX_CAPS),
+        _ => None,
+    }
+}
+
 /// The `tokio_util::codec` face of [`encode_frame`] / [`decode_frame`] (feature `codec`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct HostCodec;
@@ -258,6 +291,30 @@ impl tokio_util::codec::Encoder<&Frame> for HostCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_bytes_of_other_protocols_are_not_the_host_transport() {
+        let mut boot_reply = BytesMut::new();
+        let message = Message::with_data(b"ok").unwrap();
+        encode_frame(&Frame::Message { channel: ChannelId::BOOT, message }, &mut boot_reply);
+        assert_eq!(sniff(&boot_reply), Some(true));
+        for cut in 0..14 {
+            assert_eq!(sniff(&boot_reply[..cut]), None, "{cut} bytes");
+        }
+        assert_eq!(sniff(&[KIND_CLOSE, 0, 0, 0, 0]), Some(true));
+        let others: [&[u8]; 7] = [
+            b"\0\0\0\x1bHMONSupportedProtocols=2",
+            b"\xff\xff\xff\xff\xff\xff\xff\xff",
+            b"HELLO 2\r\n",
+            b"\0\x01\0\x02\0",
+            b"HTTP/1.1 400 Bad Request\r\n",
+            &[KIND_MESSAGE, 9, 0, 0, 0], // not the boot channel
+            &[KIND_MESSAGE, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 5], // more caps than a message holds
+        ];
+        for other in others {
+            assert_eq!(sniff(other), Some(false), "{:?}", other.escape_ascii().to_string());
+        }
+    }
 
     #[test]
     fn a_data_frame_is_the_frame_of_its_message() {

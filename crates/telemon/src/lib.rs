@@ -5,6 +5,7 @@
 
 #![warn(missing_docs)]
 
+pub mod build_info;
 pub mod config;
 pub mod exposition;
 pub mod fuzz;

@@ -5,15 +5,16 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use tracing_subscriber::fmt::writer::BoxMakeWriter;
 
 mod cmd;
+mod generate_docs;
 mod output;
 
 /// Watch running systems over their monitoring wire protocols.
 #[derive(Debug, Parser)]
-#[command(name = "telemon", version, about, propagate_version = true)]
+#[command(name = "telemon", version = telemon::build_info::LONG_VERSION, about, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -43,6 +44,9 @@ enum Command {
     Replay(cmd::replay::Args),
     /// Print the bcrypt hash of a password for the web config's basic_auth_users (prompted without echo, or stdin).
     HashPassword(cmd::hash_password::Args),
+    /// Write the man pages and shell completions of this command line (for packaging: `cargo xtask deb`).
+    #[command(hide = true)]
+    GenerateDocs(generate_docs::Args),
 }
 
 fn main() -> ExitCode {
@@ -100,6 +104,7 @@ async fn run(pace: telemon_fleet::pace::Pace) -> ExitCode {
         Command::Record(args) => cmd::record::run(args, pace).await,
         Command::Export(args) => cmd::export::run(args).await,
         Command::HashPassword(args) => cmd::hash_password::run(args).await,
+        Command::GenerateDocs(args) => generate_docs::run(Cli::command(), args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

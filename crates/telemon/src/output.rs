@@ -59,6 +59,39 @@ impl From<telemon_fleet::config::ConfigError> for CliError {
 /// The result of a subcommand.
 pub type CliResult = Result<(), CliError>;
 
+/// The message of a peer's error; when the peer spoke another protocol (`first`: the bytes it began with, which
+/// the error shows), also what those bytes look like, when telemon knows: `not an HMON peer: it began with
+/// "\xff\xff...", which looks like an smon stream`.
+pub fn peer_message(error: &impl std::fmt::Display, first: Option<&[u8]>) -> String {
+    match first.and_then(looks_like) {
+        Some(what) => format!("{error}, which looks like {what}"),
+        None => error.to_string(),
+    }
+}
+
+/// What `first`, the first bytes a peer sent, look like: one of the protocols telemon speaks (each crate says
+/// whether bytes start its own), HTTP or TLS. `None` when nothing fits.
+pub fn looks_like(first: &[u8]) -> Option<&'static str> {
+    // A request line: a method, a blank, then a target (`HEAD nsec` is a meter161 line, `HEAD /` HTTP).
+    const METHODS: [&str; 9] =
+        ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "CONNECT", "TRACE"];
+    let request = METHODS.iter().any(|m| {
+        first.strip_prefix(m.as_bytes()).is_some_and(|rest| matches!(rest, [b' ', b'/' | b'*' | b'h', ..]))
+    });
+    if first.starts_with(b"HTTP/") || request {
+        return Some("HTTP");
+    }
+    // A TLS record: a handshake or an alert, version 3.x.
+    if matches!(first, [0x15 | 0x16, 0x03, ..]) {
+        return Some("TLS");
+    }
+    // The protocols' own: each component asks its crate.
+    telemon_fleet::protocol::Protocols::built_in()
+        .iter()
+        .find(|c| c.sniff(first) == Some(true))
+        .map(|c| c.peer())
+}
+
 /// Writes `value` as one JSON line on stdout and flushes, so that pipes see each line at once.
 pub fn print_json_line(value: &impl serde::Serialize) -> CliResult {
     let mut out = std::io::stdout().lock();
@@ -204,6 +237,29 @@ impl Countdown {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_bytes_of_each_protocol_look_like_it() {
+        let cases: [(&[u8], Option<&str>); 10] = [
+            (b"HELLO 2\r\nHEAD nsec", Some("a System/161 meter socket")),
+            (b"\0\0\0\x1bHMONSupportedProtocols=2", Some("an HMON peer (a Dyalog APL interpreter)")),
+            (&[0x00, 0x01, 0x00, 0x01, 0x00, 0x00], Some("a Mono counters agent")),
+            (&[0xFF; 18], Some("an smon stream")),
+            (&[0x01, 0, 0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 1, 0], Some("the rvOS sysinfo host transport")),
+            (b"HTTP/1.1 400 Bad Request\r\n", Some("HTTP")),
+            (b"HEAD / HTTP/1.1\r\n", Some("HTTP")),
+            (b"HEAD nsec kinsns\r\n", Some("a System/161 meter socket")),
+            (&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x32], Some("TLS")),
+            (b"SSH-2.0-OpenSSH_9.6\r\n", None),
+        ];
+        for (first, what) in cases {
+            assert_eq!(looks_like(first), what, "{:?}", first.escape_ascii().to_string());
+        }
+        let e = "not an HMON peer: it began with \"HTTP/1.1\"";
+        assert_eq!(peer_message(&e, Some(b"HTTP/1.1")), format!("{e}, which looks like HTTP"));
+        assert_eq!(peer_message(&e, Some(b"SSH-2.0")), e);
+        assert_eq!(peer_message(&"refused", None), "refused");
+    }
 
     #[test]
     fn durations() {

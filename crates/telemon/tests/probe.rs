@@ -45,7 +45,7 @@ async fn a_probe_answers_its_target_alone_and_metrics_keeps_the_process_families
     let (status, metrics) = within("/metrics", http_get(addr, "/metrics", &[])).await.unwrap();
     assert_eq!(status, 200);
     for family in [
-        "telemon_build_info{version=",
+        "telemon_build_info{branch=",
         "telemon_http_refused_connections_total ",
         "telemon_listener_targets{listener=\"agents\"} ",
         "telemon_probe_targets_dropped_total{reason=\"idle\"} 0",

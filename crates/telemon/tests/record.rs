@@ -450,3 +450,18 @@ fn sysinfo_requests(outbound: &[u8]) -> usize {
     }
     n
 }
+
+/// Issue 45: `telemon serve --record DIR` that fails to start (its port is taken) left a 0-byte `.pcapng`
+/// behind. A recording's file is created with its first record.
+#[tokio::test]
+async fn a_serve_that_fails_to_start_leaves_no_recording_behind() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("rec");
+    let listen = taken.local_addr().unwrap().to_string();
+    let args = ["serve", "--hmon", "127.0.0.1:9", "--listen", &listen, "--record", out.to_str().unwrap()];
+    let result = run(&args, None).await;
+    assert_ne!(code(&result), 0, "{}", stderr(&result));
+    assert!(stderr(&result).contains(&listen), "{}", stderr(&result));
+    assert_eq!(files(&out), Vec::<PathBuf>::new(), "{}", stderr(&result));
+}

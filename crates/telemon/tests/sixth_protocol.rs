@@ -62,6 +62,10 @@ impl Component for Lines {
         Ok(Arc::new(b))
     }
 
+    fn peer(&self) -> &'static str {
+        "a lines peer"
+    }
+
     fn address(&self) -> Option<Address> {
         Some(Address::connect(PORT))
     }
@@ -205,10 +209,16 @@ async fn a_protocol_from_outside_runs_through_the_public_api() {
     ))
     .unwrap();
     let recording = Arc::new(telemon_fleet::record::Recording::new(recorder));
-    let server =
-        telemon::http::start_checked(check(config).unwrap(), Some("127.0.0.1:0"), Some(recording.clone()))
-            .await
-            .unwrap();
+    let server = telemon::http::start_checked(
+        check(config).unwrap(),
+        telemon::http::Launch {
+            listen: Some("127.0.0.1:0".into()),
+            recording: Some(recording.clone()),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     let http = server.local_addr();
     let page = scrape(http, "/metrics", "lines_value{target=\"a\",room=\"x\",key=\"temp\"}").await;
     assert!(page.contains("telemon_target_up{protocol=\"lines\",target=\"a\",room=\"x\"} 1"), "{page}");
@@ -232,7 +242,7 @@ async fn a_protocol_from_outside_runs_through_the_public_api() {
     server.shutdown().await;
     recording.finish();
     let (capture, _) =
-        telemon_capture::Capture::from_dir(&dir.path().join("rec"), Default::default()).unwrap();
+        telemon_capture::Capture::from_dir(dir.path().join("rec"), Default::default()).unwrap();
     let connections = capture.connections(Some("a"));
     assert!(!connections.is_empty() && connections.iter().all(|c| c.target.link_type == LINK_TYPE));
     let scrapes = telemon_fleet::export::replay(&protocols, connections).unwrap();

@@ -75,6 +75,16 @@ pub trait Component: Send + Sync + 'static {
         stream: ReplayStream,
     ) -> BoxFuture<'a, Failure>;
 
+    /// Whether a peer's first bytes can start its protocol (`Some(false)`: they cannot; `None`: too few to
+    /// say), as its crate's `sniff` says; the default never claims bytes.
+    fn sniff(&self, _first: &[u8]) -> Option<bool> {
+        None
+    }
+
+    /// What a peer of it is, for a message that says what a client reached instead of the peer it expected
+    /// (`a System/161 meter socket`).
+    fn peer(&self) -> &'static str;
+
     /// The two or three figures a view that lists many targets shows of one (`/`, `telemon top`'s list).
     /// `carry` is kept by the view for the target from one call to the next (for a figure made of two
     /// samples, such as smon's CPU busy share).

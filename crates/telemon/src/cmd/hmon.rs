@@ -15,7 +15,7 @@ use hmon::{
 };
 use tokio::sync::mpsc;
 
-use crate::cmd::record::RecordArgs;
+use crate::cmd::record::{self, RecordArgs};
 use crate::output::{self, human_bytes, print_json_line, print_line, CliError, CliResult, OutputArgs};
 
 /// Watch a Dyalog APL interpreter (HMON).
@@ -137,13 +137,24 @@ enum Output {
     Done(Result<(), String>),
 }
 
-/// Runs `telemon hmon`.
+/// An error of a connection, and for a peer of another protocol what it looks like.
+fn peer_error(e: hmon::ClientError) -> CliError {
+    let first = match &e {
+        hmon::ClientError::OtherProtocol { first } => Some(&first[..]),
+        _ => None,
+    };
+    CliError::Peer(output::peer_message(&e, first))
+}
+
+/// Runs `telemon hmon` until the session ends, `--count` is reached, or Ctrl-C or SIGTERM.
 pub async fn run(args: Args) -> CliResult {
     match args.command {
         HmonCommand::Connect { addr, reconnect, session } => {
-            connect(addr, reconnect, Plan::new(session)?).await
+            record::until_stopped(connect(addr, reconnect, Plan::new(session)?)).await
         }
-        HmonCommand::Listen { addr, session } => listen(addr, Plan::new(session)?).await,
+        HmonCommand::Listen { addr, session } => {
+            record::until_stopped(listen(addr, Plan::new(session)?)).await
+        }
     }
 }
 
@@ -154,7 +165,7 @@ async fn connect(addr: String, reconnect: bool, plan: Plan) -> CliResult {
     }
     let recording = plan.args.record.start(&addr, telemon_capture::link_type::HMON, &addr)?;
     let (client, events) = match &recording {
-        None => Client::connect(addr.clone(), plan.client_config(reconnect)).await.map_err(CliError::peer)?,
+        None => Client::connect(addr.clone(), plan.client_config(reconnect)).await.map_err(peer_error)?,
         Some(_) if reconnect => {
             return Err(CliError::Usage(
                 "--record does not follow --reconnect yet: record one connection".into(),
@@ -165,7 +176,7 @@ async fn connect(addr: String, reconnect: bool, plan: Plan) -> CliResult {
                 .await
                 .map_err(|e| CliError::Peer(format!("cannot connect to {addr}: {e}")))?;
             let _ = stream.set_nodelay(true);
-            Client::over(rec.tap(stream), plan.client_config(false)).await.map_err(CliError::peer)?
+            Client::over(rec.tap(stream), plan.client_config(false)).await.map_err(peer_error)?
         }
     };
     let (tx, mut rx) = mpsc::channel(256);
@@ -173,19 +184,16 @@ async fn connect(addr: String, reconnect: bool, plan: Plan) -> CliResult {
     let json = plan.args.output.json;
     tokio::spawn(session(client, events, plan, tx));
     loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
-            out = rx.recv() => match out {
-                None => return Ok(()),
-                Some(Output::Message(m)) => {
-                    show(&m, json, None)?;
-                    if countdown.tick() {
-                        return Ok(());
-                    }
+        match rx.recv().await {
+            None => return Ok(()),
+            Some(Output::Message(m)) => {
+                show(&m, json, None)?;
+                if countdown.tick() {
+                    return Ok(());
                 }
-                Some(Output::Note(note)) => eprintln!("telemon: {addr}: {note}"),
-                Some(Output::Done(result)) => return result.map_err(CliError::Peer),
             }
+            Some(Output::Note(note)) => eprintln!("telemon: {addr}: {note}"),
+            Some(Output::Done(result)) => return result.map_err(CliError::Peer),
         }
     }
 }
@@ -194,6 +202,12 @@ async fn listen(addr: String, plan: Plan) -> CliResult {
     let mut countdown = plan.args.output.countdown();
     if countdown.is_done() {
         return Ok(());
+    }
+    if plan.args.record.record.is_some() {
+        // Refused rather than ignored: a run that records nothing must not look like one that did.
+        return Err(CliError::Usage(
+            "--record records `hmon connect`; `hmon listen` cannot record yet".into(),
+        ));
     }
     let mut listener = Listener::bind(&addr, plan.client_config(false))
         .await
@@ -205,7 +219,6 @@ async fn listen(addr: String, plan: Plan) -> CliResult {
     let (tx, mut rx) = mpsc::channel::<(String, Output)>(256);
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
             accepted = listener.accept() => match accepted {
                 Ok((client, events, peer)) => {
                     let peer = peer.to_string();
@@ -221,7 +234,7 @@ async fn listen(addr: String, plan: Plan) -> CliResult {
                         }
                     });
                 }
-                Err(e) => eprintln!("telemon: an interpreter failed to connect: {e}"),
+                Err(e) => eprintln!("telemon: an interpreter failed to connect: {}", peer_error(e)),
             },
             Some((peer, out)) = rx.recv() => match out {
                 Output::Message(m) => {

@@ -13,9 +13,9 @@ use futures::Stream;
 use std::time::Duration;
 use telemon_capture::{link_type, Tap};
 
-use ::meter161::{ClientError, Event, Header, Sample};
+use ::meter161::{ClientError, DecodeError, Event, Header, ProtocolError, Sample};
 
-use crate::cmd::record::RecordArgs;
+use crate::cmd::record::{self, RecordArgs};
 use crate::output::{self, CliError, CliResult, OutputArgs, Rows};
 
 /// How late a row may be shown while the simulator sends lines close together: one wake-up reads
@@ -50,8 +50,12 @@ fn parse_interval(s: &str) -> Result<Duration, String> {
     Ok(interval)
 }
 
-/// Runs the subcommand.
+/// Runs the subcommand until the watch ends, `--count` is reached, or Ctrl-C or SIGTERM.
 pub async fn run(args: Args) -> CliResult {
+    record::until_stopped(live(args)).await
+}
+
+async fn live(args: Args) -> CliResult {
     if args.output.countdown().is_done() {
         return Ok(());
     }
@@ -114,21 +118,32 @@ pub async fn show(
             Ok(Event::Disconnected) => eprintln!("telemon: meter161: disconnected"),
             Ok(other) => tracing::debug!(?other, "event not shown"),
             Err(e) if e.is_fatal() => {
-                eprintln!("telemon: meter161: {e}");
+                eprintln!("telemon: meter161: {}", message(&e));
                 last_error = Some(e);
             }
-            Err(e) => eprintln!("telemon: meter161: {e}"),
+            Err(e) => eprintln!("telemon: meter161: {}", message(&e)),
         }
     }
-    // The watch ended: a wrong version, or (with --once) a failed connect or a disconnect.
+    // The watch ended: a wrong version or protocol, or (with --once) a failed connect or a disconnect.
     rows.flush()?;
     match (last_error, output.count) {
-        (Some(e), _) => Err(CliError::peer(e)),
+        (Some(e), _) => Err(CliError::Peer(message(&e))),
         (None, Some(count)) => {
             Err(CliError::Peer(format!("disconnected after {samples} of {count} samples")))
         }
         (None, None) => Ok(()),
     }
+}
+
+/// What an error of the watch says, and for a socket of another protocol what it looks like.
+fn message(e: &ClientError) -> String {
+    let first = match e {
+        ClientError::Protocol(ProtocolError::Decode(DecodeError::OtherProtocol { first })) => {
+            Some(&first[..])
+        }
+        _ => None,
+    };
+    output::peer_message(e, first)
 }
 
 /// stat161's table: columns `max(WIDTH, name)` wide, growing to fit values, each followed by a blank.

@@ -12,7 +12,7 @@ use mono_counters::{
     ValueData,
 };
 
-use crate::cmd::record::RecordArgs;
+use crate::cmd::record::{self, RecordArgs};
 use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};
 
 /// Mono counters: listen for an agent (`mono --profile=countersagent:address=…`) or read its file.
@@ -67,10 +67,19 @@ fn parse_counter(s: &str) -> Result<CounterName, String> {
     CounterName::parse(s).ok_or_else(|| format!("expected Category/Name, got {s:?}"))
 }
 
-/// Runs `telemon mono ...`.
+/// An agent's (or a file's) error, and for a peer of another protocol what it looks like.
+fn peer_error(e: MonoError) -> CliError {
+    let first = match &e {
+        MonoError::OtherProtocol { first } => Some(&first[..]),
+        _ => None,
+    };
+    CliError::Peer(output::peer_message(&e, first))
+}
+
+/// Runs `telemon mono ...` (`listen` until `--count` is reached, or Ctrl-C or SIGTERM).
 pub async fn run(args: Args) -> CliResult {
     match args.command {
-        MonoCommand::Listen(args) => listen(args).await,
+        MonoCommand::Listen(args) => record::until_stopped(listen(args)).await,
         MonoCommand::Read(args) => read(args).await,
     }
 }
@@ -107,7 +116,7 @@ async fn listen(args: ListenArgs) -> CliResult {
         let (mut session, peer) = match accept().await {
             Ok(accepted) => accepted,
             Err(e) => {
-                eprintln!("telemon: agent rejected: {e}");
+                eprintln!("telemon: agent rejected: {}", peer_error(e));
                 continue;
             }
         };
@@ -207,7 +216,7 @@ async fn watch(
 }
 
 async fn read(args: ReadArgs) -> CliResult {
-    let mut file = CounterFile::open(&args.file, Limits::default()).await.map_err(CliError::peer)?;
+    let mut file = CounterFile::open(&args.file, Limits::default()).await.map_err(peer_error)?;
     if !args.output.json {
         eprintln!("telemon: {}: {} counters", args.file.display(), file.hello().headers.len());
     }

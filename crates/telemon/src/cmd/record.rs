@@ -70,6 +70,17 @@ impl Drop for OneTarget {
     }
 }
 
+/// Runs a one-target command until it ends, or until Ctrl-C or SIGTERM stops it, which is an end like any
+/// other (`Ok`, exit 0), not a kill: the command's future is dropped, and with it its connection and its
+/// [`OneTarget`], whose drop writes and flushes every queued record. As a tap queues each read before its
+/// bytes reach the decoder, every message the command showed is in the recording, however it stopped.
+pub async fn until_stopped(command: impl std::future::Future<Output = CliResult>) -> CliResult {
+    tokio::select! {
+        result = command => result,
+        () = shutdown_signal() => Ok(()),
+    }
+}
+
 /// How a fleet recording rotates and how much it keeps.
 #[derive(Debug, Clone, clap::Args)]
 pub struct RotateArgs {

@@ -6,7 +6,9 @@ use std::pin::Pin;
 
 use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
-use telemon_capture::{link_type, Capture, Connection, Direction, Limits, ReplayStream, Speed};
+use telemon_capture::{
+    link_type, Capture, Connection, Direction, Limits, ReadError, ReplayStream, Speed, Warning,
+};
 
 use crate::output::{CliError, CliResult, OutputArgs};
 
@@ -36,6 +38,12 @@ pub fn open(file: &std::path::Path, command: &str) -> Result<Capture, CliError> 
         Capture::from_dir(file, Limits::default()).map_err(failed)?
     } else {
         let capture = Capture::from_file(file, Limits::default()).map_err(failed)?;
+        // A file that is no recording at all (`/etc/hostname`) is an error of its own, not damage.
+        if let Some(Warning::Damaged { offset: 0, error: error @ ReadError::NotPcapng { .. } }) =
+            &capture.warning
+        {
+            return Err(CliError::Peer(format!("{}: {error}", file.display())));
+        }
         let warnings = capture.warning.iter().map(|w| (file.to_path_buf(), w.clone())).collect();
         (capture, warnings)
     };
@@ -127,14 +135,21 @@ pub struct View {
     play: Play,
 }
 
+/// A view of inbound byte streams (see [`Play::Streams`]).
+type PlayStreams = for<'a> fn(Vec<ReplayStream>, &'a OutputArgs) -> BoxFuture<'a, CliResult>;
+
+/// A view of whole connections (see [`Play::Connections`]).
+type PlayConnections =
+    for<'a> fn(&'a [Connection], Speed, &'a OutputArgs) -> BoxFuture<'a, Result<bool, CliError>>;
+
 /// How a view plays a recorded target's connections.
 #[derive(Debug, Clone, Copy)]
 enum Play {
     /// Their inbound bytes, one stream per connection in order, at the recorded pace.
-    Streams(for<'a> fn(Vec<ReplayStream>, &'a OutputArgs) -> BoxFuture<'a, CliResult>),
+    Streams(PlayStreams),
     /// The connections themselves (both directions: what was asked says what each reply is); `Ok(true)` when
     /// played to the recording's end.
-    Connections(for<'a> fn(&'a [Connection], Speed, &'a OutputArgs) -> BoxFuture<'a, Result<bool, CliError>>),
+    Connections(PlayConnections),
 }
 
 /// The one-target views, one line each.

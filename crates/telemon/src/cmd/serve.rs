@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use telemon::config::Source;
 use telemon::http::check::check;
+use telemon::http::Launch;
 use telemon_fleet::config::{check_listen, ConfigError, Shard};
 use telemon_fleet::pace::Pace;
 
@@ -63,10 +64,16 @@ fn listen_flag(listen: Option<&str>) -> Result<(), CliError> {
 /// the push senders and the HTTP server, each with its own section; a reload reads the same [`Source`].
 pub async fn run(args: Args, pace: Pace) -> CliResult {
     listen_flag(args.listen.as_deref())?;
+    // `--check-config FILE` reads FILE as `--config FILE` would, with the same flags.
+    let targets = match &args.check_config {
+        Some(file) => TargetArgs { config: Some(file.clone()), ..args.targets.clone() },
+        None => args.targets.clone(),
+    };
+    let source = source_of(&targets, args.shard, args.web_config_file.as_ref())?;
+    // The same check as at every reload.
+    let checked = check(source.read()?)?;
+    let config = checked.config.clone();
     if let Some(file) = &args.check_config {
-        // The same check as at start and at every reload, of the same file and flags.
-        let targets = TargetArgs { config: Some(file.clone()), ..args.targets.clone() };
-        let checked = check(source_of(&targets, args.shard, args.web_config_file.as_ref())?.read()?)?;
         let web = match &checked.web {
             Some(w) => format!(
                 "; web config {}: {}, {} basic auth users",
@@ -76,26 +83,24 @@ pub async fn run(args: Args, pace: Pace) -> CliResult {
             ),
             None => String::new(),
         };
-        println!("{}: ok ({}{web})", file.display(), checked.config.summary());
+        println!("{}: ok ({}{web})", file.display(), config.summary());
         return Ok(());
     }
-    let source = source_of(&args.targets, args.shard, args.web_config_file.as_ref())?;
-    let checked = check(source.read()?)?;
-    let config = checked.config.clone();
-    if args.targets.config.is_none() && config.blocks() == 0 {
+    if targets.config.is_none() && config.blocks() == 0 {
         return Err(CliError::Usage(
             "no targets: give --config FILE (a config without targets serves /probe only) or target flags such as --hmon ADDR".into(),
         ));
     }
     let recording = args.record.map(|dir| args.rotate.start(dir)).transpose()?;
-    pace.set(config.serve.wakeup_slack);
     let scheme = if checked.web.as_ref().is_some_and(|w| w.is_tls()) { "https" } else { "http" };
-    let server = telemon::http::start_checked(checked, args.listen.as_deref(), recording.clone())
-        .await
-        .map_err(CliError::peer)?;
-    server.control().set_source(source);
-    server.control().set_pace(pace);
-    server.control().enable_lifecycle(args.web_enable_lifecycle);
+    let launch = Launch {
+        listen: args.listen,
+        recording: recording.clone(),
+        source: Some(source),
+        pace: Some(pace),
+        lifecycle: args.web_enable_lifecycle,
+    };
+    let server = telemon::http::start_checked(checked, launch).await.map_err(CliError::peer)?;
     let shard = config.serve.shard.map(|s| format!(" (shard {s})")).unwrap_or_default();
     let what = if config.blocks() == 0 && config.fleet.file_sd.is_empty() {
         "no targets (/probe only)".to_owned()

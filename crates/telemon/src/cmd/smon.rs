@@ -19,7 +19,7 @@ use smon_codec::{
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::cmd::record::RecordArgs;
+use crate::cmd::record::{self, RecordArgs};
 use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};
 use telemon_capture::link_type;
 use telemon_fleet::retry;
@@ -81,8 +81,12 @@ struct ViewArgs {
 /// Runs `telemon smon ...`.
 pub async fn run(args: Args) -> CliResult {
     match args.command {
-        SmonCommand::Read { path, view, follow, poll } => read(&path, view, follow, poll).await,
-        SmonCommand::Connect { addr, view, wait, reconnect } => connect(&addr, view, wait, reconnect).await,
+        SmonCommand::Read { path, view, follow, poll } => {
+            record::until_stopped(read(&path, view, follow, poll)).await
+        }
+        SmonCommand::Connect { addr, view, wait, reconnect } => {
+            record::until_stopped(connect(&addr, view, wait, reconnect)).await
+        }
         SmonCommand::Encode { resync } => encode(resync).await,
     }
 }
@@ -147,6 +151,15 @@ async fn connect_with_retry(addr: &str, wait: Duration) -> Result<TcpStream, Cli
     retry::retry(addr, Some(wait), || TcpStream::connect(&targets[..]))
         .await
         .map_err(|e| CliError::Peer(format!("connecting to {addr}: {e}")))
+}
+
+/// A decode error that ends the view, and for a peer of another protocol what it looks like.
+fn peer_error(e: &DecodeError) -> CliError {
+    let first = match e {
+        DecodeError::OtherProtocol { first } => Some(&first[..]),
+        _ => None,
+    };
+    CliError::Peer(output::peer_message(e, first))
 }
 
 /// Why a stream stopped being read.
@@ -225,6 +238,8 @@ impl View {
                         }
                     }
                     Err(DecodeError::Io(e)) => return Err(CliError::Peer(format!("read failed: {e}"))),
+                    // Not smon at all: no resync to skip to will come.
+                    Err(e @ DecodeError::OtherProtocol { .. }) => return Err(peer_error(&e)),
                     Err(e) => {
                         self.errors += 1;
                         eprintln!("telemon: smon: {e}; skipping to the next resync");

@@ -11,10 +11,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sysinfo_wire::{
-    Client, ClientConfig, End, Endpoint, Report, Response, SysinfoCommand, DEFAULT_MAX_RESPONSE,
+    Client, ClientConfig, End, Endpoint, Report, Response, SysinfoCommand, TransportError,
+    DEFAULT_MAX_RESPONSE,
 };
 
-use crate::cmd::record::{OneTarget, RecordArgs};
+use crate::cmd::record::{self, OneTarget, RecordArgs};
 use crate::output::{self, CliError, CliResult, OutputArgs};
 use telemon_fleet::retry;
 
@@ -46,7 +47,7 @@ pub struct Args {
     record: RecordArgs,
 }
 
-/// Runs the subcommand.
+/// Runs the subcommand (with `--watch`, until `--count` is reached, or Ctrl-C or SIGTERM).
 pub async fn run(args: Args) -> CliResult {
     // The report names are the crate's own (`SysinfoCommand: FromStr`), not a list of our own.
     let command = match (args.what.as_str(), args.kind) {
@@ -58,6 +59,11 @@ pub async fn run(args: Args) -> CliResult {
     if args.output.count.is_some() && args.watch.is_none() {
         return Err(CliError::Usage("--count only applies with --watch".into()));
     }
+    record::until_stopped(ask(args, command)).await
+}
+
+/// Asks for `command` once, or every `--watch` until `--count` reports were shown.
+async fn ask(args: Args, command: SysinfoCommand) -> CliResult {
     let endpoint = match args.socket {
         Some(path) => Endpoint::Unix(path),
         None => Endpoint::Tcp(args.connect),
@@ -67,8 +73,8 @@ pub async fn run(args: Args) -> CliResult {
     let recording = args.record.start(&address, telemon_capture::link_type::SYSINFO, &address)?;
     let recording = recording.as_ref();
     let Some(every) = args.watch else {
-        let mut client = connect(&endpoint, config, recording).await.map_err(CliError::peer)?;
-        let response = client.request(command).await.map_err(CliError::peer)?;
+        let mut client = connect(&endpoint, config, recording).await.map_err(peer_error)?;
+        let response = client.request(command).await.map_err(peer_error)?;
         return show(&response, args.output.json);
     };
 
@@ -87,7 +93,7 @@ pub async fn run(args: Args) -> CliResult {
             None => client.insert(
                 retry::retry("sysinfo", None, || connect(&endpoint, config.clone(), recording))
                     .await
-                    .map_err(CliError::peer)?,
+                    .map_err(peer_error)?,
             ),
         };
         match c.request(command).await {
@@ -101,12 +107,25 @@ pub async fn run(args: Args) -> CliResult {
                     return Ok(());
                 }
             }
+            // Another protocol on that port: reconnecting would meet it again.
+            Err(e @ sysinfo_wire::ClientError::Transport(TransportError::OtherProtocol { .. })) => {
+                return Err(peer_error(e))
+            }
             Err(e) => {
                 eprintln!("telemon: sysinfo: {e} (reconnecting)");
                 client = None;
             }
         }
     }
+}
+
+/// An error of the client, and for a peer of another protocol what it looks like.
+fn peer_error(e: sysinfo_wire::ClientError) -> CliError {
+    let first = match &e {
+        sysinfo_wire::ClientError::Transport(TransportError::OtherProtocol { first }) => Some(&first[..]),
+        _ => None,
+    };
+    CliError::Peer(output::peer_message(&e, first))
 }
 
 /// Connects to `endpoint`, through a recording tap with `--record`.

@@ -22,7 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::config::Config;
+use crate::config::{Config, Source};
+use telemon_fleet::pace::Pace;
 use telemon_fleet::render::Format;
 use telemon_fleet::Fleet;
 use telemon_push::{Push, Stats as PushStats};
@@ -72,23 +73,37 @@ pub struct Server {
 /// the check is an `InvalidInput` error.
 pub async fn start(config: &Config, listen: Option<&str>) -> std::io::Result<Server> {
     let checked = check::check(config.clone()).map_err(invalid_input)?;
-    start_checked(checked, listen, None).await
+    start_checked(checked, Launch { listen: listen.map(str::to_owned), ..Launch::default() }).await
+}
+
+/// What `telemon serve` gives a checked config to run it, beside the config itself.
+#[derive(Debug, Default)]
+pub struct Launch {
+    /// The HTTP address (`--listen`), over `[serve] listen`.
+    pub listen: Option<String>,
+    /// What the fleet's connections are recorded into (`--record`).
+    pub recording: Option<Arc<telemon_fleet::record::Recording>>,
+    /// Where a reload reads the config again; without it a reload fails, saying so.
+    pub source: Option<Source>,
+    /// The collectors' pace, whose wake-up slack `[serve] wakeup_slack` sets (now, and at each reload).
+    pub pace: Option<Pace>,
+    /// Whether `POST /-/reload` is allowed (`--web.enable-lifecycle`).
+    pub lifecycle: bool,
 }
 
 /// Starts a checked config, in one direction: binds the HTTP port (whose number names this instance), starts
 /// the fleet with its section (recorded into `recording` when given), then the push senders with theirs,
 /// then serves HTTP with `[serve]` on `listen` (`[serve] listen` when `None`), behind the web
-/// configuration the check read. The targets run on the calling runtime.
-pub async fn start_checked(
-    checked: Checked,
-    listen: Option<&str>,
-    recording: Option<Arc<telemon_fleet::record::Recording>>,
-) -> std::io::Result<Server> {
+/// configuration the check read, with what `launch` gives. The targets run on the calling runtime.
+pub async fn start_checked(checked: Checked, launch: Launch) -> std::io::Result<Server> {
     let Checked { config, web } = checked;
+    let Launch { listen: listen_override, recording, source, pace, lifecycle } = launch;
     let config = &config;
-    let listen_override = listen.map(str::to_owned);
-    let listen = listen.unwrap_or(&config.serve.listen);
-    let listener = thread::bind(listen)?;
+    if let Some(pace) = &pace {
+        pace.set(config.serve.wakeup_slack);
+    }
+    let listen = listen_override.clone().unwrap_or_else(|| config.serve.listen.clone());
+    let listener = thread::bind(&listen)?;
     let web = Arc::new(WebGate::new(web));
     let addr = listener.local_addr()?;
     let fleet = Arc::new(Fleet::recording(recording.clone()));
@@ -112,6 +127,13 @@ pub async fn start_checked(
         listen_override,
         recording,
     ));
+    if let Some(source) = source {
+        control.set_source(source);
+    }
+    if let Some(pace) = pace {
+        control.set_pace(pace);
+    }
+    control.enable_lifecycle(lifecycle);
     let view = crate::web::View::start(fleet.clone(), config.serve.web_history);
     let state = AppState {
         fleet: fleet.clone(),
@@ -135,7 +157,7 @@ pub async fn start_checked(
     );
     let (failed, _) = tokio::sync::watch::channel(None);
     let serving = Serving { app, gate: web.clone(), probes, view, failed };
-    let http = HttpThread::spawn(listen.to_owned(), listener, limits, &serving)?;
+    let http = HttpThread::spawn(listen, listener, limits, &serving)?;
     control.serve(serving, http);
     Ok(Server { fleet, web, control })
 }
@@ -216,6 +238,7 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     let open_metrics = Format::from_accept(accept) == Format::OpenMetrics;
     let push = state.control.push_stats.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let mut own = telemon_push::stats::render(&push, open_metrics);
+    own.push_str(&crate::build_info::render(open_metrics));
     own.push_str(&state.fleet.render_tail(open_metrics));
     own.push_str(&state.control.render(open_metrics));
     own.push_str(&state.probes.render(open_metrics));

@@ -113,9 +113,11 @@ fn kind(e: &ClientError) -> ErrorKind {
     match e {
         ClientError::Frame(_) => ErrorKind::Decode,
         ClientError::Timeout { .. } => ErrorKind::Timeout,
-        ClientError::Handshake(_) | ClientError::Rejected { .. } | ClientError::UnexpectedReply { .. } => {
-            ErrorKind::Protocol
-        }
+        // A peer of another protocol (a web server, an smon stream) is a protocol error, not a connection's.
+        ClientError::Handshake(_)
+        | ClientError::Rejected { .. }
+        | ClientError::UnexpectedReply { .. }
+        | ClientError::OtherProtocol { .. } => ErrorKind::Protocol,
         _ => ErrorKind::Connect,
     }
 }

@@ -71,6 +71,14 @@ impl HmonBlock {
 pub struct HmonListen(pub HmonBlock);
 
 impl Component for Hmon {
+    fn sniff(&self, first: &[u8]) -> Option<bool> {
+        hmon::sniff(first)
+    }
+
+    fn peer(&self) -> &'static str {
+        "an HMON peer (a Dyalog APL interpreter)"
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }

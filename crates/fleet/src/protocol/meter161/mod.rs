@@ -47,6 +47,14 @@ pub struct Meter161Block {
 }
 
 impl Component for Meter161 {
+    fn sniff(&self, first: &[u8]) -> Option<bool> {
+        meter161::sniff(first)
+    }
+
+    fn peer(&self) -> &'static str {
+        "a System/161 meter socket"
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }

@@ -25,9 +25,10 @@ fn kind(e: &ClientError) -> ErrorKind {
     match e {
         ClientError::Decode(_) => ErrorKind::Decode,
         ClientError::Timeout { .. } => ErrorKind::Timeout,
-        ClientError::Encode(_) | ClientError::ExpectedHello(_) | ClientError::Unexpected(_) => {
-            ErrorKind::Protocol
-        }
+        ClientError::Encode(_)
+        | ClientError::ExpectedHello(_)
+        | ClientError::Unexpected(_)
+        | ClientError::OtherProtocol { .. } => ErrorKind::Protocol,
         _ => ErrorKind::Connect,
     }
 }

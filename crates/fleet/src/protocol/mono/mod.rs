@@ -57,6 +57,14 @@ impl MonoBlock {
 }
 
 impl Component for Mono {
+    fn sniff(&self, first: &[u8]) -> Option<bool> {
+        mono_counters::sniff(first)
+    }
+
+    fn peer(&self) -> &'static str {
+        "a Mono counters agent"
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }

@@ -41,6 +41,14 @@ pub struct SmonBlock {
 }
 
 impl Component for Smon {
+    fn sniff(&self, first: &[u8]) -> Option<bool> {
+        smon_codec::sniff(first)
+    }
+
+    fn peer(&self) -> &'static str {
+        "an smon stream"
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }

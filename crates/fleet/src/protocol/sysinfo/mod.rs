@@ -149,6 +149,14 @@ pub struct SysinfoBlock {
 }
 
 impl Component for Sysinfo {
+    fn sniff(&self, first: &[u8]) -> Option<bool> {
+        sysinfo_wire::sniff(first)
+    }
+
+    fn peer(&self) -> &'static str {
+        "the rvOS sysinfo host transport"
+    }
+
     fn name(&self) -> &'static str {
         NAME
     }
