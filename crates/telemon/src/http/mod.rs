@@ -82,7 +82,7 @@ pub async fn start(config: &Config, listen: Option<&str>) -> std::io::Result<Ser
 pub async fn start_checked(
     checked: Checked,
     listen: Option<&str>,
-    recording: Option<Arc<telemon_fleet::record::Recording>>,
+    recording: Option<Arc<telemon_fleet::recording::Recording>>,
 ) -> std::io::Result<Server> {
     let Checked { config, web } = checked;
     let config = &config;
