@@ -365,6 +365,7 @@ fn file_sd() -> Group {
     let yaml = serde_yaml_ng::to_string(&groups).unwrap().into_bytes();
     let section: FileSdSection = toml::from_str("files = ['t/*']\nprotocol = 'hmon'\npoll = '2s'\n").unwrap();
     let json2 = json.clone();
+    let protocols = telemon_fleet::Protocols::built_in();
     Group::new("file_sd", Throughput::Elements(1000), 20)
         .case(Case::iter("json", move || parse_groups(Path::new("t.json"), black_box(&json)).unwrap().len()))
         .case(
@@ -373,7 +374,7 @@ fn file_sd() -> Group {
         )
         .case(
             Case::iter("read_json_blocks", move || {
-                section.read_bytes(Path::new("t.json"), black_box(&json2)).unwrap().0.len()
+                section.read_bytes(&protocols, Path::new("t.json"), black_box(&json2)).unwrap().0.len()
             })
             .vs("json"),
         )

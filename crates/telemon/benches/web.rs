@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use bench_harness::{Case, Group};
 use criterion::Throughput;
+use telemon::config::WebHistory;
 use telemon::web::live::Live;
-use telemon_fleet::config::WebHistory;
 use telemon_fleet::{
     Fleet, LabelSet, MetricKind, Protocol, Series, SeriesSet, TargetSnapshot, TargetState, Value,
 };
