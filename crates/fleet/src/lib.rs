@@ -20,7 +20,8 @@
 //! * [`model`]: the snapshot types every view codes against;
 //! * [`series`]: a target's published series (a shared schema and a flat array of values);
 //! * [`render`]: the Prometheus text 0.0.4 and OpenMetrics exposition of a snapshot;
-//! * [`record`] and [`export`]: recording the collectors' connections, and replaying recordings through them;
+//! * [`recording`] and [`rerun`]: recording the collectors' connections (pcapng), and running recordings through
+//!   the collectors again (`telemon export`, `telemon top --replay`);
 //! * [`pace`]: wake-up coalescing for the collectors' runtime;
 //! * [`heap`]: giving the heap's free pages back once the fleet settles.
 //!
@@ -73,16 +74,16 @@
 pub mod collect;
 pub mod config;
 pub mod discover;
-pub mod export;
 pub mod fuzz;
 pub mod heap;
 pub mod model;
 pub mod own;
 pub mod pace;
 pub mod protocol;
-pub mod record;
+pub mod recording;
 pub mod registry;
 pub mod render;
+pub mod rerun;
 pub mod retry;
 pub mod rows;
 pub mod series;
@@ -160,7 +161,7 @@ impl Fleet {
     }
 
     /// A fleet with no targets yet whose connections are recorded into `recording`, when there is one.
-    pub fn recording(recording: Option<Arc<record::Recording>>) -> Fleet {
+    pub fn recording(recording: Option<Arc<recording::Recording>>) -> Fleet {
         let registry = Registry::new();
         Fleet {
             units: Units::new(registry.clone(), recording),

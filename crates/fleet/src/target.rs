@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::model::{ErrorKind, EventRecord, MetricKind, Protocol, TargetSnapshot, TargetState, Value};
-use crate::record::Recording;
+use crate::recording::Recording;
 use crate::registry::{Entry, Registry};
 use crate::series::{LabelPairs, Num};
 use crate::store::{Change, SeriesStore, SlotId, Stamp};
@@ -169,8 +169,8 @@ impl Publisher {
         let (name, address, received) = (self.meta.name.clone(), address.to_owned(), self.received.clone());
         let recording = self.recording.clone();
         move |stream| match recording {
-            Some((r, link)) => crate::record::tap(Some(&*r), stream, &name, link, &address, received),
-            None => crate::record::tap(None, stream, &name, 0, &address, received),
+            Some((r, link)) => crate::recording::tap(Some(&*r), stream, &name, link, &address, received),
+            None => crate::recording::tap(None, stream, &name, 0, &address, received),
         }
     }
 

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{FileSdSection, FleetConfig, Settings};
 use crate::protocol::{BoxFuture, Protocols, Start, Unit};
-use crate::record::Recording;
+use crate::recording::Recording;
 use crate::registry::Registry;
 
 /// One thing the fleet runs: a unit of a block, or a file_sd watcher.

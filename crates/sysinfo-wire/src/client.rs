@@ -9,10 +9,11 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::Framed;
 
+use crate::codec::{decode_frame, encode_data_frame, encode_frame, sniff, Frame, TransportError};
 use crate::message::{BootRequest, BootResponse, ChannelId, Message, SysinfoCommand, SYSINFO_SERVICE};
 use crate::reassembly::{Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
 use crate::report::Report;
-use crate::transport::{decode_frame, encode_data_frame, encode_frame, sniff, Frame, TransportError};
+use crate::tokio_codec::HostCodec;
 use crate::wire::{self, WireError};
 
 /// The initial size of the connection's read buffer: replies grow it as they need (a fleet holds a

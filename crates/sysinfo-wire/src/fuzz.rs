@@ -5,10 +5,10 @@ use crate::prelude::*;
 
 use bytes::BytesMut;
 
+use crate::codec::{decode_frame, encode_frame, Frame};
 use crate::message::{BootRequest, BootResponse, NewConnection, SysinfoCommand};
 use crate::reassembly::Reassembler;
 use crate::report::Report;
-use crate::transport::{decode_frame, encode_frame, Frame};
 use crate::wire::{from_bytes, to_bytes, Wire};
 
 fn reencodes<T: Wire + PartialEq + core::fmt::Debug>(data: &[u8]) {

@@ -233,7 +233,7 @@ fn first_connection(dir: &Path, target: &str) -> telemon_capture::Connection {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
-    use sim_common::replay::{Mode, Replay, Speed};
+    use sim_common::recorded_peer::{Mode, Replay, Speed};
     // 1. Record every protocol from the live sims.
     let Setup { sims, dir, config } = setup().await;
     let first = dir.path().join("first");
@@ -264,20 +264,32 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
     let sys161_dir = tempfile::tempdir().unwrap();
     let (l, _) = sys161_sim::bind(sys161_dir.path()).unwrap();
     let l = sim_common::NumberedUnixListener::new(l);
-    tokio::spawn(sim_common::replay::serve(l, replay(link_type::METER161, Mode::Stream), shutdown.clone()));
+    tokio::spawn(sim_common::recorded_peer::serve(
+        l,
+        replay(link_type::METER161, Mode::Stream),
+        shutdown.clone(),
+    ));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let smon_addr = l.local_addr().unwrap();
-    tokio::spawn(sim_common::replay::serve(l, replay(link_type::SMON, Mode::Stream), shutdown.clone()));
+    tokio::spawn(sim_common::recorded_peer::serve(
+        l,
+        replay(link_type::SMON, Mode::Stream),
+        shutdown.clone(),
+    ));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let rvos_addr = l.local_addr().unwrap();
-    tokio::spawn(sim_common::replay::serve(
+    tokio::spawn(sim_common::recorded_peer::serve(
         l,
         replay(link_type::SYSINFO, Mode::Conversation),
         shutdown.clone(),
     ));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hmon_addr = l.local_addr().unwrap();
-    tokio::spawn(sim_common::replay::serve(l, replay(link_type::HMON, Mode::Conversation), shutdown.clone()));
+    tokio::spawn(sim_common::recorded_peer::serve(
+        l,
+        replay(link_type::HMON, Mode::Conversation),
+        shutdown.clone(),
+    ));
 
     // 3. A fresh telemon with the same blocks records what the replaying sims serve.
     let config2 = format!(
@@ -325,7 +337,7 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
     // the replaying one sends them (`telemon export` of hmon is best effort).
     let last_values = |conn: telemon_capture::Connection| {
         let scrapes =
-            telemon_fleet::export::replay(&telemon_fleet::Protocols::built_in(), vec![conn]).unwrap();
+            telemon_fleet::rerun::replay(&telemon_fleet::Protocols::built_in(), vec![conn]).unwrap();
         let text = &scrapes.last().expect("a publication").text;
         text.lines()
             .filter(|l| !l.starts_with('#') && !l.starts_with("telemon_"))

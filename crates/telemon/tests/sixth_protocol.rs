@@ -208,7 +208,7 @@ async fn a_protocol_from_outside_runs_through_the_public_api() {
         "test",
     ))
     .unwrap();
-    let recording = Arc::new(telemon_fleet::record::Recording::new(recorder));
+    let recording = Arc::new(telemon_fleet::recording::Recording::new(recorder));
     let server = telemon::http::start_checked(
         check(config).unwrap(),
         telemon::http::Launch {
@@ -245,7 +245,7 @@ async fn a_protocol_from_outside_runs_through_the_public_api() {
         telemon_capture::Capture::from_dir(dir.path().join("rec"), Default::default()).unwrap();
     let connections = capture.connections(Some("a"));
     assert!(!connections.is_empty() && connections.iter().all(|c| c.target.link_type == LINK_TYPE));
-    let scrapes = telemon_fleet::export::replay(&protocols, connections).unwrap();
+    let scrapes = telemon_fleet::rerun::replay(&protocols, connections).unwrap();
     assert!(
         scrapes.iter().any(|s| s.text.contains("lines_value{target=\"a\",key=\"temp\"}")),
         "{:?}",

@@ -23,7 +23,7 @@ use telemon_capture::{Connection, ReplayStream};
 use crate::config::document::{Block, ConfigError};
 use crate::config::shard::Shard;
 use crate::model::{Protocol, SeriesRef, TargetSnapshot};
-use crate::record::Recording;
+use crate::recording::Recording;
 use crate::registry::Registry;
 use crate::target::{Failure, Publisher};
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use telemon_capture::{Destination, Recorder, RecorderConfig, Tap, Target, TargetRecorder};
 use telemon_fleet::pace::Pace;
-use telemon_fleet::record::{self, Recording};
+use telemon_fleet::recording::{self, Recording};
 
 use super::targets::TargetArgs;
 
@@ -28,7 +28,7 @@ impl RecordArgs {
     /// Starts recording `target` (whose bytes are `link_type`) if `--record` was given.
     pub fn start(&self, name: &str, link_type: u16, address: &str) -> Result<Option<OneTarget>, CliError> {
         let Some(path) = &self.record else { return Ok(None) };
-        let config = RecorderConfig::new(Destination::File(path.clone()), record::application());
+        let config = RecorderConfig::new(Destination::File(path.clone()), recording::application());
         let recorder = Recorder::start(config)
             .map_err(|e| CliError::Usage(format!("cannot record to {}: {e}", path.display())))?;
         let target = recorder.target(Target::new(name, link_type, address));
@@ -102,7 +102,7 @@ impl RotateArgs {
             max_file_bytes: Some(self.record_max_bytes),
             max_file_age: Some(self.record_max_age),
             max_total_bytes: Some(self.record_max_total),
-            ..RecorderConfig::new(Destination::Dir(dir.clone()), record::application())
+            ..RecorderConfig::new(Destination::Dir(dir.clone()), recording::application())
         };
         let recorder = Recorder::start(config)
             .map_err(|e| CliError::Usage(format!("cannot record to {}: {e}", dir.display())))?;

@@ -127,7 +127,7 @@ fn replay(file: &std::path::Path, speed: telemon_capture::Speed) -> Result<Fleet
     let fleet_registry = fleet.registry().clone();
     let protocols = telemon_fleet::Protocols::built_in();
     fleet.spawn(
-        async move { telemon_fleet::export::play(fleet_registry, &protocols, connections, speed).await },
+        async move { telemon_fleet::rerun::play(fleet_registry, &protocols, connections, speed).await },
     );
     Ok(fleet)
 }

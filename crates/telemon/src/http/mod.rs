@@ -82,7 +82,7 @@ pub struct Launch {
     /// The HTTP address (`--listen`), over `[serve] listen`.
     pub listen: Option<String>,
     /// What the fleet's connections are recorded into (`--record`).
-    pub recording: Option<Arc<telemon_fleet::record::Recording>>,
+    pub recording: Option<Arc<telemon_fleet::recording::Recording>>,
     /// Where a reload reads the config again; without it a reload fails, saying so.
     pub source: Option<Source>,
     /// The collectors' pace, whose wake-up slack `[serve] wakeup_slack` sets (now, and at each reload).

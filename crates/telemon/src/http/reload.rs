@@ -51,7 +51,7 @@ pub struct Control {
     /// `--listen`, which a reload does not override.
     listen_override: Option<String>,
     /// What the fleet's connections are recorded into (`serve --record`).
-    recording: Option<Arc<telemon_fleet::record::Recording>>,
+    recording: Option<Arc<telemon_fleet::recording::Recording>>,
     /// What every HTTP server thread serves, and the one running.
     serving: std::sync::OnceLock<Serving>,
     http: Mutex<Option<HttpThread>>,
@@ -75,7 +75,7 @@ impl Control {
         probes: Arc<Probes>,
         push: Push,
         listen_override: Option<String>,
-        recording: Option<Arc<telemon_fleet::record::Recording>>,
+        recording: Option<Arc<telemon_fleet::recording::Recording>>,
     ) -> Control {
         Control {
             fleet,
@@ -129,7 +129,7 @@ impl Control {
     }
 
     /// What the fleet's connections are recorded into, if they are.
-    pub fn recording(&self) -> Option<&Arc<telemon_fleet::record::Recording>> {
+    pub fn recording(&self) -> Option<&Arc<telemon_fleet::recording::Recording>> {
         self.recording.as_ref()
     }
 

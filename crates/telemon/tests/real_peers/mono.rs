@@ -366,7 +366,7 @@ async fn export_through_the_collector_gives_the_agents_values_at_their_times() {
 /// agent's values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replayed_agent_gives_a_live_inspector_the_same_values() {
-    use sim_common::replay::{Mode, Replay, Speed};
+    use sim_common::recorded_peer::{Mode, Replay, Speed};
     let reference = reference();
     let mut args = vec!["mono", "listen", "127.0.0.1:0", "--json", "--count", "30", "--list"];
     for add in ADDS {
@@ -385,7 +385,7 @@ async fn the_replayed_agent_gives_a_live_inspector_the_same_values() {
     .unwrap();
     let shutdown = sim_common::Shutdown::new();
     let stop = shutdown.clone();
-    tokio::spawn(async move { sim_common::replay::dial(&addr, replay, stop).await });
+    tokio::spawn(async move { sim_common::recorded_peer::dial(&addr, replay, stop).await });
     let (code, out, err) = t.finish().await;
     shutdown.cancel();
     assert_eq!(code, 0, "{err:?}");

@@ -22,7 +22,7 @@ use crate::collect::dialin::{Admitted, DialIn};
 use crate::collect::{flush_due, within, AbortOnDrop, Retry, CONNECT_TIMEOUT};
 use crate::model::{ErrorKind, MetricKind};
 use crate::protocol::{Component as _, Start};
-use crate::record;
+use crate::recording;
 use crate::store::SlotId;
 use crate::target::{Failure, Publisher};
 
@@ -445,7 +445,8 @@ pub async fn listen(
             let received = Arc::new(AtomicU64::new(0));
             let target = format!("{name}/{peer}");
             let (link, address) = (super::Hmon.link_type(), peer.to_string());
-            let stream = record::tap(recording.as_deref(), stream, &target, link, &address, received.clone());
+            let stream =
+                recording::tap(recording.as_deref(), stream, &target, link, &address, received.clone());
             let (client, mut events) = match Client::over(stream, config).await {
                 Ok(c) => c,
                 Err(e) => {

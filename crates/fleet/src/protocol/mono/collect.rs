@@ -17,7 +17,7 @@ use crate::collect::dialin::{Admitted, DialIn};
 use crate::collect::{flush_due, within, CONNECT_TIMEOUT};
 use crate::model::{ErrorKind, MetricKind};
 use crate::protocol::{Component as _, Start};
-use crate::record;
+use crate::recording;
 use crate::series::Num;
 use crate::target::{Failure, Publisher};
 
@@ -53,10 +53,10 @@ pub async fn listen(
     Ok(dial.clone().accept_loop(listener, "an agent", move |stream, peer, pending| {
         let (dial, add, config, labels) = (dial.clone(), add.clone(), config.clone(), labels.clone());
         let target = format!("{name}/{peer}");
-        // The stream wrapped in a recording tap (see [`record::tap`]) as the target `NAME/PEER`.
+        // The stream wrapped in a recording tap (see [`recording::tap`]) as the target `NAME/PEER`.
         let received = Arc::new(AtomicU64::new(0));
         let (link, address) = (super::Mono.link_type(), peer.to_string());
-        let stream = record::tap(recording.as_deref(), stream, &target, link, &address, received.clone());
+        let stream = recording::tap(recording.as_deref(), stream, &target, link, &address, received.clone());
         async move {
             // The handshake is boxed: its state is the larger, and inline it would size the
             // task for as long as the session.

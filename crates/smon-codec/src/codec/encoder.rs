@@ -4,12 +4,12 @@
 use crate::prelude::*;
 use bytes::{BufMut, BytesMut};
 
-use crate::decoder::TokenMap;
+use super::decoder::TokenMap;
 
 /// The encoder's names: a hash map with the token hasher, or an ordered map without `std`.
 #[cfg(feature = "std")]
 type NameMap<V> =
-    std::collections::HashMap<Arc<str>, V, core::hash::BuildHasherDefault<crate::decoder::TokenHasher>>;
+    std::collections::HashMap<Arc<str>, V, core::hash::BuildHasherDefault<super::decoder::TokenHasher>>;
 /// The encoder's names: a hash map with the token hasher, or an ordered map without `std`.
 #[cfg(not(feature = "std"))]
 type NameMap<V> = alloc::collections::BTreeMap<Arc<str>, V>;

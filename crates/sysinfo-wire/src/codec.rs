@@ -1,4 +1,6 @@
-//! The host transport: rvOS channels carried over one Unix-socket or TCP stream.
+//! The sans-IO codec of the host transport: rvOS channels carried over one Unix-socket or TCP stream, as
+//! [`Frame`]s ([`decode_frame`], [`encode_frame`]). Its tokio-util face is [`HostCodec`](crate::HostCodec)
+//! (feature `codec`).
 //!
 //! rvOS has no sockets; a process talks through channel handles, and capabilities (channel ends) move
 //! inside messages. On a host, one stream stands for one client process and the kernel side together,
@@ -243,48 +245,6 @@ pub fn sniff(first: &[u8]) -> Option<bool> {
         (KIND_CLOSE, _) if channel.len() == 4 => Some(true),
         (KIND_MESSAGE, Some(&caps)) => Some(usize::from(caps) <= MAX_CAPS),
         _ => None,
-    }
-}
-
-/// The `tokio_util::codec` face of [`encode_frame`] / [`decode_frame`] (feature `codec`).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct HostCodec;
-
-#[cfg(feature = "codec")]
-impl tokio_util::codec::Decoder for HostCodec {
-    type Item = Frame;
-    type Error = TransportError;
-
-    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, TransportError> {
-        decode_frame(src)
-    }
-
-    fn decode_eof(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, TransportError> {
-        match decode_frame(src)? {
-            Some(frame) => Ok(Some(frame)),
-            None if src.is_empty() => Ok(None),
-            None => Err(TransportError::Truncated { buffered: src.len() }),
-        }
-    }
-}
-
-#[cfg(feature = "codec")]
-impl tokio_util::codec::Encoder<Frame> for HostCodec {
-    type Error = TransportError;
-
-    fn encode(&mut self, frame: Frame, dst: &mut BytesMut) -> Result<(), TransportError> {
-        encode_frame(&frame, dst);
-        Ok(())
-    }
-}
-
-#[cfg(feature = "codec")]
-impl tokio_util::codec::Encoder<&Frame> for HostCodec {
-    type Error = TransportError;
-
-    fn encode(&mut self, frame: &Frame, dst: &mut BytesMut) -> Result<(), TransportError> {
-        encode_frame(frame, dst);
-        Ok(())
     }
 }
 

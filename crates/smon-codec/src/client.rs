@@ -5,7 +5,7 @@ use std::time::Duration;
 use bytes::BytesMut;
 use tokio::io::AsyncRead;
 
-use crate::decoder::{DecoderConfig, StreamDecoder, UpdateRef};
+use crate::codec::{DecoderConfig, StreamDecoder, UpdateRef};
 use crate::error::DecodeError;
 use crate::message::Update;
 
@@ -205,7 +205,7 @@ fn settle<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::encoder::{EncoderConfig, StreamEncoder};
+    use crate::codec::{EncoderConfig, StreamEncoder};
     use crate::message::Sample;
     use std::future::Future;
     use tokio::io::AsyncWriteExt;

@@ -1,8 +1,12 @@
-//! Replaying recordings through the fleet collectors, on a fake clock: what `telemon serve` would have
-//! exported, at the times it would have changed (`telemon export`).
+//! Recordings run again through the fleet's collectors, each recorded connection fed to its protocol's
+//! collector as if the target were live (what `telemon record` and `--record` wrote: see [`crate::recording`]):
+//!
+//! * [`replay`], on a fake clock: what `telemon serve` would have exported, at the times it would have changed,
+//!   which [`openmetrics`] and [`csv`] write out with timestamps (`telemon export`);
+//! * [`play`], on the real clock into a [`Registry`] (`telemon top --replay`).
 //!
 //! Each recorded connection is served to its protocol's collector as a [`ReplayStream`] at the recorded
-//! pace, in a current-thread runtime whose clock is paused: tokio advances it to the next timer whenever
+//! pace. [`replay`] runs them in a current-thread runtime whose clock is paused: tokio advances it to the next timer whenever
 //! everything waits, so an hour of recording replays in the time its decoding takes, and every change the
 //! collector publishes is seen at its recorded time.
 
