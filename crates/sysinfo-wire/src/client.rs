@@ -13,7 +13,6 @@ use crate::codec::{decode_frame, encode_data_frame, encode_frame, sniff, Frame, 
 use crate::message::{BootRequest, BootResponse, ChannelId, Message, SysinfoCommand, SYSINFO_SERVICE};
 use crate::reassembly::{Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
 use crate::report::Report;
-use crate::tokio_codec::HostCodec;
 use crate::wire::{self, WireError};
 
 /// The initial size of the connection's read buffer: replies grow it as they need (a fleet holds a
@@ -651,7 +650,7 @@ impl Client {
 mod tests {
     use super::*;
     use crate::reassembly::End;
-    use crate::transport::HostCodec;
+    use crate::tokio_codec::HostCodec;
     use crate::wire::MAX_MSG_SIZE;
 
     /// The server's end of a pipe, driven by hand.
