@@ -97,7 +97,10 @@ pub mod cursor;
 mod drops;
 mod error;
 mod fs;
-mod fuzz;
+/// The body of the fuzz target `push_disk_record`, re-exported by `crate::fuzz` (only under
+/// `cfg(fuzzing)` and in tests).
+#[cfg(any(fuzzing, test))]
+pub(crate) mod fuzz;
 mod queue;
 pub mod record;
 mod recovery;
@@ -107,8 +110,6 @@ mod sync;
 pub use drops::{DropReason, Dropped};
 pub use error::{AppendError, DiskError, Op};
 pub use fs::{Fs, FsFile, StdFs};
-#[doc(hidden)]
-pub use fuzz::record_reader;
 pub use queue::{Appended, Config, DiskQueue, Next, Position, WhenFull};
 pub use record::{Meta, Record, RecordIn, MAX_PAYLOAD};
 pub use recovery::{CursorFound, Recovery};
