@@ -451,7 +451,7 @@ fn with_cfg_fuzzing(cmd: &mut Command) {
         _ => {
             let flags = std::env::var("RUSTFLAGS").unwrap_or_default();
             cmd.env_remove("CARGO_ENCODED_RUSTFLAGS");
-            cmd.env("RUSTFLAGS", format!("{flags} {}", CFG.join(" ")).trim_start().to_owned());
+            cmd.env("RUSTFLAGS", format!("{flags} {}", CFG.join(" ")).trim_start());
         }
     }
 }
