@@ -1,5 +1,6 @@
-//! The bodies of the fleet's fuzz targets (`fuzz/fuzz_targets/fleet_*.rs`), here so that
-//! `tests/fuzz_corpus.rs` replays their seed corpora on stable through the same code.
+//! The bodies of the fleet's fuzz targets (`fuzz/fuzz_targets/fleet_*.rs`), here so that the unit
+//! tests (`fuzz/tests.rs`) replay their seed corpora on stable through the same code. Built only under
+//! `cfg(fuzzing)` and in tests.
 
 use std::path::Path;
 
@@ -26,3 +27,6 @@ pub fn file_sd(data: &[u8]) {
         assert!(!why.is_empty());
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,5 @@
-//! The bodies of the cargo-fuzz targets, here so the seed corpora replay on stable in `cargo test`.
+//! The bodies of the cargo-fuzz targets, here so the seed corpora replay on stable in the unit tests
+//! (`fuzz/tests.rs`). Built only under `cfg(fuzzing)` and in tests: not part of the API.
 
 use bytes::BytesMut;
 
@@ -565,3 +566,6 @@ mod structured {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -101,6 +101,10 @@ pub use wire::Extra;
 /// `dyalog-sim --serve` takes by default: what an address without a port means to telemon.
 pub const DEFAULT_PORT: u16 = 4512;
 
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzz;
 

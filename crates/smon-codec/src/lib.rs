@@ -153,7 +153,10 @@ pub use wire::{sniff, Limits, BYTE_ORDER, RESYNC};
 /// the toolkit's choice): what an address without a port means to telemon.
 pub const DEFAULT_PORT: u16 = 7399;
 
-/// Fuzz-target bodies, shared by `fuzz/` and the corpus replay test. Not a stable API.
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzz;
 

@@ -1,4 +1,5 @@
-//! Property checks shared by the fuzz targets and the corpus-replay tests. Not a stable API.
+//! Property checks shared by the fuzz targets and the corpus replays of the unit tests (`fuzz/tests.rs`).
+//! Built only under `cfg(fuzzing)` and in tests: not part of the API.
 
 #[allow(unused_imports)]
 use crate::prelude::*;
@@ -283,3 +284,6 @@ mod structured {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

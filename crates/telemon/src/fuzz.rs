@@ -1,5 +1,6 @@
-//! The bodies of telemon's own fuzz targets (`fuzz/fuzz_targets/telemon_web_config.rs`), also
-//! replayed over their seed corpora by `tests/fuzz_corpus.rs` on stable.
+//! The bodies of telemon's own fuzz targets (`fuzz/fuzz_targets/telemon_*.rs`), also replayed over
+//! their seed corpora by the unit tests (`fuzz/tests.rs`) on stable. Built only under `cfg(fuzzing)`
+//! and in tests.
 
 use std::path::Path;
 
@@ -89,3 +90,8 @@ pub fn probe_allow(data: &[u8]) {
         assert!(why.contains("HOST:PORT"), "{why}");
     }
 }
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod web_config_props;

@@ -1,5 +1,6 @@
 //! The body of the fuzz target `push_disk_record`, also replayed over its seed corpus by
-//! `tests/disk_props.rs` on stable.
+//! the unit tests of `crate::fuzz` on stable (the fuzz target calls it as
+//! `telemon_push::fuzz::record_reader`).
 
 use super::frame::{decode, encode, Decoded, RecordIn, HEADER_LEN, MAX_RECORD};
 use super::fs::FsFile;

@@ -103,7 +103,10 @@ mod drops;
 mod error;
 pub mod frame;
 mod fs;
-mod fuzz;
+/// The body of the fuzz target `push_disk_record`, re-exported by `crate::fuzz` (only under
+/// `cfg(fuzzing)` and in tests).
+#[cfg(any(fuzzing, test))]
+pub(crate) mod fuzz;
 mod queue;
 mod recovery;
 mod segment;
@@ -113,8 +116,6 @@ pub use drops::{DropReason, Dropped};
 pub use error::{AppendError, DiskError, Op};
 pub use frame::{Meta, Record, RecordIn, MAX_PAYLOAD};
 pub use fs::{Fs, FsFile, StdFs, LOCK_FILE};
-#[doc(hidden)]
-pub use fuzz::record_reader;
 pub use queue::{Appended, Config, DiskQueue, Next, Position, WhenFull};
 pub use recovery::{CursorFound, Recovery};
 pub use segment::READ_TRIES;

@@ -6,17 +6,17 @@
 //!   blocks, flow mappings, indentation widths, comments, key orders), reads back to exactly what was generated;
 //! - never a panic: arbitrary bytes, text made of YAML's syntax, and every prefix of a valid file (a half-written
 //!   one, as a reload may see) give a config or a typed `FILE:LINE: KEY: why` error of bounded length (the same
-//!   checks as the fuzz target `telemon_web_config`, through `telemon::fuzz`);
+//!   checks as the fuzz target `telemon_web_config`, the functions of `crate::fuzz`);
 //! - deep nesting (100,000 `[`, `{`, `- `, `? `, tags, anchors) and alias bombs are refused with an error, not a
 //!   stack overflow or all the memory.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::{web_config as fuzz_web_config, web_config_text, MAX_WEB_CONFIG_ERROR};
+use crate::http::{ClientAuth, PemSource, TlsVersion, WebConfig};
 use axum::http::{HeaderName, HeaderValue};
 use proptest::prelude::*;
-use telemon::fuzz::{web_config as fuzz_web_config, web_config_text, MAX_WEB_CONFIG_ERROR};
-use telemon::http::{ClientAuth, PemSource, TlsVersion, WebConfig};
 
 /// `tests/data/web-tls`, where the generated files claim to be (their certificate names are relative to it).
 fn data_dir() -> PathBuf {
