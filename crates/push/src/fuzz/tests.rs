@@ -4,7 +4,7 @@
 
 use proptest::prelude::*;
 
-use crate::disk::record::{encode, Meta, RecordIn};
+use crate::disk::frame::{encode, Meta, RecordIn};
 
 #[test]
 fn push_disk_record_corpus_replays() {
