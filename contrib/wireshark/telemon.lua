@@ -1742,7 +1742,7 @@ end
 
 ---------------------------------------------------------------------------------------------------
 -- rvos_sysinfo: the rvOS sysinfo service over the host transport (../shared/specs/sysinfo-notes.md,
--- crates/sysinfo-wire/src/transport.rs). Direction 0 is the client (telemon), 1 the kernel side.
+-- crates/sysinfo-wire/src/codec.rs). Direction 0 is the client (telemon), 1 the kernel side.
 ---------------------------------------------------------------------------------------------------
 
 do

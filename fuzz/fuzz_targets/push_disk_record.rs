@@ -1,4 +1,4 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| telemon_push::disk::record_reader(data));
+fuzz_target!(|data: &[u8]| telemon_push::fuzz::record_reader(data));

@@ -42,8 +42,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
-/// Every protocol, in table order.
-pub const PROTOCOLS: [&str; 5] = ["meter161", "hmon", "smon", "sysinfo", "mono"];
+/// Every protocol, in table order: that of their sims in [`crate::sims::SIMS`].
+fn known_protocols() -> Vec<&'static str> {
+    crate::sims::SIMS.iter().map(|s| s.protocol).collect()
+}
 
 /// The most instances one sim process serves (the open-file hard limit here is 20,000, and a server sim
 /// holds a listener and a connection per instance).
@@ -135,13 +137,13 @@ pub fn fleet_bench(
 ) -> Result<()> {
     let mut chosen = Vec::new();
     for p in protocols {
-        let Some(known) = PROTOCOLS.iter().find(|k| *k == p) else {
-            bail!("no protocol {p:?}; known: {}", PROTOCOLS.join(", "));
+        let Some(known) = known_protocols().into_iter().find(|k| k == p) else {
+            bail!("no protocol {p:?}; known: {}", known_protocols().join(", "));
         };
-        chosen.push(*known);
+        chosen.push(known);
     }
     if chosen.is_empty() {
-        chosen.extend(PROTOCOLS);
+        chosen.extend(known_protocols());
     }
     let sizes = if sizes.is_empty() { &[10, 100, 1000][..] } else { sizes };
     if sizes.contains(&0) {
@@ -151,9 +153,7 @@ pub fn fleet_bench(
     eprintln!("[xtask] building the release binaries");
     let mut build = Command::new(super::cargo());
     build.args(["build", "--release", "--quiet"]);
-    for package in
-        ["telemon", "fleet-floor", "sys161-sim", "dyalog-sim", "smon-sim", "rvos-sim", "mono-agent-sim"]
-    {
+    for package in ["telemon", "fleet-floor"].into_iter().chain(crate::sims::SIMS.iter().map(|s| s.package)) {
         build.args(["-p", package]);
     }
     super::run(&mut build)?;
@@ -800,13 +800,7 @@ impl Sink {
 }
 
 fn sim_binary(protocol: &str) -> &'static str {
-    match protocol {
-        "meter161" => "sys161-sim",
-        "hmon" => "dyalog-sim",
-        "smon" => "smon-sim",
-        "sysinfo" => "rvos-sim",
-        _ => "mono-agent-sim",
-    }
+    crate::sims::of_protocol(protocol).map_or("mono-agent-sim", |s| s.bin)
 }
 
 /// `cmd` with its open-file limit raised to [`NOFILE`]: by `prlimit` when there is one, else by the

@@ -10,7 +10,8 @@
 //! * `cargo xtask fuzz [--seconds N] [--jobs J] [--minimize] [TARGET]` runs cargo-fuzz on stable (`-s none`),
 //!   installing it when missing, J targets at a time, prints executions, corpus and crashes per target, and with
 //!   `--minimize` grows and minimises the seed corpora (`cargo fuzz cmin`); `--replay` instead replays every
-//!   seed corpus through the real fuzz binaries, without cargo-fuzz (this is what CI does).
+//!   seed corpus through the real fuzz binaries, built without cargo-fuzz but with `--cfg fuzzing` as
+//!   cargo-fuzz builds them (this is what CI does).
 //! * `cargo xtask bench [ARGS]` runs the criterion benches; `--table` runs every codec against its baseline
 //!   and prints one table of times and callgrind instruction counts, with ratios (`target/bench-table.md`).
 //! * `cargo xtask soak [--minutes N] [--clients N] [SIM...]` runs each server sim in release mode under many
@@ -193,19 +194,17 @@ fn main() -> Result<()> {
 /// How long the first `cargo xtask sim` builds on a fresh clone of a 2-core machine (measured; see the README).
 const FIRST_BUILD: &str = "4 minutes";
 
-/// The sims `cargo xtask soak` drives: (name, binary). mono-agent-sim dials out to an inspector: it has no
-/// clients to soak.
-const SOAKED: [(&str, &str); 4] =
-    [("sys161", "sys161-sim"), ("dyalog", "dyalog-sim"), ("smon", "smon-sim"), ("rvos", "rvos-sim")];
-
 fn soak(root: &Path, minutes: f64, clients: usize, only: &[String]) -> Result<()> {
+    // The sims with clients to soak (the Mono agent dials out to an inspector: it has none).
+    let soaked: Vec<(&str, &str)> = SIMS.iter().filter(|s| s.serves).map(|s| (s.name, s.bin)).collect();
     for name in only {
-        if !SOAKED.iter().any(|(n, _)| n == name) {
-            bail!("no soak for {name:?}; known: {}", SOAKED.map(|(n, _)| n).join(", "));
+        if !soaked.iter().any(|(n, _)| n == name) {
+            let names: Vec<&str> = soaked.iter().map(|(n, _)| *n).collect();
+            bail!("no soak for {name:?}; known: {}", names.join(", "));
         }
     }
     let chosen: Vec<_> =
-        SOAKED.iter().filter(|(n, _)| only.is_empty() || only.iter().any(|o| o == n)).collect();
+        soaked.iter().filter(|(n, _)| only.is_empty() || only.iter().any(|o| o == n)).collect();
     let mut build = Command::new(cargo());
     build.args(["build", "--release", "--quiet", "--package", "soak"]);
     for (_, bin) in &chosen {
@@ -457,6 +456,23 @@ fn relay(prefix: String, stream: impl Read + Send + 'static) -> std::thread::Joi
     })
 }
 
+/// `cfg(fuzzing)` added to the flags a cargo build of `fuzz/` passes to rustc. `fuzz/.cargo/config.toml` sets
+/// it too, but cargo ignores that file's `build.rustflags` when `RUSTFLAGS` (or `CARGO_ENCODED_RUSTFLAGS`) is
+/// set: the flag is appended to whichever of the two is in use.
+fn with_cfg_fuzzing(cmd: &mut Command) {
+    const CFG: [&str; 2] = ["--cfg", "fuzzing"];
+    match std::env::var("CARGO_ENCODED_RUSTFLAGS") {
+        Ok(encoded) if !encoded.is_empty() => {
+            cmd.env("CARGO_ENCODED_RUSTFLAGS", format!("{encoded}\x1f{}", CFG.join("\x1f")));
+        }
+        _ => {
+            let flags = std::env::var("RUSTFLAGS").unwrap_or_default();
+            cmd.env_remove("CARGO_ENCODED_RUSTFLAGS");
+            cmd.env("RUSTFLAGS", format!("{flags} {}", CFG.join(" ")).trim_start());
+        }
+    }
+}
+
 fn fuzz_targets(root: &Path) -> Result<Vec<String>> {
     let mut targets = Vec::new();
     for entry in std::fs::read_dir(root.join("fuzz/fuzz_targets"))? {
@@ -501,10 +517,17 @@ fn fuzz(
 }
 
 /// Runs each target's seed corpus once through the fuzz binary itself (libFuzzer with `-runs=0`
-/// executes every corpus input and exits), built with plain cargo on stable.
+/// executes every corpus input and exits), built with plain cargo on stable and `--cfg fuzzing`, as
+/// cargo-fuzz builds it (the crates' `fuzz` modules exist only under that cfg, or in their unit tests).
 fn replay_corpora(root: &Path, targets: &[String]) -> Result<()> {
     let fuzz_dir = root.join("fuzz");
-    run(Command::new(cargo()).current_dir(&fuzz_dir).args(["build", "--release", "--quiet", "--bins"]))?;
+    let mut build = Command::new(cargo());
+    build.current_dir(&fuzz_dir).args(["build", "--release", "--quiet"]);
+    for target in targets {
+        build.args(["--bin", target]);
+    }
+    with_cfg_fuzzing(&mut build);
+    run(&mut build)?;
     for target in targets {
         let corpus = fuzz_dir.join("corpus").join(target);
         if !corpus.is_dir() {

@@ -16,6 +16,11 @@ pub struct Sim {
     pub telemon: &'static [&'static str],
     /// Its block in the fleet config of `telemon top` (the dashboard `cargo xtask sim` opens).
     pub fleet: &'static str,
+    /// The fleet protocol it speaks (`telemon serve`'s `protocol` label, `cargo xtask fleet-bench --protocol`).
+    pub protocol: &'static str,
+    /// Whether it serves clients (all but the Mono agent, which dials out to an inspector): `cargo xtask
+    /// soak` drives those.
+    pub serves: bool,
 }
 
 /// Where `cargo xtask sim` serves the web view of the emulators (`telemon top --web`, or in `--plain` mode a
@@ -34,6 +39,8 @@ pub const SIMS: &[Sim] = &[
         args: &["--listen", "127.0.0.1:7399", "--interval", "1s"],
         telemon: &["smon", "connect", "127.0.0.1:7399", "--wait", "60s", "--reconnect"],
         fleet: "[[smon]]\nname = \"smon\"\nconnect = \"127.0.0.1:7399\"\n",
+        protocol: "smon",
+        serves: true,
     },
     Sim {
         name: "dyalog",
@@ -55,6 +62,8 @@ pub const SIMS: &[Sim] = &[
             "WorkspaceResize,UntrappedSignal",
         ],
         fleet: "[[hmon]]\nname = \"dyalog\"\nconnect = \"127.0.0.1:4512\"\n",
+        protocol: "hmon",
+        serves: true,
     },
     Sim {
         name: "rvos",
@@ -65,6 +74,8 @@ pub const SIMS: &[Sim] = &[
         args: &["--listen", "127.0.0.1:7461"],
         telemon: &["sysinfo", "--connect", "127.0.0.1:7461", "--watch", "2s", "ps"],
         fleet: "[[sysinfo]]\nname = \"rvos\"\nconnect = \"127.0.0.1:7461\"\n",
+        protocol: "sysinfo",
+        serves: true,
     },
     Sim {
         name: "sys161",
@@ -74,6 +85,8 @@ pub const SIMS: &[Sim] = &[
         args: &["--dir", "."],
         telemon: &["meter161", "--dir", ".", "--interval", "1s"],
         fleet: "[[meter161]]\nname = \"sys161\"\ndir = \".\"\n",
+        protocol: "meter161",
+        serves: true,
     },
     Sim {
         name: "mono",
@@ -90,5 +103,12 @@ pub const SIMS: &[Sim] = &[
         ],
         telemon: &["mono", "listen", "127.0.0.1:8888", "--add", "Mono System/Page Faults"],
         fleet: "[[mono_listen]]\nname = \"mono\"\nlisten = \"127.0.0.1:8888\"\nadd = [\"Mono System/Page Faults\"]\n",
+        protocol: "mono",
+        serves: false,
     },
 ];
+
+/// The sim of `protocol` (a fleet protocol's name).
+pub fn of_protocol(protocol: &str) -> Option<&'static Sim> {
+    SIMS.iter().find(|s| s.protocol == protocol)
+}

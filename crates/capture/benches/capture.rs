@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 
 use bench_harness::{Case, Group};
 use criterion::{black_box, Throughput};
-use telemon_capture::{Capture, Direction, Limits, Protocol, Reader, Record, RecordKind, Target, Writer};
+use telemon_capture::{link_type, Capture, Direction, Limits, Reader, Record, RecordKind, Target, Writer};
 
 const TARGETS: u32 = 10;
 const RECORDS: u64 = 10_000;
@@ -31,7 +31,7 @@ fn write(records: &[Record]) -> Vec<u8> {
     for t in 0..TARGETS {
         w.interface(&Target::new(
             format!("sim{t}"),
-            Protocol::Meter161,
+            link_type::METER161,
             format!("/tmp/sim{t}/.sockets/meter"),
         ))
         .unwrap();

@@ -3,8 +3,6 @@
 //! Block and option codes are pcapng's (draft-ietf-opsawg-pcapng); the link types are the private-use
 //! range `LINKTYPE_USER0..15` (147..162), one per protocol.
 
-use std::fmt;
-
 /// Section Header Block.
 pub const BLOCK_SECTION_HEADER: u32 = 0x0A0D_0D0A;
 /// Interface Description Block.
@@ -42,76 +40,23 @@ pub const MARK_PEER_CLOSED: &str = "telemon: peer closed";
 /// The lowest private-use link type (`LINKTYPE_USER0`).
 pub const LINKTYPE_USER0: u16 = 147;
 
-/// The protocol a target speaks, and so the link type of its interface.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Protocol {
-    /// System/161's meter socket (`LINKTYPE_USER0`, 147).
-    Meter161,
-    /// Dyalog APL's Health Monitor (`LINKTYPE_USER1`, 148).
-    Hmon,
-    /// The Mono counters agent (`LINKTYPE_USER2`, 149).
-    Mono,
-    /// Tino's smon stream (`LINKTYPE_USER3`, 150).
-    Smon,
-    /// rvOS sysinfo over the host transport (`LINKTYPE_USER4`, 151).
-    Sysinfo,
-    /// Any other link type (a file written by another tool): kept, not understood.
-    Other(u16),
-}
+/// The link types telemon assigns to its protocols, in the private-use range (`LINKTYPE_USER0..15`,
+/// 147..162), as docs/recordings.md and the Wireshark dissectors list them. The crate itself gives them no
+/// meaning: which protocol a link type is, and how it replays, is the reader's to know (telemon asks its
+/// registry of protocols). A new protocol takes the next free one.
+pub mod link_type {
+    use super::LINKTYPE_USER0;
 
-impl Protocol {
-    /// The five protocols telemon records.
-    pub const ALL: [Protocol; 5] =
-        [Protocol::Meter161, Protocol::Hmon, Protocol::Mono, Protocol::Smon, Protocol::Sysinfo];
-
-    /// The pcapng link type of an interface speaking this protocol.
-    pub fn link_type(self) -> u16 {
-        match self {
-            Protocol::Meter161 => LINKTYPE_USER0,
-            Protocol::Hmon => LINKTYPE_USER0 + 1,
-            Protocol::Mono => LINKTYPE_USER0 + 2,
-            Protocol::Smon => LINKTYPE_USER0 + 3,
-            Protocol::Sysinfo => LINKTYPE_USER0 + 4,
-            Protocol::Other(link) => link,
-        }
-    }
-
-    /// The protocol of a link type.
-    pub fn from_link_type(link: u16) -> Protocol {
-        Protocol::ALL.into_iter().find(|p| p.link_type() == link).unwrap_or(Protocol::Other(link))
-    }
-
-    /// The protocol's name as telemon's subcommands spell it (`meter161`, `hmon`, `mono`, `smon`, `sysinfo`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Protocol::Meter161 => "meter161",
-            Protocol::Hmon => "hmon",
-            Protocol::Mono => "mono",
-            Protocol::Smon => "smon",
-            Protocol::Sysinfo => "sysinfo",
-            Protocol::Other(_) => "other",
-        }
-    }
-}
-
-impl fmt::Display for Protocol {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Protocol::Other(link) => write!(f, "linktype {link}"),
-            p => f.write_str(p.name()),
-        }
-    }
-}
-
-impl std::str::FromStr for Protocol {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Protocol::ALL
-            .into_iter()
-            .find(|p| p.name().eq_ignore_ascii_case(s))
-            .ok_or_else(|| format!("unknown protocol {s:?} (meter161, hmon, mono, smon, sysinfo)"))
-    }
+    /// System/161's meter socket.
+    pub const METER161: u16 = LINKTYPE_USER0;
+    /// Dyalog APL's Health Monitor.
+    pub const HMON: u16 = LINKTYPE_USER0 + 1;
+    /// The Mono counters agent.
+    pub const MONO: u16 = LINKTYPE_USER0 + 2;
+    /// Tino's smon stream.
+    pub const SMON: u16 = LINKTYPE_USER0 + 3;
+    /// rvOS sysinfo over the host transport.
+    pub const SYSINFO: u16 = LINKTYPE_USER0 + 4;
 }
 
 /// What a recording says about one target: one pcapng interface.
@@ -119,16 +64,16 @@ impl std::str::FromStr for Protocol {
 pub struct Target {
     /// The target's name (`if_name`).
     pub name: String,
-    /// Its protocol (the interface's link type).
-    pub protocol: Protocol,
+    /// The interface's link type: which protocol its bytes are (see [`link_type`]).
+    pub link_type: u16,
     /// Where it was reached: a socket path, `host:port`, a file (`if_description`).
     pub address: String,
 }
 
 impl Target {
-    /// A target named `name` speaking `protocol` at `address`.
-    pub fn new(name: impl Into<String>, protocol: Protocol, address: impl Into<String>) -> Self {
-        Target { name: name.into(), protocol, address: address.into() }
+    /// A target named `name` whose bytes are `link_type`, at `address`.
+    pub fn new(name: impl Into<String>, link_type: u16, address: impl Into<String>) -> Self {
+        Target { name: name.into(), link_type, address: address.into() }
     }
 }
 

@@ -1,5 +1,5 @@
-//! The body of the fuzz target `capture_read`, also replayed over its seed corpus by
-//! `tests/fuzz_corpus.rs` on stable.
+//! The body of the fuzz target `capture_read`, also replayed over its seed corpus by the unit tests
+//! (`fuzz/tests.rs`) on stable. Built only under `cfg(fuzzing)` and in tests.
 
 use crate::read::{Capture, Event, Limits, Reader};
 use crate::write::{encode_interface, encode_record, encode_section_header};
@@ -65,3 +65,6 @@ pub fn read(data: &[u8]) {
     };
     assert_eq!(normalise(&again), normalise(&whole));
 }
+
+#[cfg(test)]
+mod tests;

@@ -25,10 +25,10 @@
 //! recorded bytes back as a stream.
 //!
 //! ```
-//! use telemon_capture::{Capture, Direction, Limits, Protocol, Record, RecordKind, Target, Writer};
+//! use telemon_capture::{Capture, Direction, Limits, link_type, Record, RecordKind, Target, Writer};
 //!
 //! let mut w = Writer::new(Vec::new(), "example 1.0").unwrap();
-//! let iface = w.interface(&Target::new("sim", Protocol::Meter161, "/tmp/.sockets/meter")).unwrap();
+//! let iface = w.interface(&Target::new("sim", link_type::METER161, "/tmp/.sockets/meter")).unwrap();
 //! let bytes = b"HELLO 2\r\n".to_vec();
 //! let data = RecordKind::Data { direction: Direction::Inbound, bytes };
 //! w.record(&Record { interface: iface, time_ns: 1_700_000_000_000_000_000, dropped: 0, kind: data.clone() })
@@ -43,15 +43,19 @@
 #![warn(missing_docs)]
 
 mod format;
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzz;
 mod read;
 mod write;
 
 #[cfg(feature = "tokio")]
-mod recorder;
+mod playback;
 #[cfg(feature = "tokio")]
-mod replay;
+mod recorder;
 #[cfg(feature = "tokio")]
 mod tap;
 
@@ -63,9 +67,9 @@ pub use write::{
 };
 
 #[cfg(feature = "tokio")]
-pub use recorder::{Destination, Recorder, RecorderConfig, RecorderStats, TargetRecorder};
+pub use playback::{Connection, ReplayClock, ReplayStream, Speed};
 #[cfg(feature = "tokio")]
-pub use replay::{Connection, ReplayClock, ReplayStream, Speed};
+pub use recorder::{Destination, Recorder, RecorderConfig, RecorderStats, TargetRecorder};
 #[cfg(feature = "tokio")]
 pub use tap::Tap;
 

@@ -5,6 +5,8 @@
 use std::io::Read;
 use std::path::Path;
 
+use byteorder::{BigEndian, ByteOrder, LittleEndian};
+
 use crate::format::*;
 
 /// Bounds on what a recording may make the reader hold.
@@ -140,28 +142,28 @@ enum Order {
     Big,
 }
 
+/// A section's byte order, chosen at run time: each read is byteorder's for that order. The callers have
+/// checked the lengths (a block's fixed fields against its minimum length, an option's value against its
+/// size), so these never see a slice too short.
 impl Order {
     fn u16(self, b: &[u8]) -> u16 {
-        let a = [b[0], b[1]];
         match self {
-            Order::Little => u16::from_le_bytes(a),
-            Order::Big => u16::from_be_bytes(a),
+            Order::Little => LittleEndian::read_u16(b),
+            Order::Big => BigEndian::read_u16(b),
         }
     }
 
     fn u32(self, b: &[u8]) -> u32 {
-        let a = [b[0], b[1], b[2], b[3]];
         match self {
-            Order::Little => u32::from_le_bytes(a),
-            Order::Big => u32::from_be_bytes(a),
+            Order::Little => LittleEndian::read_u32(b),
+            Order::Big => BigEndian::read_u32(b),
         }
     }
 
     fn u64(self, b: &[u8]) -> u64 {
-        let a: [u8; 8] = [b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]];
         match self {
-            Order::Little => u64::from_le_bytes(a),
-            Order::Big => u64::from_be_bytes(a),
+            Order::Little => LittleEndian::read_u64(b),
+            Order::Big => BigEndian::read_u64(b),
         }
     }
 }
@@ -217,7 +219,7 @@ impl Reader {
             return Ok(None);
         }
         let order = if is_section_header(&buf[..4]) {
-            match u32::from_le_bytes([buf[8], buf[9], buf[10], buf[11]]) {
+            match LittleEndian::read_u32(&buf[8..12]) {
                 BYTE_ORDER_MAGIC => Order::Little,
                 m if m.swap_bytes() == BYTE_ORDER_MAGIC => Order::Big,
                 magic => return Err(ReadError::BadMagic { offset, magic }),
@@ -280,7 +282,7 @@ impl Reader {
         if self.interfaces.len() >= self.limits.max_interfaces {
             return Err(ReadError::TooManyInterfaces { offset, max: self.limits.max_interfaces });
         }
-        let protocol = Protocol::from_link_type(order.u16(&body[0..2]));
+        let link_type = order.u16(&body[0..2]);
         let (mut name, mut address, mut tsresol) = (String::new(), String::new(), 6u8);
         options(order, &body[8..], offset, |code, value| match code {
             OPT_IF_NAME => name = String::from_utf8_lossy(value).into_owned(),
@@ -288,7 +290,7 @@ impl Reader {
             OPT_IF_TSRESOL if value.len() == 1 => tsresol = value[0],
             _ => {}
         })?;
-        let target = Target { name, protocol, address };
+        let target = Target { name, link_type, address };
         self.interfaces.push(Interface { target: target.clone(), tsresol });
         Ok(Event::Interface { id: (self.interfaces.len() - 1) as u32, target })
     }

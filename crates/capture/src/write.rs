@@ -42,15 +42,15 @@ pub fn encode_section_header(out: &mut Vec<u8>, application: &str) {
 }
 
 /// Appends an Interface Description Block for `target`: its protocol's link type, `if_name`,
-/// `if_description` (the address), an `opt_comment` naming the protocol, and nanosecond timestamps.
+/// `if_description` (the address), an `opt_comment` naming the link type, and nanosecond timestamps.
 pub fn encode_interface(out: &mut Vec<u8>, target: &Target) {
     let mut body = Vec::with_capacity(48 + target.name.len() + target.address.len());
-    body.extend_from_slice(&target.protocol.link_type().to_le_bytes());
+    body.extend_from_slice(&target.link_type.to_le_bytes());
     body.extend_from_slice(&0u16.to_le_bytes());
     body.extend_from_slice(&0u32.to_le_bytes()); // snaplen: no limit
     option(&mut body, OPT_IF_NAME, target.name.as_bytes());
     option(&mut body, OPT_IF_DESCRIPTION, target.address.as_bytes());
-    option(&mut body, OPT_COMMENT, format!("telemon target, protocol {}", target.protocol).as_bytes());
+    option(&mut body, OPT_COMMENT, format!("telemon target, linktype {}", target.link_type).as_bytes());
     option(&mut body, OPT_IF_TSRESOL, &[9]);
     option(&mut body, OPT_END, &[]);
     block(out, BLOCK_INTERFACE, &body);

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use telemon_capture::{
-    Capture, Destination, Direction, Limits, Protocol, RecordKind, Recorder, RecorderConfig, ReplayStream,
+    link_type, Capture, Destination, Direction, Limits, RecordKind, Recorder, RecorderConfig, ReplayStream,
     Speed, Tap, Target,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -19,7 +19,7 @@ async fn a_tap_records_reads_and_writes_and_replays_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("one.pcapng");
     let recorder = Recorder::start(RecorderConfig::new(Destination::File(path.clone()), "test 1")).unwrap();
-    let target = recorder.target(Target::new("peer", Protocol::Hmon, "127.0.0.1:4502"));
+    let target = recorder.target(Target::new("peer", link_type::HMON, "127.0.0.1:4502"));
     let (ours, mut peer) = tokio::io::duplex(64);
     let received = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mut tap = Tap::new(ours, target).counting(received.clone());
@@ -65,7 +65,7 @@ async fn a_tap_records_reads_and_writes_and_replays_them() {
 
     // Reopening appends a second section to the same file.
     let recorder = Recorder::start(RecorderConfig::new(Destination::File(path.clone()), "test 2")).unwrap();
-    let t = recorder.target(Target::new("peer", Protocol::Hmon, "127.0.0.1:4502"));
+    let t = recorder.target(Target::new("peer", link_type::HMON, "127.0.0.1:4502"));
     t.data(Direction::Inbound, b"later");
     recorder.finish();
     let capture = Capture::from_file(&path, Limits::default()).unwrap();
@@ -76,7 +76,7 @@ async fn a_tap_records_reads_and_writes_and_replays_them() {
 #[tokio::test(start_paused = true)]
 async fn replay_keeps_the_recorded_pacing_at_the_given_speed() {
     let conn = telemon_capture::Connection {
-        target: Target::new("x", Protocol::Smon, "-"),
+        target: Target::new("x", link_type::SMON, "-"),
         start_ns: 0,
         chunks: vec![
             (Duration::ZERO, Direction::Inbound, b"a".to_vec()),
@@ -103,7 +103,7 @@ fn files_rotate_by_size_and_the_oldest_are_deleted_to_bound_the_total() {
         ..RecorderConfig::new(Destination::Dir(dir.path().to_path_buf()), "test")
     };
     let recorder = Recorder::start(config).unwrap();
-    let t = recorder.target(Target::new("t", Protocol::Meter161, "/x"));
+    let t = recorder.target(Target::new("t", link_type::METER161, "/x"));
     for i in 0..200u32 {
         t.data(Direction::Inbound, format!("DATA {i} 1 2 3 4 5 6 7 8 9 10 11\r\n").as_bytes());
         if i % 10 == 0 {
@@ -137,7 +137,7 @@ fn files_rotate_by_age() {
         ..RecorderConfig::new(Destination::Dir(dir.path().to_path_buf()), "test")
     };
     let recorder = Recorder::start(config).unwrap();
-    let t = recorder.target(Target::new("t", Protocol::Meter161, "/x"));
+    let t = recorder.target(Target::new("t", link_type::METER161, "/x"));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while recorder.stats().files < 3 {
         assert!(std::time::Instant::now() < deadline, "no rotation: {:?}", recorder.stats());
@@ -162,11 +162,11 @@ fn a_full_queue_drops_and_counts_instead_of_blocking() {
         ..RecorderConfig::new(Destination::File(dir.path().join("q.pcapng")), "test")
     };
     let recorder = Recorder::start(config).unwrap();
-    let t = recorder.target(Target::new("t", Protocol::Smon, "-"));
+    let t = recorder.target(Target::new("t", link_type::SMON, "-"));
     // 2,000 bytes of data at once cannot fit a 1,000-byte queue.
     t.data(Direction::Inbound, &[7u8; 2_000]);
     t.data(Direction::Inbound, b"small");
-    let other = recorder.target(Target::new("u", Protocol::Smon, "-"));
+    let other = recorder.target(Target::new("u", link_type::SMON, "-"));
     other.data(Direction::Inbound, b"other");
     let stats = recorder.finish();
     assert_eq!((stats.lost_records, stats.lost_bytes), (1, 2_000));
@@ -218,7 +218,7 @@ fn a_recorder_that_records_nothing_leaves_no_file() {
     );
     let one = dir.path().join("one.pcapng");
     let recorder = Recorder::start(RecorderConfig::new(Destination::File(one.clone()), "test")).unwrap();
-    let _target = recorder.target(Target::new("t", Protocol::Smon, "-"));
+    let _target = recorder.target(Target::new("t", link_type::SMON, "-"));
     recorder.finish();
     assert!(!one.exists(), "a target registered but never recorded");
     // Dropped without finishing (a command that returns early): nothing either.
@@ -227,7 +227,7 @@ fn a_recorder_that_records_nothing_leaves_no_file() {
 
     // The first record creates the file; an existing recording is appended to only when there is something new.
     let recorder = Recorder::start(RecorderConfig::new(Destination::File(one.clone()), "test")).unwrap();
-    recorder.target(Target::new("t", Protocol::Smon, "-")).data(Direction::Inbound, b"x");
+    recorder.target(Target::new("t", link_type::SMON, "-")).data(Direction::Inbound, b"x");
     recorder.finish();
     let len = one.metadata().unwrap().len();
     Recorder::start(RecorderConfig::new(Destination::File(one.clone()), "test")).unwrap().finish();

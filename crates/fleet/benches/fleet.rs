@@ -23,7 +23,7 @@ const PROCESSES: usize = 40;
 /// One sysinfo-like target's series, through a real publisher.
 fn target(registry: &Registry, i: usize) -> TargetSnapshot {
     let labels = vec![("env".to_owned(), "bench".to_owned())];
-    let mut p = Publisher::new(registry, format!("vm{i}"), Protocol::Sysinfo, labels, 10_000);
+    let mut p = Publisher::new(registry, format!("vm{i}"), Protocol::SYSINFO, labels, 10_000);
     p.up();
     fill(&mut p, 1);
     p.flush();
@@ -94,7 +94,7 @@ fn groups() -> Vec<Group> {
     let updates = (PROCESSES * 4 + 61) as u64;
     let registry = Registry::new();
     let publisher = move || {
-        let mut p = Publisher::new(&registry, "t", Protocol::Sysinfo, Vec::<(String, String)>::new(), 10_000);
+        let mut p = Publisher::new(&registry, "t", Protocol::SYSINFO, Vec::<(String, String)>::new(), 10_000);
         p.up();
         fill(&mut p, 1);
         p
@@ -167,7 +167,7 @@ fn big_fleet() -> FleetSnapshot {
     let mut ps: Vec<Publisher> = (0..FLEET_TARGETS)
         .map(|i| {
             let labels = vec![("env".to_owned(), "bench".to_owned())];
-            let mut p = Publisher::new(&registry, format!("vm{i}"), Protocol::Sysinfo, labels, 10_000);
+            let mut p = Publisher::new(&registry, format!("vm{i}"), Protocol::SYSINFO, labels, 10_000);
             p.up();
             p
         })
@@ -365,6 +365,7 @@ fn file_sd() -> Group {
     let yaml = serde_yaml_ng::to_string(&groups).unwrap().into_bytes();
     let section: FileSdSection = toml::from_str("files = ['t/*']\nprotocol = 'hmon'\npoll = '2s'\n").unwrap();
     let json2 = json.clone();
+    let protocols = telemon_fleet::protocol::Protocols::built_in();
     Group::new("file_sd", Throughput::Elements(1000), 20)
         .case(Case::iter("json", move || parse_groups(Path::new("t.json"), black_box(&json)).unwrap().len()))
         .case(
@@ -373,7 +374,7 @@ fn file_sd() -> Group {
         )
         .case(
             Case::iter("read_json_blocks", move || {
-                section.read_bytes(Path::new("t.json"), black_box(&json2)).unwrap().0.len()
+                section.read_bytes(&protocols, Path::new("t.json"), black_box(&json2)).unwrap().0.len()
             })
             .vs("json"),
         )

@@ -1,10 +1,10 @@
-//! The bodies of the fleet's fuzz targets (`fuzz/fuzz_targets/fleet_*.rs`), here so that
-//! `tests/fuzz_corpus.rs` replays their seed corpora on stable through the same code.
+//! The bodies of the fleet's fuzz targets (`fuzz/fuzz_targets/fleet_*.rs`), here so that the unit
+//! tests (`fuzz/tests.rs`) replay their seed corpora on stable through the same code. Built only under
+//! `cfg(fuzzing)` and in tests.
 
 use std::path::Path;
 
-use crate::config::file_sd::{check_host_port, parse_groups, FileSdSection};
-use crate::config::ProbeAllow;
+use crate::config::file_sd::{parse_groups, FileSdSection};
 
 /// `fleet_file_sd`: a target file. The first byte picks the format (even: JSON, odd: YAML) and the
 /// protocol; the rest is the file. Parsing gives groups or an error, never a panic; every target found
@@ -16,7 +16,8 @@ pub fn file_sd(data: &[u8]) {
     let section: FileSdSection =
         toml::from_str(&format!("files = ['x/*']\nprotocol = '{protocol}'\n")).expect("a valid block");
     let Ok(groups) = parse_groups(path, bytes) else { return };
-    let (found, refused) = section.read_bytes(path, bytes).expect("the same bytes parse again");
+    let protocols = crate::protocol::Protocols::built_in();
+    let (found, refused) = section.read_bytes(&protocols, path, bytes).expect("the same bytes parse again");
     let targets: usize = groups.iter().map(|g| g.targets.len()).sum();
     assert_eq!(found.len() + refused.len(), targets, "every target is found or refused");
     for target in &found {
@@ -27,15 +28,5 @@ pub fn file_sd(data: &[u8]) {
     }
 }
 
-/// `fleet_probe_allow`: a `probe_allow` entry, and a `/probe` target. An entry that parses prints as
-/// one that parses back to it; a target passes `check_host_port` or says why. Never a panic.
-pub fn probe_allow(data: &[u8]) {
-    let text = String::from_utf8_lossy(data);
-    if let Ok(rule) = ProbeAllow::parse(&text) {
-        let again = ProbeAllow::parse(&rule.to_string()).expect("a printed entry parses");
-        assert_eq!(again, rule, "{text:?} printed as {rule}");
-    }
-    if let Err(why) = check_host_port(&text) {
-        assert!(why.contains("HOST:PORT"), "{why}");
-    }
-}
+#[cfg(test)]
+mod tests;

@@ -9,18 +9,21 @@
 //! In the words of the OpenTelemetry Collector and Vector, the collectors are the receivers and the registry
 //! is the storage that exporters read:
 //!
-//! * [`config`]: the TOML config and the shorthand flags;
-//! * [`collect`]: one collector per protocol, each a loop of sessions with backoff;
+//! * [`protocol`]: one component per protocol (its config blocks, collector, replay, headline figures),
+//!   and the registry of them, [`Protocols`];
+//! * [`config`]: the fleet's sections of the TOML config, each block read by its protocol;
+//! * [`collect`]: what every collector shares (a loop of sessions with backoff, the dial-in gate);
+//! * [`discover`]: `[[file_sd]]` watchers and directory globs;
 //! * [`target`]: the [`Publisher`] a collector writes through (store, state, errors, events);
 //! * [`store`]: a target's series, bounded, with counter rates and 32-bit unwrapping;
 //! * [`registry`]: the shared table of per-target snapshots, with a generation bumped on every change;
 //! * [`model`]: the snapshot types every view codes against;
 //! * [`series`]: a target's published series (a shared schema and a flat array of values);
 //! * [`render`]: the Prometheus text 0.0.4 and OpenMetrics exposition of a snapshot;
-//! * [`record`] and [`export`]: recording the collectors' connections, and replaying recordings through them;
+//! * [`recording`] and [`rerun`]: recording the collectors' connections (pcapng), and running recordings through
+//!   the collectors again (`telemon export`, `telemon top --replay`);
 //! * [`pace`]: wake-up coalescing for the collectors' runtime;
 //! * [`heap`]: giving the heap's free pages back once the fleet settles.
-//! * [`history`]: the recent past of every series, bounded, that the views plot.
 //!
 //! [`Fleet::start`] starts every target of a config. A whole program that watches two targets (an smon
 //! stream and an rvOS sysinfo service) and prints their series once both are up:
@@ -71,16 +74,21 @@
 pub mod collect;
 pub mod config;
 pub mod discover;
-pub mod export;
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
+#[doc(hidden)]
 pub mod fuzz;
 pub mod heap;
-pub mod history;
 pub mod model;
 pub mod own;
 pub mod pace;
-pub mod record;
+pub mod protocol;
+pub mod recording;
 pub mod registry;
 pub mod render;
+pub mod rerun;
 pub mod retry;
 pub mod rows;
 pub mod series;
@@ -92,6 +100,7 @@ pub use model::{
     ErrorCounts, ErrorKind, EventRecord, FleetSnapshot, LabelPairs, LabelSet, MetricKind, Num, Protocol,
     Series, SeriesRef, SeriesSet, TargetSnapshot, TargetState, Value, ValueRef,
 };
+pub use protocol::{Component, Protocols};
 pub use registry::Registry;
 pub use target::{Failure, Publisher};
 
@@ -118,6 +127,8 @@ pub struct Fleet {
     tasks: Mutex<JoinSet<()>>,
     /// Whether the config has `[[file_sd]]` blocks (their counter is rendered then).
     file_sd: AtomicBool,
+    /// The protocols of the config in force.
+    protocols: Mutex<Protocols>,
 }
 
 impl Default for Fleet {
@@ -145,18 +156,31 @@ impl Fleet {
     /// removed one stops (see [`units`]). Fails, with nothing changed, when a new listener cannot bind.
     pub async fn apply(&self, config: &FleetConfig) -> std::io::Result<Applied> {
         self.file_sd.store(!config.file_sd.is_empty(), Ordering::Relaxed);
+        *self.protocols.lock().unwrap_or_else(|e| e.into_inner()) = config.protocols.clone();
         self.units.apply(config).await
     }
 
     /// A fleet with no targets yet.
     pub fn new() -> Fleet {
+        Fleet::recording(None)
+    }
+
+    /// A fleet with no targets yet whose connections are recorded into `recording`, when there is one.
+    pub fn recording(recording: Option<Arc<recording::Recording>>) -> Fleet {
         let registry = Registry::new();
         Fleet {
-            units: Units::new(registry.clone()),
+            units: Units::new(registry.clone(), recording),
             registry,
             tasks: Mutex::new(JoinSet::new()),
             file_sd: AtomicBool::new(false),
+            protocols: Mutex::new(Protocols::built_in()),
         }
+    }
+
+    /// The protocols its targets speak (those of the config in force: a view asks them for a target's
+    /// headline figures).
+    pub fn protocols(&self) -> Protocols {
+        self.protocols.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The registry target tasks publish into.
@@ -214,7 +238,7 @@ mod tests {
         let mut changed = fleet.changed();
         let reg = fleet.registry().clone();
         fleet.spawn(async move {
-            reg.put(TargetSnapshot::new("a", Protocol::Smon, Vec::new()));
+            reg.put(TargetSnapshot::new("a", Protocol::SMON, Vec::new()));
             std::future::pending::<()>().await;
         });
         changed.changed().await.unwrap();

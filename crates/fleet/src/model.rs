@@ -12,46 +12,32 @@ pub use crate::series::{
     Value, ValueRef,
 };
 
-/// The monitoring protocol a target speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    /// System/161 metering socket (`.sockets/meter`).
-    Meter161,
-    /// Dyalog APL Health Monitor (SERVE or POLL mode).
-    Hmon,
-    /// Mono counters agent.
-    Mono,
-    /// Tino's smon monitor stream.
-    Smon,
-    /// rvOS sysinfo service.
-    Sysinfo,
-}
+/// The monitoring protocol a target speaks: its component's name (`hmon`), which is also its `protocol`
+/// label. [`crate::protocol::Protocols`] gives the component of a name.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Protocol(&'static str);
 
 impl Protocol {
-    /// Every protocol, in a fixed order.
-    pub const ALL: [Protocol; 5] =
-        [Protocol::Meter161, Protocol::Hmon, Protocol::Mono, Protocol::Smon, Protocol::Sysinfo];
+    /// The protocol named `name` (a component's [`crate::protocol::Component::name`]).
+    pub const fn new(name: &'static str) -> Protocol {
+        Protocol(name)
+    }
 
     /// The protocol's name as used in labels, config sections and URLs.
     pub fn as_str(self) -> &'static str {
-        match self {
-            Protocol::Meter161 => "meter161",
-            Protocol::Hmon => "hmon",
-            Protocol::Mono => "mono",
-            Protocol::Smon => "smon",
-            Protocol::Sysinfo => "sysinfo",
-        }
+        self.0
     }
+}
 
-    /// Parses a protocol name as written by [`Protocol::as_str`].
-    pub fn from_name(name: &str) -> Option<Protocol> {
-        Protocol::ALL.into_iter().find(|p| p.as_str() == name)
+impl std::fmt::Debug for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
     }
 }
 
 impl std::fmt::Display for Protocol {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+        f.write_str(self.0)
     }
 }
 
@@ -260,31 +246,32 @@ mod tests {
 
     #[test]
     fn new_targets_share_one_empty_set_of_series_labels_and_events() {
-        let a = TargetSnapshot::new("a", Protocol::Meter161, Vec::new());
-        let b = TargetSnapshot::new("b", Protocol::Smon, Vec::new());
+        let a = TargetSnapshot::new("a", Protocol::METER161, Vec::new());
+        let b = TargetSnapshot::new("b", Protocol::SMON, Vec::new());
         assert!(Arc::ptr_eq(&a.series.schema, &b.series.schema));
         assert!(Arc::ptr_eq(&a.series.samples, &b.series.samples));
         assert!(Arc::ptr_eq(&a.series.hists, &b.series.hists));
         assert!(Arc::ptr_eq(&a.labels, &b.labels) && Arc::ptr_eq(&a.events, &b.events));
         assert!(a.series.is_empty() && a.labels.is_empty() && a.events.is_empty());
-        let c = TargetSnapshot::new("c", Protocol::Smon, vec![("room".to_owned(), "b12".to_owned())]);
+        let c = TargetSnapshot::new("c", Protocol::SMON, vec![("room".to_owned(), "b12".to_owned())]);
         assert_eq!(&*c.label_text, "target=\"c\",room=\"b12\"");
         // A configured label with an empty value is no label.
         let d = TargetSnapshot::new(
             "d",
-            Protocol::Smon,
+            Protocol::SMON,
             vec![("a".to_owned(), String::new()), ("b".to_owned(), "1".to_owned())],
         );
         assert_eq!((&*d.label_text, d.labels.len()), ("target=\"d\",b=\"1\"", 1));
     }
 
     #[test]
-    fn protocol_names_round_trip() {
-        for p in Protocol::ALL {
-            assert_eq!(Protocol::from_name(p.as_str()), Some(p));
+    fn a_protocol_is_its_components_name() {
+        for c in crate::protocol::Protocols::built_in().iter() {
+            assert_eq!(c.protocol().as_str(), c.name());
+            assert_eq!(c.protocol().to_string(), c.name());
         }
-        assert_eq!(Protocol::from_name("http"), None);
-        assert_eq!(Protocol::Meter161.as_str(), "meter161");
+        assert_eq!(Protocol::METER161.as_str(), "meter161");
+        assert_ne!(Protocol::new("http"), Protocol::HMON);
     }
 
     #[test]
@@ -304,10 +291,10 @@ mod tests {
     fn fleet_snapshot_lookup_by_name() {
         let labels = vec![("room".to_owned(), "b12".to_owned())];
         let snap = FleetSnapshot::from(vec![
-            TargetSnapshot::new("a", Protocol::Hmon, labels.clone()),
-            TargetSnapshot::new("b/x", Protocol::Smon, labels),
+            TargetSnapshot::new("a", Protocol::HMON, labels.clone()),
+            TargetSnapshot::new("b/x", Protocol::SMON, labels),
         ]);
-        assert_eq!(snap.get("b/x").map(|t| t.protocol), Some(Protocol::Smon));
+        assert_eq!(snap.get("b/x").map(|t| t.protocol), Some(Protocol::SMON));
         assert!(snap.get("c").is_none());
     }
 }

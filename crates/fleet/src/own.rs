@@ -1,6 +1,5 @@
-//! telemon's own counters that belong to no target: connections refused by the dial-in listeners
-//! and by the HTTP server. They are process-wide (like `telemon_build_info`) and rendered with
-//! every scrape.
+//! The fleet's own counters that belong to no target: connections refused by the dial-in listeners, and
+//! file_sd's read errors. They are process-wide (like `telemon_build_info`) and rendered with every scrape.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,7 +59,6 @@ type RefusedTable = BTreeMap<(Arc<str>, &'static str), u64>;
 
 static LISTENER_REFUSED: Mutex<RefusedTable> = Mutex::new(BTreeMap::new());
 static LISTENER_TARGETS: Mutex<BTreeMap<Arc<str>, Arc<AtomicU64>>> = Mutex::new(BTreeMap::new());
-static HTTP_REFUSED: AtomicU64 = AtomicU64::new(0);
 
 fn refused_table() -> std::sync::MutexGuard<'static, RefusedTable> {
     LISTENER_REFUSED.lock().unwrap_or_else(|e| e.into_inner())
@@ -91,16 +89,6 @@ pub fn listener_refusals() -> Vec<(Arc<str>, &'static str, u64)> {
 pub fn listener_targets() -> Vec<(Arc<str>, u64)> {
     let gauges = LISTENER_TARGETS.lock().unwrap_or_else(|e| e.into_inner());
     gauges.iter().map(|(l, n)| (l.clone(), n.load(Ordering::Relaxed))).collect()
-}
-
-/// Counts one HTTP connection refused because `[serve] max_connections` were open.
-pub fn http_refused() {
-    HTTP_REFUSED.fetch_add(1, Ordering::Relaxed);
-}
-
-/// HTTP connections refused so far.
-pub fn http_refusals() -> u64 {
-    HTTP_REFUSED.load(Ordering::Relaxed)
 }
 
 static FILE_SD_READ_ERRORS: AtomicU64 = AtomicU64::new(0);

@@ -4,17 +4,18 @@
 //! send a message or two, and each has a timer or two. Woken for each, the runtime's thread sleeps
 //! and wakes thousands of times a second, and those context switches and `epoll_wait` calls cost
 //! more than the work they deliver. Linux calls the cure timer slack: when the thread is about to
-//! sleep again less than the slack after it last did, [`before_park`] makes it sleep the rest of the
+//! sleep again less than the slack after it last did, the park hook ([`Pace::hook`]) makes it sleep the rest of the
 //! slack first. What arrived meanwhile is then handled in one wake-up, read by read.
 //!
 //! A message is handled at most one slack late (5 ms by default, at most [`MAX_WAKEUP_SLACK`]);
 //! nothing is lost or reordered, because the bytes wait in the socket buffers. `telemon`'s binary
-//! installs [`before_park`] on its runtime, and its `serve`, `top` and `record` commands set the slack
-//! from the config (the one-target commands leave it at zero). A runtime without the hook (tests, a
-//! library user's own) is not affected.
+//! installs a [`Pace`]'s [`Pace::hook`] on its runtime and hands the `Pace` to its `serve`, `top` and
+//! `record` commands, which set the slack from the config (the one-target commands leave it at zero). A
+//! runtime without the hook (tests, a library user's own) is not affected.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The default `[serve] wakeup_slack`.
@@ -22,39 +23,55 @@ pub const DEFAULT_WAKEUP_SLACK: Duration = Duration::from_millis(5);
 /// The largest `[serve] wakeup_slack` a config may ask for.
 pub const MAX_WAKEUP_SLACK: Duration = Duration::from_millis(100);
 
-/// The slack in force, in microseconds (0: no coalescing).
-static SLACK_MICROS: AtomicU64 = AtomicU64::new(0);
-
 thread_local! {
     /// The earliest time this thread may park again without sleeping first.
     static NEXT_PARK: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// Sets the slack of every runtime that runs [`before_park`] (zero turns coalescing off); values
-/// above [`MAX_WAKEUP_SLACK`] are lowered to it.
-pub fn set_wakeup_slack(slack: Duration) {
-    let micros = slack.min(MAX_WAKEUP_SLACK).as_micros();
-    SLACK_MICROS.store(u64::try_from(micros).unwrap_or(u64::MAX), Relaxed);
+/// The wake-up slack of the runtimes whose park hook it is: set when the config is read, and again by
+/// each reload. A clone shares the slack.
+#[derive(Debug, Clone, Default)]
+pub struct Pace {
+    /// The slack in force, in microseconds (0: no coalescing).
+    micros: Arc<AtomicU64>,
 }
 
-/// The slack in force.
-pub fn wakeup_slack() -> Duration {
-    Duration::from_micros(SLACK_MICROS.load(Relaxed))
-}
-
-/// A runtime's `on_thread_park` hook: when this thread parked less than the slack ago, sleeps
-/// until a whole slack has passed, so that it wakes at most once per slack.
-pub fn before_park() {
-    let slack = wakeup_slack();
-    if slack.is_zero() {
-        return;
+impl Pace {
+    /// A pace with no slack yet (each event wakes the thread).
+    pub fn new() -> Pace {
+        Pace::default()
     }
-    NEXT_PARK.with(|next| {
-        if let Some(pause) = pause(next.get(), Instant::now()) {
-            std::thread::sleep(pause);
+
+    /// Sets the slack (zero turns coalescing off); values above [`MAX_WAKEUP_SLACK`] are lowered to it.
+    pub fn set(&self, slack: Duration) {
+        let micros = slack.min(MAX_WAKEUP_SLACK).as_micros();
+        self.micros.store(u64::try_from(micros).unwrap_or(u64::MAX), Relaxed);
+    }
+
+    /// The slack in force.
+    pub fn slack(&self) -> Duration {
+        Duration::from_micros(self.micros.load(Relaxed))
+    }
+
+    /// A runtime's `on_thread_park` hook: when this thread parked less than the slack ago, it sleeps
+    /// until a whole slack has passed, so that it wakes at most once per slack.
+    pub fn hook(&self) -> impl Fn() + Send + Sync + 'static {
+        let pace = self.clone();
+        move || pace.before_park()
+    }
+
+    fn before_park(&self) {
+        let slack = self.slack();
+        if slack.is_zero() {
+            return;
         }
-        next.set(Some(Instant::now() + slack));
-    });
+        NEXT_PARK.with(|next| {
+            if let Some(pause) = pause(next.get(), Instant::now()) {
+                std::thread::sleep(pause);
+            }
+            next.set(Some(Instant::now() + slack));
+        });
+    }
 }
 
 /// How long to sleep before parking at `now`, when the thread may park again at `next`.
@@ -77,18 +94,19 @@ mod tests {
 
     #[test]
     fn parks_are_spaced_by_the_slack_and_the_slack_is_bounded() {
-        // The only test that sets the global (tests run in parallel threads).
-        set_wakeup_slack(Duration::from_millis(20));
-        assert_eq!(wakeup_slack(), Duration::from_millis(20));
+        let pace = Pace::new();
+        let hook = pace.hook();
+        pace.set(Duration::from_millis(20));
+        assert_eq!(pace.slack(), Duration::from_millis(20));
         let start = Instant::now();
         for _ in 0..3 {
-            before_park();
+            hook();
         }
         // The first park does not wait; the next two wait a slack each.
         assert!(start.elapsed() >= Duration::from_millis(40), "{:?}", start.elapsed());
-        set_wakeup_slack(Duration::from_secs(5));
-        assert_eq!(wakeup_slack(), MAX_WAKEUP_SLACK);
-        set_wakeup_slack(Duration::ZERO);
-        assert_eq!(wakeup_slack(), Duration::ZERO);
+        pace.set(Duration::from_secs(5));
+        assert_eq!(pace.slack(), MAX_WAKEUP_SLACK);
+        pace.set(Duration::ZERO);
+        assert_eq!(pace.slack(), Duration::ZERO);
     }
 }

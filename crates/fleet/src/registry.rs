@@ -200,8 +200,8 @@ mod tests {
         let reg = Registry::new();
         let mut rx = reg.changed();
         assert_eq!(*rx.borrow_and_update(), 0);
-        reg.put(TargetSnapshot::new("zeta", Protocol::Smon, Vec::new()));
-        reg.put(TargetSnapshot::new("alpha", Protocol::Hmon, Vec::new()));
+        reg.put(TargetSnapshot::new("zeta", Protocol::SMON, Vec::new()));
+        reg.put(TargetSnapshot::new("alpha", Protocol::HMON, Vec::new()));
         assert!(rx.has_changed().unwrap());
         assert_eq!(*rx.borrow_and_update(), 2);
 
@@ -223,10 +223,10 @@ mod tests {
     #[test]
     fn insert_unique_refuses_a_taken_name_unless_replace_allows_it() {
         let reg = Registry::new();
-        let mut first = TargetSnapshot::new("x", Protocol::Meter161, vec![("dir".into(), "/a".into())]);
+        let mut first = TargetSnapshot::new("x", Protocol::METER161, vec![("dir".into(), "/a".into())]);
         first.state = TargetState::Up;
         assert!(reg.insert_unique(first, |_| false));
-        let second = TargetSnapshot::new("x", Protocol::Meter161, vec![("dir".into(), "/b".into())]);
+        let second = TargetSnapshot::new("x", Protocol::METER161, vec![("dir".into(), "/b".into())]);
         assert!(!reg.insert_unique(second.clone(), |_| false));
         assert!(!reg.insert_unique(second.clone(), |old| old.state == TargetState::Down));
         assert_eq!(&*reg.snapshot().get("x").unwrap().labels[0].1, "/a", "the first entry is kept");

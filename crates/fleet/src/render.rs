@@ -61,12 +61,10 @@ enum Own {
     ListenerRefused,
     /// Not per target: the targets each dial-in listener holds.
     ListenerTargets,
-    /// Not per target: [`crate::own`]'s HTTP refusals.
-    HttpRefused,
 }
 
 impl Own {
-    const ALL: [Own; 9] = [
+    const ALL: [Own; 8] = [
         Own::Up,
         Own::Connects,
         Own::Errors,
@@ -75,7 +73,6 @@ impl Own {
         Own::Received,
         Own::ListenerRefused,
         Own::ListenerTargets,
-        Own::HttpRefused,
     ];
 
     fn name(self) -> &'static str {
@@ -88,7 +85,6 @@ impl Own {
             Own::Received => "telemon_target_received_bytes_total",
             Own::ListenerRefused => "telemon_listener_refused_total",
             Own::ListenerTargets => "telemon_listener_targets",
-            Own::HttpRefused => "telemon_http_refused_connections_total",
         }
     }
 
@@ -104,24 +100,20 @@ impl Own {
                 "Connections a dial-in listener closed without making them a target, by reason."
             }
             Own::ListenerTargets => "Targets a dial-in listener holds, live and remembered.",
-            Own::HttpRefused => "HTTP connections refused at once because [serve] max_connections were open.",
         }
     }
 
     /// Whether the family has a series per target (the process-wide ones have none: they are not
     /// in a page of some targets alone, see [`Chunks::targets_only`]).
     fn per_target(self) -> bool {
-        !matches!(self, Own::ListenerRefused | Own::ListenerTargets | Own::HttpRefused)
+        !matches!(self, Own::ListenerRefused | Own::ListenerTargets)
     }
 
     fn kind(self) -> MetricKind {
         match self {
-            Own::Connects
-            | Own::Errors
-            | Own::Dropped
-            | Own::Received
-            | Own::ListenerRefused
-            | Own::HttpRefused => MetricKind::Counter,
+            Own::Connects | Own::Errors | Own::Dropped | Own::Received | Own::ListenerRefused => {
+                MetricKind::Counter
+            }
             Own::Up | Own::LastUpdate | Own::ListenerTargets => MetricKind::Gauge,
         }
     }
@@ -164,9 +156,9 @@ const SUFFIXES: [&str; 4] = ["", "_bucket", "_sum", "_count"];
 
 impl Chunks {
     /// Plans the page of `snapshot`: every family name, sorted, with the targets that have it, and
-    /// the fleet's process-wide families (the HTTP and listener ones). `telemon_build_info` is the
-    /// binary's (its git revision is no business of the fleet's): it comes in the binary's tail
-    /// ([`Chunks::with_tail`]), as do the push senders' families.
+    /// the fleet's process-wide families (the dial-in listeners'). `telemon_build_info` and the HTTP
+    /// server's families are the binary's: they come in the binary's tail ([`Chunks::with_tail`]), as
+    /// do the push senders' families.
     pub fn new(snapshot: FleetSnapshot, format: Format) -> Chunks {
         Chunks::plan(snapshot, format, true)
     }
@@ -316,12 +308,6 @@ impl Chunks {
                     }
                     *member = usize::MAX;
                 }
-                Source::Own(Own::HttpRefused) => {
-                    buf.push_str("telemon_http_refused_connections_total ");
-                    push_num(buf, Num::Uint(crate::own::http_refusals()));
-                    buf.push('\n');
-                    *member = usize::MAX;
-                }
                 Source::Own(own) => {
                     while let Some(t) = snapshot.targets.get(*member) {
                         // Each line starts with the target's label text, elsewhere on the heap.
@@ -452,7 +438,7 @@ fn write_own(out: &mut String, name: &str, own: Own, t: &TargetSnapshot) {
         out.push('\n');
     };
     match own {
-        Own::ListenerRefused | Own::ListenerTargets | Own::HttpRefused => {}
+        Own::ListenerRefused | Own::ListenerTargets => {}
         Own::Up => own_line(None, Num::Uint(u64::from(t.is_up()))),
         Own::Connects => own_line(None, Num::Uint(t.connects)),
         Own::Errors => {
@@ -487,7 +473,7 @@ mod tests {
     use crate::model::{ErrorKind, LabelSet, Protocol, Series, TargetState, Value};
 
     pub(super) fn snap() -> FleetSnapshot {
-        let mut t = TargetSnapshot::new("box\"1", Protocol::Smon, vec![("room".into(), "b12".into())]);
+        let mut t = TargetSnapshot::new("box\"1", Protocol::SMON, vec![("room".into(), "b12".into())]);
         t.state = TargetState::Up;
         t.connects = 2;
         t.errors.bump(ErrorKind::Decode);
@@ -509,7 +495,7 @@ mod tests {
                 rate: None,
             },
         ]);
-        let down = TargetSnapshot::new("gone", Protocol::Hmon, Vec::new());
+        let down = TargetSnapshot::new("gone", Protocol::HMON, Vec::new());
         FleetSnapshot::from(vec![t, down])
     }
 
@@ -525,9 +511,8 @@ mod tests {
         assert!(out.contains("telemon_target_up{protocol=\"hmon\",target=\"gone\"} 0\n"));
         assert!(out.contains("telemon_target_errors_total{protocol=\"smon\",target=\"box\\\"1\",room=\"b12\",kind=\"decode\"} 1\n"));
         assert!(out.contains("smon_lat_seconds_bucket{target=\"box\\\"1\",room=\"b12\",le=\"+Inf\"} 4\n"));
-        assert!(out.contains("# TYPE telemon_http_refused_connections_total counter\n"));
-        // The binary's family (crates/telemon's build_info), not the fleet's.
-        assert!(!out.contains("telemon_build_info"), "{out}");
+        // The binary's families (crates/telemon's build_info and HTTP server), not the fleet's.
+        assert!(!out.contains("telemon_build_info") && !out.contains("telemon_http_"), "{out}");
         assert!(!out.contains("# EOF"));
         // One HELP/TYPE per family even with several targets.
         assert_eq!(out.matches("# TYPE telemon_target_up ").count(), 1);
@@ -561,12 +546,9 @@ mod tests {
                 page.contains("smon_lat_seconds_bucket{")
                     && page.contains("telemon_target_up{protocol=\"hmon\"")
             );
-            assert!(!page.contains("telemon_http_refused"), "{page}");
+            assert!(!page.contains("telemon_listener_"), "{page}");
             assert_eq!(page.ends_with("# EOF\n"), format == Format::OpenMetrics);
         }
-        // The whole page has them.
-        let all = render(&snap, Format::Text004);
-        assert!(all.contains("telemon_http_refused_connections_total "));
     }
 
     #[test]

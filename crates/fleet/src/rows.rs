@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn rows_reuse_their_slots_and_survive_rows_coming_and_going() {
-        let (reg, mut p) = publisher(Protocol::Sysinfo);
+        let (reg, mut p) = publisher(Protocol::SYSINFO);
         let mut cache = RowCache::default();
         let pass = |p: &mut Publisher, cache: &mut RowCache, rows: &[(&str, u64)]| {
             cache.begin();
@@ -231,7 +231,7 @@ mod tests {
 
     #[test]
     fn caches_share_the_threads_scratch_and_keep_their_pass_in_their_own_room() {
-        let (reg, mut p) = publisher(Protocol::Sysinfo);
+        let (reg, mut p) = publisher(Protocol::SYSINFO);
         let (mut small, mut large) = (RowCache::default(), RowCache::default());
         let pass = |p: &mut Publisher, cache: &mut RowCache, family: &'static str, n: u64, v: u64| {
             cache.begin();
@@ -260,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_removed_series_is_looked_up_again_not_written_into_a_reused_slot() {
-        let (reg, mut p) = publisher(Protocol::Sysinfo);
+        let (reg, mut p) = publisher(Protocol::SYSINFO);
         let mut cache = RowCache::default();
         cache.begin();
         cache.row(&["x"]).put(&mut p, "a", "h", MetricKind::Gauge, &[("name", "x")], 1u64);

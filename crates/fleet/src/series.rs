@@ -693,7 +693,7 @@ impl<'a> FamilyRef<'a> {
 
 impl SeriesSet {
     /// The schema: the same `Arc` while the target publishes the same series.
-    pub(crate) fn schema(&self) -> &Arc<Schema> {
+    pub fn schema(&self) -> &Arc<Schema> {
         &self.schema
     }
 

@@ -11,9 +11,11 @@ use std::time::{Duration, SystemTime};
 use tokio::time::Instant;
 
 use crate::model::{ErrorKind, EventRecord, MetricKind, Protocol, TargetSnapshot, TargetState, Value};
+use crate::recording::Recording;
 use crate::registry::{Entry, Registry};
 use crate::series::{LabelPairs, Num};
 use crate::store::{Change, SeriesStore, SlotId, Stamp};
+use telemon_capture::Tap;
 
 /// Events kept per target for display: twice the eight `telemon top` shows. Each publication that
 /// brings an event copies the list (an interpreter sends a notification about once a second).
@@ -84,6 +86,8 @@ pub struct PublisherState {
     received: Arc<AtomicU64>,
     /// Called after each publication (see [`Publisher::on_publish`]).
     on_publish: Option<OnPublish>,
+    /// Where the target's connections are recorded, and as which link type (see [`Publisher::tap`]).
+    recording: Option<(Arc<Recording>, u16)>,
 }
 
 /// A callback run after each publication, with the registry published into.
@@ -125,6 +129,7 @@ impl Publisher {
             every_change: false,
             received: Arc::default(),
             on_publish: None,
+            recording: None,
         }))
     }
 
@@ -149,6 +154,24 @@ impl Publisher {
     pub fn remove_on_drop(mut self) -> Self {
         self.remove_on_drop = true;
         self
+    }
+
+    /// Records the target's connections in `recording` (when there is one) as `link_type`.
+    pub fn recording(mut self, recording: Option<Arc<Recording>>, link_type: u16) -> Self {
+        self.recording = recording.map(|r| (r, link_type));
+        self
+    }
+
+    /// What wraps a connection to the target at `address` in a tap that records it when the target is
+    /// recorded ([`Publisher::recording`]) and counts what it reads in [`Publisher::received`]: owned,
+    /// so that a connect future holding it does not hold the publisher.
+    pub fn tapper<S>(&self, address: &str) -> impl FnOnce(S) -> Tap<S> + Send + Sync + 'static {
+        let (name, address, received) = (self.meta.name.clone(), address.to_owned(), self.received.clone());
+        let recording = self.recording.clone();
+        move |stream| match recording {
+            Some((r, link)) => crate::recording::tap(Some(&*r), stream, &name, link, &address, received),
+            None => crate::recording::tap(None, stream, &name, 0, &address, received),
+        }
     }
 
     /// The target's state to change: the registry's copy stays as it was published.
@@ -514,7 +537,7 @@ mod tests {
     #[test]
     fn the_registry_and_the_publisher_share_one_copy_of_the_target() {
         let reg = Registry::new();
-        let mut p = Publisher::new(&reg, "t", Protocol::Smon, vec![], 10);
+        let mut p = Publisher::new(&reg, "t", Protocol::SMON, vec![], 10);
         p.up();
         p.set("g", "h", MetricKind::Gauge, vec![], 1.0);
         p.flush();
@@ -536,10 +559,10 @@ mod tests {
         let reg = Registry::new();
         let down = |old: &TargetSnapshot| old.state == TargetState::Down;
         let mut first =
-            Publisher::try_new(&reg, "x", Protocol::Mono, vec![], 10, down).unwrap().remove_on_drop();
+            Publisher::try_new(&reg, "x", Protocol::MONO, vec![], 10, down).unwrap().remove_on_drop();
         first.down(&Failure::new(ErrorKind::Connect, "gone"));
         let mut second =
-            Publisher::try_new(&reg, "x", Protocol::Mono, vec![], 10, down).expect("a down name is free");
+            Publisher::try_new(&reg, "x", Protocol::MONO, vec![], 10, down).expect("a down name is free");
         second.up();
         second.flush();
         // The first one's publications go to its own entry, which the registry no longer holds.
@@ -562,7 +585,7 @@ mod tests {
     #[test]
     fn publishes_state_series_and_events_and_removes_itself_when_asked() {
         let reg = Registry::new();
-        let mut p = Publisher::new(&reg, "t", Protocol::Smon, vec![], 10).remove_on_drop();
+        let mut p = Publisher::new(&reg, "t", Protocol::SMON, vec![], 10).remove_on_drop();
         assert_eq!(reg.snapshot().get("t").unwrap().state, TargetState::Connecting);
         p.up();
         p.set("g", "h", MetricKind::Gauge, vec![label("name", &"x".repeat(300))], 1.0);
@@ -588,7 +611,7 @@ mod tests {
     #[test]
     fn the_last_events_are_kept_in_order_across_publishes() {
         let reg = Registry::new();
-        let mut p = Publisher::new(&reg, "t", Protocol::Hmon, vec![], 10);
+        let mut p = Publisher::new(&reg, "t", Protocol::HMON, vec![], 10);
         let texts = |reg: &Registry| -> Vec<String> {
             reg.snapshot().get("t").unwrap().events.iter().map(|e| e.text.to_string()).collect()
         };
@@ -615,7 +638,7 @@ mod tests {
     #[test]
     fn events_with_the_same_text_share_one_copy_of_it() {
         let reg = Registry::new();
-        let mut p = Publisher::new(&reg, "t", Protocol::Hmon, vec![], 10);
+        let mut p = Publisher::new(&reg, "t", Protocol::HMON, vec![], 10);
         p.event("WorkspaceCompaction (thread 0)");
         p.flush();
         p.event(String::from("WorkspaceCompaction (thread 0)"));
@@ -644,7 +667,7 @@ mod tests {
     #[test]
     fn a_kept_slot_is_reused_and_looked_up_again_once_its_series_is_gone() {
         let reg = Registry::new();
-        let mut p = Publisher::new(&reg, "t", Protocol::Hmon, vec![], 10);
+        let mut p = Publisher::new(&reg, "t", Protocol::HMON, vec![], 10);
         p.up();
         let mut kept = None;
         p.put_kept(&mut kept, "g", "h", MetricKind::Gauge, &[("k", "v")], 1u64);

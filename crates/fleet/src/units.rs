@@ -1,61 +1,50 @@
 //! What a fleet runs, unit by unit, so that a new config changes only what it changes.
 //!
-//! A config (with the targets its `[[file_sd]]` blocks find) is a set of [`Unit`]s: a target block, a
-//! `dir_glob` block, a listener, or a file_sd watcher, each under a key (a target's name; names cannot
-//! contain `/`, so `file_sd/…` keys never meet one). [`Units::apply`] compares the wanted set with the
-//! running one: a unit whose block and [`Settings`] are equal keeps its task, so its connection, series,
-//! counters and rates go on with no down transition; a changed one is stopped and started again; a
-//! removed one is stopped (its publisher removes the target, so a push sender marks its series stale).
+//! A config (with the targets its `[[file_sd]]` blocks find) is a set of units under keys: each target
+//! block's [`Unit`] (a target, a `dir_glob`, a listener) under its name, and each file_sd watcher under a
+//! `file_sd/…` key (names cannot contain `/`, so the two never meet). [`Units::apply`] compares the wanted
+//! set with the running one: a unit whose block and [`Settings`] are equal keeps its task, so its
+//! connection, series, counters and rates go on with no down transition; a changed one is stopped and
+//! started again; a removed one is stopped (its publisher removes the target, so a push sender marks its
+//! series stale).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Weak};
 
 use tokio::task::JoinHandle;
 
-use crate::config::{labels, Discovered, FileSdSection, FleetConfig, HmonTarget, MonoTarget, Shard};
-use crate::config::{Meter161Target, SmonTarget, SysinfoTarget};
-use crate::model::Protocol;
+use crate::config::{FileSdSection, FleetConfig, Settings};
+use crate::protocol::{BoxFuture, Protocols, Start, Unit};
+use crate::recording::Recording;
 use crate::registry::Registry;
-use crate::target::Publisher;
-use crate::{collect, DIAL_IN_LINGER, GLOB_RESCAN};
 
-/// One thing the fleet runs.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Unit {
-    /// A `[[meter161]]` block (`dir` or `dir_glob`).
-    Meter161(Meter161Target),
-    /// A `[[hmon]]` block.
-    Hmon(HmonTarget),
-    /// A `[[hmon_listen]]` block.
-    HmonListen(HmonTarget),
-    /// A `[[mono_listen]]` block.
-    MonoListen(MonoTarget),
-    /// A `[[smon]]` block.
-    Smon(SmonTarget),
-    /// A `[[sysinfo]]` block.
-    Sysinfo(SysinfoTarget),
+/// One thing the fleet runs: a unit of a block, or a file_sd watcher.
+#[derive(Debug, Clone)]
+enum Runs {
+    /// A target block's unit (of the config, or found by a watcher).
+    Block(Arc<dyn Unit>),
     /// A `[[file_sd]]` block: the watcher of its files.
     FileSd(FileSdSection),
 }
 
-impl From<Discovered> for Unit {
-    fn from(d: Discovered) -> Unit {
-        match d {
-            Discovered::Meter161(t) => Unit::Meter161(t),
-            Discovered::Hmon(t) => Unit::Hmon(t),
-            Discovered::Smon(t) => Unit::Smon(t),
-            Discovered::Sysinfo(t) => Unit::Sysinfo(t),
+impl PartialEq for Runs {
+    fn eq(&self, other: &Runs) -> bool {
+        match (self, other) {
+            (Runs::Block(a), Runs::Block(b)) => a.same(&**b),
+            (Runs::FileSd(a), Runs::FileSd(b)) => a == b,
+            _ => false,
         }
     }
 }
 
-/// The `[serve]` settings every unit is started with: a change restarts every unit.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Settings {
-    /// `[serve] series_limit`.
-    pub series_limit: usize,
-    /// `[serve] shard` (globs and file_sd targets apply it as they find targets).
-    pub shard: Option<Shard>,
+impl Runs {
+    /// The address it listens on: one a running unit holds is not bound again before that one stops.
+    fn binds(&self) -> Option<&str> {
+        match self {
+            Runs::Block(u) => u.binds(),
+            Runs::FileSd(_) => None,
+        }
+    }
 }
 
 /// What [`Units::apply`] did.
@@ -82,7 +71,7 @@ impl std::fmt::Display for Applied {
 }
 
 struct Running {
-    unit: Unit,
+    runs: Runs,
     settings: Settings,
     task: JoinHandle<()>,
 }
@@ -90,15 +79,17 @@ struct Running {
 #[derive(Default)]
 struct Wanted {
     /// The config's units, in config order.
-    config: Vec<(String, Unit)>,
+    config: Vec<(String, Runs)>,
     /// The targets each file_sd watcher found, by the watcher's key.
-    discovered: BTreeMap<String, Vec<(String, Unit)>>,
+    discovered: BTreeMap<String, Vec<(String, Runs)>>,
     settings: Option<Settings>,
+    protocols: Protocols,
 }
 
 /// The running units of a fleet and what is wanted of them.
 pub struct Units {
     registry: Registry,
+    recording: Option<Arc<Recording>>,
     wanted: std::sync::Mutex<Wanted>,
     /// The running units; held across a whole apply, so that applies happen one at a time.
     running: tokio::sync::Mutex<HashMap<String, Running>>,
@@ -113,32 +104,16 @@ impl std::fmt::Debug for Units {
 
 /// The units a config asks for, keyed, with targets another shard owns left out (listeners, globs
 /// and file_sd watchers are never sharded: they shard what they find).
-pub fn config_units(config: &FleetConfig) -> Vec<(String, Unit)> {
-    let shard = config.serve.shard;
-    let mine = |name: &str| shard.is_none_or(|s| s.owns(name));
-    let mut out = Vec::new();
-    for t in &config.meter161 {
-        if t.dir_glob.is_some() || mine(t.name.get_ref()) {
-            out.push((t.name.get_ref().clone(), Unit::Meter161(t.clone())));
-        }
-    }
-    for t in config.hmon.iter().filter(|t| mine(t.name.get_ref())) {
-        out.push((t.name.get_ref().clone(), Unit::Hmon(t.clone())));
-    }
-    for t in &config.hmon_listen {
-        out.push((t.name.get_ref().clone(), Unit::HmonListen(t.clone())));
-    }
-    for t in &config.mono_listen {
-        out.push((t.name.get_ref().clone(), Unit::MonoListen(t.clone())));
-    }
-    for t in config.smon.iter().filter(|t| mine(t.name.get_ref())) {
-        out.push((t.name.get_ref().clone(), Unit::Smon(t.clone())));
-    }
-    for t in config.sysinfo.iter().filter(|t| mine(t.name.get_ref())) {
-        out.push((t.name.get_ref().clone(), Unit::Sysinfo(t.clone())));
-    }
+fn config_units(config: &FleetConfig) -> Vec<(String, Runs)> {
+    let shard = config.settings.shard;
+    let mut out: Vec<(String, Runs)> = config
+        .targets
+        .iter()
+        .filter(|t| !t.unit.sharded() || shard.is_none_or(|s| s.owns(t.unit.name())))
+        .map(|t| (t.unit.name().to_owned(), Runs::Block(t.unit.clone())))
+        .collect();
     for sd in &config.file_sd {
-        out.push((file_sd_key(sd), Unit::FileSd(sd.clone())));
+        out.push((file_sd_key(sd), Runs::FileSd(sd.clone())));
     }
     out
 }
@@ -149,49 +124,50 @@ fn file_sd_key(sd: &FileSdSection) -> String {
 }
 
 impl Units {
-    /// No units yet, publishing into `registry`.
-    pub fn new(registry: Registry) -> Arc<Units> {
+    /// No units yet, publishing into `registry`, recording into `recording` when there is one.
+    pub fn new(registry: Registry, recording: Option<Arc<Recording>>) -> Arc<Units> {
         Arc::new_cyclic(|me| Units {
             registry,
+            recording,
             wanted: Default::default(),
             running: Default::default(),
             me: me.clone(),
         })
     }
 
+    fn context(&self, settings: Settings) -> Start {
+        Start {
+            registry: self.registry.clone(),
+            series_limit: settings.series_limit,
+            shard: settings.shard,
+            recording: self.recording.clone(),
+        }
+    }
+
     /// Makes the running units those of `config` (and of the targets its file_sd watchers found):
     /// see the [module docs](self). New listeners bind before anything stops, so a port that
     /// cannot be bound fails the apply with nothing changed.
     pub async fn apply(&self, config: &FleetConfig) -> std::io::Result<Applied> {
-        let settings = Settings { series_limit: config.serve.series_limit, shard: config.serve.shard };
+        let settings = config.settings;
         let units = config_units(config);
         let mut running = self.running.lock().await;
         // Bind the listeners whose address no running unit holds first: nothing has changed yet if one fails.
-        let held: Vec<&str> = running
-            .values()
-            .filter_map(|r| match &r.unit {
-                Unit::HmonListen(t) => t.listen.as_deref(),
-                Unit::MonoListen(t) => Some(t.listen.as_str()),
-                _ => None,
-            })
-            .collect();
+        let held: Vec<&str> = running.values().filter_map(|r| r.runs.binds()).collect();
         let mut bound = HashMap::new();
-        for (key, unit) in &units {
-            let same = running.get(key).is_some_and(|r| r.unit == *unit && r.settings == settings);
-            let addr = match unit {
-                Unit::HmonListen(t) => t.listen.as_deref(),
-                Unit::MonoListen(t) => Some(t.listen.as_str()),
-                _ => None,
-            };
-            if addr.is_some_and(|a| !same && !held.contains(&a)) {
-                let task = self.listen(unit, settings).await?;
-                bound.insert(key.clone(), task);
+        for (key, runs) in &units {
+            let same = running.get(key).is_some_and(|r| r.runs == *runs && r.settings == settings);
+            if let (Some(addr), Runs::Block(unit)) = (runs.binds(), runs) {
+                if !same && !held.contains(&addr) {
+                    let task = unit.start(&self.context(settings)).await?;
+                    bound.insert(key.clone(), task);
+                }
             }
         }
         {
             let mut wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
             wanted.config = units;
             wanted.settings = Some(settings);
+            wanted.protocols = config.protocols.clone();
             let watchers: Vec<String> = wanted.config.iter().map(|(k, _)| k.clone()).collect();
             wanted.discovered.retain(|k, _| watchers.contains(k));
         }
@@ -200,15 +176,11 @@ impl Units {
 
     /// Sets the targets the file_sd watcher `key` found, and applies them. (Boxed: applying may start a
     /// watcher, whose task calls this.)
-    fn discovered(
-        &self,
-        key: String,
-        found: Vec<(String, Unit)>,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+    fn discovered(&self, key: String, found: Vec<(String, Runs)>) -> BoxFuture<'_, ()> {
         Box::pin(self.discovered_inner(key, found))
     }
 
-    async fn discovered_inner(&self, key: String, found: Vec<(String, Unit)>) {
+    async fn discovered_inner(&self, key: String, found: Vec<(String, Runs)>) {
         let key = key.as_str();
         let mut running = self.running.lock().await;
         {
@@ -225,18 +197,18 @@ impl Units {
     }
 
     /// The wanted units, with discovered targets after the config's, the first of a name winning.
-    fn wanted(&self) -> (Vec<(String, Unit)>, Option<Settings>) {
+    fn wanted(&self) -> (Vec<(String, Runs)>, Option<Settings>) {
         let wanted = self.wanted.lock().unwrap_or_else(|e| e.into_inner());
-        let mut out: Vec<(String, Unit)> = wanted.config.clone();
+        let mut out: Vec<(String, Runs)> = wanted.config.clone();
         let mut names: std::collections::HashSet<String> = out.iter().map(|(k, _)| k.clone()).collect();
         let shard = wanted.settings.and_then(|s| s.shard);
         for (watcher, found) in &wanted.discovered {
-            for (name, unit) in found {
+            for (name, runs) in found {
                 if shard.is_some_and(|s| !s.owns(name)) {
                     continue;
                 }
                 if names.insert(name.clone()) {
-                    out.push((name.clone(), unit.clone()));
+                    out.push((name.clone(), runs.clone()));
                 } else {
                     tracing::debug!(watcher = %watcher, target_name = %name, "a file_sd target's name is taken; skipped");
                 }
@@ -248,7 +220,7 @@ impl Units {
     async fn reconcile(
         &self,
         running: &mut HashMap<String, Running>,
-        mut bound: HashMap<String, JoinHandle<()>>,
+        mut bound: HashMap<String, BoxFuture<'static, ()>>,
     ) -> std::io::Result<Applied> {
         let (wanted, settings) = self.wanted();
         let Some(settings) = settings else { return Ok(Applied::default()) };
@@ -257,7 +229,7 @@ impl Units {
         // Stop what goes away or changes, and wait until each is gone (its publisher has removed the
         // target, so the new one of the same name starts afresh).
         let same = |key: &str, r: &Running| {
-            r.settings == settings && wanted.iter().any(|(k, u)| k == key && *u == r.unit)
+            r.settings == settings && wanted.iter().any(|(k, u)| k == key && *u == r.runs)
         };
         let gone: Vec<String> = running.keys().filter(|k| !same(k, &running[k.as_str()])).cloned().collect();
         let mut restarting = std::collections::HashSet::new();
@@ -271,14 +243,14 @@ impl Units {
                 applied.stopped += 1;
             }
         }
-        for (key, unit) in wanted {
+        for (key, runs) in wanted {
             if running.contains_key(&key) {
                 applied.kept += 1;
                 continue;
             }
             let task = match bound.remove(&key) {
                 Some(task) => task,
-                None => match self.start(&key, &unit, settings).await {
+                None => match self.start(&key, &runs, settings).await {
                     Ok(task) => task,
                     Err(e) => {
                         tracing::error!(unit = %key, error = %e, "cannot start");
@@ -291,96 +263,36 @@ impl Units {
             } else {
                 applied.started += 1;
             }
-            running.insert(key, Running { unit, settings, task });
+            running.insert(key, Running { runs, settings, task: tokio::spawn(task) });
         }
         Ok(applied)
     }
 
-    /// Binds a listener unit and returns its accept task.
-    async fn listen(&self, unit: &Unit, settings: Settings) -> std::io::Result<JoinHandle<()>> {
-        let reg = self.registry.clone();
-        let limit = settings.series_limit;
-        fn named(block: &'static str, name: String) -> impl FnOnce(std::io::Error) -> std::io::Error {
-            move |e| std::io::Error::new(e.kind(), format!("[[{block}]] {name}: cannot listen: {e}"))
-        }
-        match unit {
-            Unit::HmonListen(t) => {
-                let accept = collect::hmon::listen(reg, t, limit, DIAL_IN_LINGER)
-                    .await
-                    .map_err(named("hmon_listen", t.name.get_ref().clone()))?;
-                Ok(tokio::spawn(accept))
-            }
-            Unit::MonoListen(t) => {
-                let accept = collect::mono::listen(reg, t, limit, DIAL_IN_LINGER)
-                    .await
-                    .map_err(named("mono_listen", t.name.get_ref().clone()))?;
-                Ok(tokio::spawn(accept))
-            }
-            _ => Err(std::io::Error::other("not a listener")),
-        }
-    }
-
-    /// Starts one unit's task.
-    async fn start(&self, key: &str, unit: &Unit, settings: Settings) -> std::io::Result<JoinHandle<()>> {
-        let reg = &self.registry;
-        let limit = settings.series_limit;
-        let publisher =
-            |name: &str, protocol, l| Publisher::new(reg, name, protocol, labels(l), limit).remove_on_drop();
-        Ok(match unit {
-            Unit::Meter161(t) => {
-                let name = t.name.get_ref();
-                match (&t.dir, &t.dir_glob) {
-                    (Some(dir), _) => {
-                        let p = publisher(name, Protocol::Meter161, &t.labels);
-                        tokio::spawn(collect::meter161::run(p, dir.clone(), t.interval))
-                    }
-                    (None, pattern) => {
-                        let block = collect::meter161::GlobBlock {
-                            name: name.clone(),
-                            pattern: pattern.clone().unwrap_or_default(),
-                            labels: labels(&t.labels),
-                            series_limit: limit,
-                            interval: t.interval,
-                            shard: settings.shard,
-                        };
-                        tokio::spawn(collect::meter161::run_glob(reg.clone(), block, GLOB_RESCAN))
-                    }
-                }
-            }
-            Unit::Hmon(t) => {
-                let p = publisher(t.name.get_ref(), Protocol::Hmon, &t.labels);
-                let addr = t.connect.clone().unwrap_or_default();
-                tokio::spawn(collect::hmon::run_connect(p, addr, collect::hmon::Plan::new(t)))
-            }
-            Unit::HmonListen(_) | Unit::MonoListen(_) => self.listen(unit, settings).await?,
-            Unit::Smon(t) => {
-                let p = publisher(t.name.get_ref(), Protocol::Smon, &t.labels);
-                let source = match (&t.connect, &t.file) {
-                    (Some(a), _) => collect::smon::Source::Connect(a.clone()),
-                    (None, f) => collect::smon::Source::File(f.clone().unwrap_or_default()),
-                };
-                tokio::spawn(collect::smon::run(p, source))
-            }
-            Unit::Sysinfo(t) => {
-                let p = publisher(t.name.get_ref(), Protocol::Sysinfo, &t.labels);
-                let endpoint = collect::sysinfo::endpoint(t.connect.as_deref(), t.socket.as_ref());
-                tokio::spawn(collect::sysinfo::run_plan(p, endpoint, collect::sysinfo::Plan::new(t)))
-            }
-            Unit::FileSd(sd) => {
-                let watcher = crate::discover::Watcher::new(key.to_owned(), sd.clone());
+    /// The task of one unit, not yet spawned.
+    async fn start(
+        &self,
+        key: &str,
+        runs: &Runs,
+        settings: Settings,
+    ) -> std::io::Result<BoxFuture<'static, ()>> {
+        match runs {
+            Runs::Block(unit) => unit.start(&self.context(settings)).await,
+            Runs::FileSd(sd) => {
+                let protocols = self.wanted.lock().unwrap_or_else(|e| e.into_inner()).protocols.clone();
+                let watcher = crate::discover::Watcher::new(key.to_owned(), sd.clone(), protocols);
                 let me = self.me.clone();
-                tokio::spawn(watcher.run(move |key, found| {
+                Ok(Box::pin(watcher.run(move |key, found| {
                     let me = me.clone();
                     async move {
                         if let Some(units) = me.upgrade() {
                             let found =
-                                found.into_iter().map(|d| (d.name().to_owned(), Unit::from(d))).collect();
+                                found.into_iter().map(|d| (d.name().to_owned(), Runs::Block(d.0))).collect();
                             units.discovered(key, found).await;
                         }
                     }
-                }))
+                })))
             }
-        })
+        }
     }
 
     /// Stops every unit and waits until each is gone.
@@ -445,7 +357,7 @@ mod tests {
             tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
         }
         let registry = Registry::new();
-        let units = Units::new(registry.clone());
+        let units = Units::new(registry.clone(), None);
         let a = config(&[("a", &addrs[0], "1"), ("b", &addrs[1], "1"), ("c", &addrs[2], "1")]);
         assert_eq!(units.apply(&a).await.unwrap().started, 3);
         let before = all_up(&registry, 3).await;

@@ -1,13 +1,11 @@
-//! The file_sd target-file reader and the `probe_allow` parser under proptest: a written file reads back as
-//! written (JSON and YAML), arbitrary bytes and every cut of a valid file give groups or an error (never a
-//! panic), and a `probe_allow` entry prints as one that parses back to it.
+//! The file_sd target-file reader under proptest: a written file reads back as written (JSON and YAML), and
+//! every cut of a valid file gives groups or an error (never a panic). Arbitrary bytes and whole files
+//! through the fuzz target's checks: the unit tests of `src/fuzz/tests.rs`.
 
 use std::path::Path;
 
 use proptest::prelude::*;
 use telemon_fleet::config::file_sd::{parse_groups, Group};
-use telemon_fleet::config::ProbeAllow;
-use telemon_fleet::fuzz;
 
 fn target() -> impl Strategy<Value = String> {
     prop_oneof![
@@ -40,31 +38,6 @@ proptest! {
         let yml = yaml(&groups);
         prop_assert_eq!(&parse_groups(Path::new("t.yml"), yml.as_bytes()).unwrap(), &groups);
     }
-
-    #[test]
-    fn arbitrary_bytes_never_panic(mut data in prop::collection::vec(any::<u8>(), 0..512), first in any::<u8>()) {
-        data.insert(0, first);
-        fuzz::file_sd(&data);
-    }
-
-    #[test]
-    fn a_probe_allow_entry_prints_as_itself(
-        ip in any::<[u8; 16]>(), v4 in any::<bool>(), prefix in 0u8..=128, port in proptest::option::of(1u16..),
-    ) {
-        let net: ipnet::IpNet = if v4 {
-            ipnet::Ipv4Net::new(std::net::Ipv4Addr::new(ip[0], ip[1], ip[2], ip[3]), prefix % 33).unwrap().into()
-        } else {
-            ipnet::Ipv6Net::new(std::net::Ipv6Addr::from(ip), prefix).unwrap().into()
-        };
-        let rule = ProbeAllow { net: net.trunc(), port };
-        prop_assert_eq!(ProbeAllow::parse(&rule.to_string()).unwrap(), rule);
-    }
-
-    #[test]
-    fn probe_strings_never_panic(s in "\\PC{0,40}", bytes in prop::collection::vec(any::<u8>(), 0..64)) {
-        fuzz::probe_allow(s.as_bytes());
-        fuzz::probe_allow(&bytes);
-    }
 }
 
 proptest! {
@@ -78,9 +51,6 @@ proptest! {
                 // A half-written file: parsed or refused, never a panic.
                 let _ = parse_groups(Path::new(ext), &bytes[..cut]);
             }
-            let mut first = vec![if ext == "t.json" { 0u8 } else { 1 }];
-            first.extend_from_slice(bytes);
-            fuzz::file_sd(&first);
         }
     }
 }

@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::codec::Framed;
 
-use crate::codec::{ClientCodec, Handshake, Payload};
+use crate::codec::ClientCodec;
 use crate::error::{ClientError, HandshakeError, PayloadError};
 use crate::frame::{sniff, DEFAULT_MAX_FRAME_LEN};
 use crate::ids::IdOrName;
@@ -30,6 +30,7 @@ use crate::message::{
     BumpFacts, ConnectRide, Facts, GetFacts, GetLastKnownState, LastKnownState, Message, PollFacts, Request,
     Response, RideConnection, StopFacts, Subscribe, Subscribed,
 };
+use crate::payload::{Handshake, Payload};
 use crate::proto::{self, HandshakeOrder, Requests, Role, Standing};
 
 /// The initial size of a connection's read and write buffers: a reply of a few KiB fits, larger ones grow

@@ -1,10 +1,11 @@
-//! The bodies of the cargo-fuzz targets, here so the seed corpora replay on stable in `cargo test`.
+//! The bodies of the cargo-fuzz targets, here so the seed corpora replay on stable in the unit tests
+//! (`fuzz/tests.rs`). Built only under `cfg(fuzzing)` and in tests: not part of the API.
 
 use bytes::BytesMut;
 
-use crate::codec::{decode_payload, encode_payload, Payload};
 use crate::frame::decode_frame;
 use crate::message::{Request, Response};
+use crate::payload::{decode_payload, encode_payload, Payload};
 
 /// The frame limit the fuzz targets use (small, so huge lengths are exercised cheaply).
 pub const FUZZ_MAX_FRAME_LEN: u32 = 1 << 20;
@@ -75,10 +76,10 @@ mod structured {
     use bytes::BytesMut;
     use serde_json::{json, Map, Value};
 
-    use crate::codec::{decode_payload, encode_payload, Handshake as Frame, Payload, PROTOCOL_VERSION};
     use crate::error::HandshakeError;
     use crate::frame::decode_frame;
     use crate::message::{Message, Request, Response};
+    use crate::payload::{decode_payload, encode_payload, Handshake as Frame, Payload, PROTOCOL_VERSION};
     use crate::proto::{Handshake, HandshakeOrder, Requests, Role, Standing};
 
     /// At most this many operations per input.
@@ -565,3 +566,6 @@ mod structured {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

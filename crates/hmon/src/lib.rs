@@ -67,6 +67,7 @@ mod facts;
 mod frame;
 mod ids;
 mod message;
+mod payload;
 mod poll;
 pub mod proto;
 mod time;
@@ -76,10 +77,7 @@ mod wire;
 
 #[cfg(feature = "client")]
 pub use client::{handshake, Client, ClientConfig, Connection, Event, Events, Incoming, Listener, Reconnect};
-pub use codec::{
-    decode_message, decode_payload, encode_payload, frame_bytes, ClientCodec, Codec, Handshake, Payload,
-    ServerCodec, MAX_SUPPORTED_PROTOCOLS, PROTOCOL_VERSION, SUPPORTED_PROTOCOLS, USING_PROTOCOL,
-};
+pub use codec::{ClientCodec, Codec, ServerCodec};
 pub use config::{ConfigAddress, ConfigError, InterfaceConfig, Mode};
 #[allow(deprecated)]
 pub use error::{ClientError, Error, FrameError, HandshakeError, PayloadError};
@@ -90,6 +88,10 @@ pub use facts::{
 pub use frame::{check_len, decode_frame, encode_frame, sniff, DEFAULT_MAX_FRAME_LEN, HEADER_LEN, MAGIC};
 pub use ids::{EventKind, FactKind, IdOrName};
 pub use message::*;
+pub use payload::{
+    decode_message, decode_payload, encode_payload, frame_bytes, Handshake, Payload, MAX_SUPPORTED_PROTOCOLS,
+    PROTOCOL_VERSION, SUPPORTED_PROTOCOLS, USING_PROTOCOL,
+};
 pub use poll::{effective_interval, PollTimer};
 pub use proto::HandshakeOrder;
 pub use time::{Timestamp, TimestampError};
@@ -99,6 +101,10 @@ pub use wire::Extra;
 /// `dyalog-sim --serve` takes by default: what an address without a port means to telemon.
 pub const DEFAULT_PORT: u16 = 4512;
 
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzz;
 

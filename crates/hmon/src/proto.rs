@@ -26,9 +26,9 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::codec::{Handshake as Frame, PROTOCOL_VERSION};
 use crate::error::HandshakeError;
 use crate::message::Request;
+use crate::payload::{Handshake as Frame, PROTOCOL_VERSION};
 
 /// The order of the handshake frames.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -4,9 +4,10 @@
 use bytes::BytesMut;
 use tokio_util::codec::{Decoder, Encoder};
 
-use crate::codec::{Codec, Payload};
+use crate::codec::Codec;
 use crate::error::{FrameError, PayloadError};
 use crate::message::Message;
+use crate::payload::Payload;
 
 impl<In: Message, Out> Decoder for Codec<In, Out> {
     type Item = Result<Payload<In>, PayloadError>;

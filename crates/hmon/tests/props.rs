@@ -284,34 +284,4 @@ proptest! {
         }
         prop_assert_eq!(got, payloads);
     }
-
-    #[test]
-    fn arbitrary_bytes_never_panic(data in vec(any::<u8>(), 0..512)) {
-        hmon::fuzz::frame(&data);
-        hmon::fuzz::message(&data);
-    }
-
-    #[test]
-    fn arbitrary_framed_bytes_never_panic(payload in vec(any::<u8>(), 1..256), split in any::<u8>()) {
-        let mut data = vec![split];
-        let mut buf = BytesMut::new();
-        encode_frame(&payload, &mut buf).unwrap();
-        data.extend_from_slice(&buf);
-        hmon::fuzz::frame(&data);
-    }
-
-    #[test]
-    fn arbitrary_json_never_panics(name in prop_oneof![
-        Just("Facts".to_owned()), Just("Subscribed".to_owned()), Just("Notification".to_owned()),
-        Just("LastKnownState".to_owned()), Just("GetFacts".to_owned()), Just("PollFacts".to_owned()),
-        Just("Subscribe".to_owned()), "[A-Za-z]{0,8}"
-    ], args in json(), facts in vec(json(), 0..3)) {
-        let mut args = args;
-        if let Value::Object(map) = &mut args {
-            map.insert("Facts".into(), Value::Array(facts));
-        }
-        for payload in [serde_json::json!([name, args]), args.clone()] {
-            hmon::fuzz::message(&serde_json::to_vec(&payload).unwrap());
-        }
-    }
 }

@@ -1,4 +1,5 @@
-//! Fuzz target bodies, shared by `fuzz/fuzz_targets/` and the corpus replay in `cargo test`. Not a stable API.
+//! Fuzz target bodies, shared by `fuzz/fuzz_targets/` and the corpus replays of the unit tests
+//! (`fuzz/tests.rs`). Built only under `cfg(fuzzing)` and in tests: not part of the API.
 
 use bytes::BytesMut;
 
@@ -377,3 +378,6 @@ mod structured {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

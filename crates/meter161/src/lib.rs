@@ -89,6 +89,10 @@ pub use error::{ClientError, CommandError, DecodeError, EncodeError, ProtocolErr
 pub use message::*;
 pub use session::{Header, Sample, Session, Update};
 
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzz;
 

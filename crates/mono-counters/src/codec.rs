@@ -7,6 +7,7 @@
 //! A message longer than [`Limits::max_message_len`] is a [`DecodeError::MessageTooLarge`]. Every length
 //! and count is checked against its limit before anything is allocated for it.
 
+use byteorder::{ByteOrder, LittleEndian as LE};
 use bytes::{Buf, BufMut, BytesMut};
 
 mod fast;
@@ -99,26 +100,20 @@ impl<'a> Cursor<'a> {
         Ok(bytes)
     }
 
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], Incomplete> {
-        let mut out = [0; N];
-        out.copy_from_slice(self.take(N)?);
-        Ok(out)
-    }
-
     fn u8(&mut self) -> Result<u8, Incomplete> {
-        Ok(self.array::<1>()?[0])
+        Ok(self.take(1)?[0])
     }
 
     fn i16(&mut self) -> Result<i16, Incomplete> {
-        Ok(i16::from_le_bytes(self.array()?))
+        Ok(LE::read_i16(self.take(2)?))
     }
 
     fn i32(&mut self) -> Result<i32, Incomplete> {
-        Ok(i32::from_le_bytes(self.array()?))
+        Ok(LE::read_i32(self.take(4)?))
     }
 
     fn i64(&mut self) -> Result<i64, Incomplete> {
-        Ok(i64::from_le_bytes(self.array()?))
+        Ok(LE::read_i64(self.take(8)?))
     }
 
     /// `[length: int][bytes]`; `None` for the null string (-1).
@@ -181,6 +176,9 @@ fn kind_name(kind: CounterType) -> &'static str {
     kind.label().unwrap_or("raw")
 }
 
+/// `N` bytes at `at` as an array, for std's `from_le_bytes`: the Sampling loops ([`parse_values`] and
+/// `fast.rs`) keep std's conversions, which cost fewer instructions there than `byteorder`'s slice reads
+/// (`cargo xtask bench --table`, the `mono sampling` rows).
 fn fixed<const N: usize>(buf: &[u8], at: usize) -> Result<[u8; N], Incomplete> {
     let bytes = buf.get(at..at + N).ok_or(Incomplete)?;
     let mut out = [0; N];

@@ -88,6 +88,10 @@ pub use inspector::{ClientConfig, Inspector, InspectorConfig, SampleUpdate, Sess
 pub use message::*;
 pub use table::{CounterTable, Reading};
 
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzz;
 

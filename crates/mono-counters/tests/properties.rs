@@ -182,31 +182,6 @@ proptest! {
     }
 
     #[test]
-    fn arbitrary_agent_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512), split in any::<prop::sample::Index>()) {
-        mono_counters::fuzz::agent_stream_split(&data, split.index(data.len() + 1));
-    }
-
-    #[test]
-    fn arbitrary_agent_bytes_after_a_hello_never_panic(tail in proptest::collection::vec(any::<u8>(), 0..256), split in any::<prop::sample::Index>()) {
-        // A valid Hello first, so the sample decoder has counters of every type to look up.
-        let headers = (0..5).map(|i| Header {
-            category: Category::Jit, name: "n".into(), kind: CounterType::from_raw(i as i32), unit: Unit::None,
-            variance: Variance::Variable, index: i,
-        }).collect();
-        let mut data = BytesMut::new();
-        encode_agent_message(&AgentMessage::Hello(Hello { version: 1, headers }), &mut data).unwrap();
-        data.extend_from_slice(&[4]);
-        data.extend_from_slice(&tail);
-        let split = split.index(data.len() + 1);
-        mono_counters::fuzz::agent_stream_split(&data, split);
-    }
-
-    #[test]
-    fn arbitrary_inspector_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
-        mono_counters::fuzz::inspector_stream(&data);
-    }
-
-    #[test]
     fn repeated_layouts_decode_like_fresh_ones((hello, samples) in session(), raw_flip in any::<u8>()) {
         // Each sample twice, the second time with other values in the same layout (and a WORD or raw
         // value possibly resized, which changes the layout): the layout fast path must agree with a

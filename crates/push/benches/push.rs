@@ -50,7 +50,7 @@ fn fleet(tick: u64) -> FleetSnapshot {
         .map(|i| {
             let mut t = TargetSnapshot::new(
                 format!("class/home/student{i:04}/os161/root"),
-                Protocol::Meter161,
+                Protocol::METER161,
                 vec![("course".into(), "cs161".into())],
             );
             t.state = TargetState::Up;

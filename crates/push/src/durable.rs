@@ -9,8 +9,7 @@
 //! records that cannot be written are dropped and counted (`dropped_disk_error`), the error is logged at most
 //! once a minute, and the next tick tries the disk again.
 
-use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -18,11 +17,11 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio::time::Instant;
 
+use crate::config::{PushSection, WhenFull};
 use crate::disk::{self, DiskQueue, Dropped, Meta, Next, RecordIn, StdFs};
-use crate::queue::Queued;
+use crate::memory_queue::Queued;
 use crate::sender::{Plan, Ticks, Tries, Wire, RETRY_FIRST, RETRY_MAX};
 use crate::stats::{now_ms, Stats};
-use telemon_fleet::config::{PushSection, Shard, WhenFull};
 use telemon_fleet::retry::Backoff;
 use telemon_fleet::Registry;
 
@@ -36,18 +35,14 @@ pub(crate) struct Disk {
     /// Woken when the sampler appended.
     appended: Arc<Notify>,
     stats: Arc<Stats>,
-    /// Holds the directory's `lock` file (an exclusive `flock`) for as long as the sender runs.
-    _lock: Arc<std::fs::File>,
 }
 
 impl Disk {
-    /// Opens (or creates) the queue of `block` for the instance that owns `shard`; what it found on the disk
-    /// is logged, and what it had to drop is counted. Fails only when the directory cannot be created, read
-    /// or locked (another process uses it), never because of what is in it.
-    pub fn open(block: &PushSection, shard: Option<Shard>, stats: Arc<Stats>) -> Result<Disk, String> {
-        let dir = block.queue_path(shard).ok_or("no queue_dir")?;
-        std::fs::create_dir_all(&dir).map_err(|e| format!("queue_dir {}: {e}", dir.display()))?;
-        let lock = lock(&dir)?;
+    /// Opens (or creates) the queue of `block` in `dir` (its `queue_dir`, or the shard's directory in it);
+    /// what it found on the disk is logged, and what it had to drop is counted. Fails only when the directory
+    /// cannot be created, read or locked ([`disk::DiskError::InUse`]: another process uses it), never
+    /// because of what is in it. The queue holds the directory's lock for as long as the sender runs.
+    pub fn open(block: &PushSection, dir: PathBuf, stats: Arc<Stats>) -> Result<Disk, disk::DiskError> {
         let config = disk::Config {
             max_bytes: block.queue_max_bytes,
             max_age: block.queue_max_age,
@@ -59,8 +54,7 @@ impl Disk {
             segment_bytes: (block.queue_max_bytes / 8).clamp(1 << 20, disk::Config::SEGMENT_BYTES),
             ..disk::Config::new(&dir)
         };
-        let (queue, found) =
-            DiskQueue::open(StdFs, config).map_err(|e| format!("queue_dir {}: {e}", dir.display()))?;
+        let (queue, found) = DiskQueue::open(StdFs, config)?;
         let sender = &stats.sender;
         if found.records > 0 {
             eprintln!(
@@ -85,12 +79,7 @@ impl Disk {
         }
         stats.add_corrupt_records(found.corrupt_records);
         count(&stats, &found.dropped);
-        let disk = Disk {
-            queue: Arc::new(Mutex::new(queue)),
-            appended: Arc::default(),
-            stats,
-            _lock: Arc::new(lock),
-        };
+        let disk = Disk { queue: Arc::new(Mutex::new(queue)), appended: Arc::default(), stats };
         disk.show(&disk.lock());
         Ok(disk)
     }
@@ -118,32 +107,13 @@ impl Disk {
             }
             Ok(Err(e)) => Err(e),
             // The blocking thread panicked: what it was to sync is synced by the next job.
-            Err(e) => Err(disk::DiskError {
+            Err(e) => Err(disk::DiskError::Io {
                 op: disk::Op::Sync,
                 path: self.lock().dir().to_owned(),
                 source: std::io::Error::other(e.to_string()),
             }),
         }
     }
-}
-
-/// Takes the directory's `lock` file, so that two processes never share a queue.
-fn lock(dir: &Path) -> Result<std::fs::File, String> {
-    let path: PathBuf = dir.join("lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| format!("queue_dir {}: {e}", dir.display()))?;
-    // SAFETY: flock on a descriptor this function owns; it touches no memory.
-    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-        return Err(format!(
-            "queue_dir {} is in use by another process (its lock file is held): each telemon needs a queue_dir of its own",
-            dir.display()
-        ));
-    }
-    Ok(file)
 }
 
 /// Counts what the queue dropped.

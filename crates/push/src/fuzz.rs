@@ -1,6 +1,8 @@
-//! The bodies of the fuzz targets `telemon_remote_write` and `telemon_otlp_reply`, also replayed
-//! over their seed corpora by `tests/fuzz_corpus.rs` on stable.
+//! The bodies of the fuzz targets `telemon_remote_write`, `telemon_otlp_reply` and `push_disk_record`,
+//! also replayed over their seed corpora by the unit tests (`fuzz/tests.rs`) on stable. Built only under
+//! `cfg(fuzzing)` and in tests.
 
+pub use crate::disk::fuzz::record_reader;
 use crate::otlp::rejected_points;
 use crate::remote_write::{decode_request, encode_request, MAX_DECODED};
 
@@ -46,3 +48,6 @@ pub fn otlp_reply(data: &[u8]) {
         Err(_) => assert_eq!(n, 0, "an undecodable reply counts no rejected point"),
     }
 }
+
+#[cfg(test)]
+mod tests;

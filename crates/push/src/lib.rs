@@ -2,7 +2,7 @@
 //! (`[[remote_write]]`) or OTLP/HTTP protobuf (`[[otlp]]`).
 //!
 //! A sender is a view like a scrape: every `batch` its sampler takes a [`FleetSnapshot`] (through
-//! the adapter in [`view`]) and queues one sample per series in its own bounded [`queue::Queue`]
+//! the adapter in [`view`]) and queues one sample per series in its own bounded [`memory_queue::Queue`]
 //! (the oldest dropped and counted when full); its HTTP loop sends the queue in order,
 //! `max_samples_per_send` at a time, retrying what the protocol says to retry with exponential
 //! backoff, jitter and `Retry-After`. Neither task ever holds up a collector or a scrape.
@@ -11,12 +11,20 @@
 
 #![warn(missing_docs)]
 
+pub mod config;
+#[cfg(test)]
+mod config_tests;
 pub mod disk;
 mod durable;
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
+#[doc(hidden)]
 pub mod fuzz;
 
+pub mod memory_queue;
 pub mod otlp;
-pub mod queue;
 pub mod remote_write;
 mod sender;
 pub mod stats;
@@ -30,10 +38,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use config::{BasicAuth, PushConfig, PushSection, TlsSection, WhenFull};
 use sender::{Plan, Wire};
 pub use sender::{RETRY_AFTER_MAX, RETRY_FIRST, RETRY_MAX};
 pub use stats::Stats;
-use telemon_fleet::config::{FleetConfig, PushSection, Shard};
+use telemon_fleet::config::{ConfigError, Shard};
 use telemon_fleet::Registry;
 
 /// How long [`Push::shutdown`] waits for the queues to drain by default.
@@ -68,7 +77,7 @@ struct Running {
     /// Set before `stop` when a reload replaces the sender: the sender then ends after its request in
     /// flight instead of sending its queue, which the new sender takes over.
     handoff: Arc<AtomicBool>,
-    /// With a memory queue: the queue (an `Arc<queue::Queue<W::Item>>`), handed to a replacement.
+    /// With a memory queue: the queue (an `Arc<memory_queue::Queue<W::Item>>`), handed to a replacement.
     queue: Option<Box<dyn Any + Send + Sync>>,
     /// With `queue_dir`: the disk queue and its syncer.
     disk: Option<(durable::Disk, JoinHandle<()>)>,
@@ -92,53 +101,34 @@ struct Handover {
     queue: Option<Box<dyn Any + Send + Sync>>,
 }
 
-/// A push block that cannot start: which block (its kind and place among the blocks of its kind), and which of
-/// its keys.
-#[derive(Debug, thiserror::Error)]
-#[error("[[{section}]] {sender}: {key}: {message}")]
-pub struct BlockError {
-    /// `remote_write` or `otlp`.
-    pub section: &'static str,
-    /// The block's place among the config's blocks of its kind, from 0.
-    pub index: usize,
-    /// The sender's name.
-    pub sender: String,
-    /// The key at fault, dotted inside a table (`basic_auth.password_file`, `tls.ca_file`).
-    pub key: &'static str,
-    /// What is wrong.
-    pub message: String,
-}
-
 /// Checks that every push block of `config` can start: the files it names (token, password, CA) are read
-/// and make a valid client, as [`Push::start`] and [`Push::reload`] will.
-pub fn check(config: &FleetConfig) -> Result<(), BlockError> {
+/// and make a valid client, as [`Push::start`] and [`Push::reload`] will. An error is at the key that
+/// names the file.
+pub fn check(config: &PushConfig) -> Result<(), ConfigError> {
     let remote_write = config.remote_write.iter().enumerate().map(|(i, b)| ("remote_write", i, b));
     let otlp = config.otlp.iter().enumerate().map(|(i, b)| ("otlp", i, b));
     for (section, index, block) in remote_write.chain(otlp) {
-        client(block).map_err(|(key, message)| BlockError {
-            section,
-            index,
-            sender: block.sender_name(),
-            key,
-            message,
+        client(block).map_err(|(key, message)| match config.place(section, index) {
+            Some(place) => place.error(key, message),
+            None => ConfigError { file: "<push>".into(), line: 0, key: format!("{section}.{key}"), message },
         })?;
     }
     Ok(())
 }
 
-/// The blocks of `config` as `(section, block)`, remote write first.
-fn blocks(config: &FleetConfig) -> impl Iterator<Item = (&'static str, &PushSection)> {
-    config.remote_write.iter().map(|b| ("remote_write", b)).chain(config.otlp.iter().map(|b| ("otlp", b)))
-}
-
 impl Push {
-    /// Starts a sender per `[[remote_write]]` and `[[otlp]]` block of `config`, reading
-    /// `registry`; `instance` is OTLP's `service.instance.id`. Fails when a file named by a block
+    /// Starts a sender per `[[remote_write]]` and `[[otlp]]` block of `config`, reading `registry` (the
+    /// targets of `shard`, whose disk queues are its own); `instance` is OTLP's `service.instance.id`. Fails when a file named by a block
     /// (token, password, CA) cannot be read.
-    pub fn start(config: &FleetConfig, registry: &Registry, instance: &str) -> Result<Push, PushError> {
+    pub fn start(
+        config: &PushConfig,
+        shard: Option<Shard>,
+        registry: &Registry,
+        instance: &str,
+    ) -> Result<Push, PushError> {
         let mut push = Push { senders: Vec::new(), instance: instance.to_owned() };
-        for (section, block) in blocks(config) {
-            let sender = push.spawn(section, block, config.serve.shard, registry, None)?;
+        for (section, block) in config.blocks() {
+            let sender = push.spawn(section, block, shard, registry, None)?;
             push.senders.push(sender);
         }
         Ok(push)
@@ -152,12 +142,12 @@ impl Push {
     /// started or replaced.
     pub async fn reload(
         &mut self,
-        config: &FleetConfig,
+        config: &PushConfig,
+        shard: Option<Shard>,
         registry: &Registry,
         deadline: Duration,
     ) -> Result<usize, PushError> {
-        let shard = config.serve.shard;
-        let wanted: Vec<(&'static str, &PushSection)> = blocks(config).collect();
+        let wanted: Vec<(&'static str, &PushSection)> = config.blocks().collect();
         let same = |r: &Running, section: &str, block: &PushSection| {
             r.section == section && r.block == *block && r.shard == shard
         };
@@ -259,11 +249,11 @@ impl Push {
             queue,
             disk,
         };
-        if block.queue_dir.is_some() {
+        if let Some(dir) = block.queue_path(shard) {
             let stats = old_stats
                 .filter(|s| s.has_disk() && s.queue_limit() == block.queue_max_bytes)
                 .unwrap_or_else(|| Arc::new(Stats::with_disk(name.clone(), block.queue_max_bytes)));
-            let disk = durable::Disk::open(block, shard, stats.clone()).map_err(fail)?;
+            let disk = durable::Disk::open(block, dir, stats.clone()).map_err(|e| fail(e.to_string()))?;
             let context = Arc::new(wire.context());
             let (registry, sampler_stop) = (registry.clone(), stop.subscribe());
             let (sampler_disk, sampler_plan) = (disk.clone(), plan.clone());
@@ -284,9 +274,9 @@ impl Push {
             .filter(|s| !s.has_disk() && s.queue_limit() == block.queue_bytes)
             .unwrap_or_else(|| Arc::new(Stats::new(name, block.queue_bytes)));
         let limit = usize::try_from(block.queue_bytes).unwrap_or(usize::MAX);
-        let queue = Arc::new(queue::Queue::<W::Item>::new(limit));
+        let queue = Arc::new(memory_queue::Queue::<W::Item>::new(limit));
         // A replaced sender's queue: its items, oldest first, into the new bound.
-        if let Some(old) = old_queue.and_then(|q| q.downcast::<Arc<queue::Queue<W::Item>>>().ok()) {
+        if let Some(old) = old_queue.and_then(|q| q.downcast::<Arc<memory_queue::Queue<W::Item>>>().ok()) {
             let dropped = queue.push(old.take(usize::MAX));
             stats.add_dropped(stats::reason::QUEUE_FULL, dropped);
             stats.set_queue(queue.bytes(), queue.oldest_ms());

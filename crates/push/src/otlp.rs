@@ -29,7 +29,7 @@ use opentelemetry_proto::tonic::metrics::v1::{
 };
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
-use crate::queue::Queued;
+use crate::memory_queue::Queued;
 use crate::sender::Wire;
 use crate::view::{self, UP_FAMILY};
 use telemon_fleet::{FleetSnapshot, LabelSet, MetricKind, Value};
@@ -446,7 +446,7 @@ mod tests {
     use telemon_fleet::{Protocol, Series, TargetSnapshot, TargetState};
 
     fn snapshot(connects: u64, kinsns: f64) -> FleetSnapshot {
-        let mut t = TargetSnapshot::new("vm", Protocol::Sysinfo, vec![("room".into(), "b12".into())]);
+        let mut t = TargetSnapshot::new("vm", Protocol::SYSINFO, vec![("room".into(), "b12".into())]);
         t.state = TargetState::Up;
         t.connects = connects;
         let s = |family: &str, kind, value| Series {
@@ -609,7 +609,7 @@ mod tests {
         let mut o = Otlp::new("host:9464", &[("site".into(), "lab".into()), ("empty".into(), String::new())]);
         let mut t = TargetSnapshot::new(
             "vm",
-            Protocol::Smon,
+            Protocol::SMON,
             vec![("Zone".into(), "a".into()), ("_x".into(), String::new()), ("name".into(), "cfg".into())],
         );
         t.state = TargetState::Up;

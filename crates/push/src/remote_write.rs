@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::queue::Queued;
+use crate::memory_queue::Queued;
 use crate::sender::Wire;
 use crate::view::{self, PushTarget, UP_FAMILY};
 use telemon_fleet::{FleetSnapshot, LabelSet, Series, Value};
@@ -459,7 +459,7 @@ mod tests {
     }
 
     fn target(name: &str, up: bool, series: Vec<Series>) -> TargetSnapshot {
-        let mut t = TargetSnapshot::new(name, Protocol::Sysinfo, vec![("room".into(), "b12".into())]);
+        let mut t = TargetSnapshot::new(name, Protocol::SYSINFO, vec![("room".into(), "b12".into())]);
         t.state = if up { TargetState::Up } else { TargetState::Down };
         t.series = series.into();
         t
@@ -549,7 +549,7 @@ mod tests {
         let mut rw = RemoteWrite::new(vec![("Region".into(), "eu".into()), ("empty".into(), String::new())]);
         let mut t = TargetSnapshot::new(
             "vm",
-            Protocol::Smon,
+            Protocol::SMON,
             vec![("Zone".into(), "a".into()), ("_x".into(), String::new()), ("job".into(), "j".into())],
         );
         t.state = TargetState::Up;

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::queue::{Queue, Queued};
+use crate::memory_queue::{Queue, Queued};
 use crate::stats::{now_ms, reason, Stats};
 use telemon_fleet::retry::Backoff;
 use telemon_fleet::{FleetSnapshot, Registry};

@@ -33,7 +33,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use telemon_push::disk::{
-    Config, DiskQueue, DropReason, Dropped, Fs, FsFile, Meta, Next, Position, RecordIn, WhenFull,
+    Config, DiskError, DiskQueue, DropReason, Dropped, Fs, FsFile, Meta, Next, Position, RecordIn, StdFs,
+    WhenFull,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -85,10 +86,30 @@ struct Sim {
     crashes: u64,
     kills: u64,
     faults_hit: u64,
+    /// The directory lock's holder (the number of the lock taken), if any; the process's end releases it.
+    locked: Option<u64>,
+    locks_taken: u64,
 }
 
 #[derive(Debug, Clone, Default)]
 struct SimFs(Arc<Mutex<Sim>>);
+
+/// A held directory lock of the simulated file system.
+#[derive(Debug)]
+struct SimLock {
+    fs: SimFs,
+    number: u64,
+}
+
+impl Drop for SimLock {
+    fn drop(&mut self) {
+        let mut sim = self.fs.lock();
+        // A lock of a process that has ended since was released with it.
+        if sim.locked == Some(self.number) {
+            sim.locked = None;
+        }
+    }
+}
 
 #[derive(Debug)]
 struct SimFile {
@@ -181,6 +202,7 @@ impl SimFs {
         sim.crash_at = None;
         sim.full = false;
         sim.dead = false;
+        sim.locked = None;
         sim.kills += 1;
     }
 
@@ -242,6 +264,7 @@ impl SimFs {
         sim.crash_at = None;
         sim.full = false;
         sim.dead = false;
+        sim.locked = None;
         sim.crashes += 1;
     }
 
@@ -252,6 +275,19 @@ impl SimFs {
 
 impl Fs for SimFs {
     type File = SimFile;
+    type Lock = SimLock;
+
+    /// A call like the others (a fault or a crash can strike it); one holder at a time.
+    fn try_lock_dir(&self, _dir: &Path) -> io::Result<Option<SimLock>> {
+        let mut sim = self.lock();
+        self.enter(&mut sim)?;
+        if sim.locked.is_some() {
+            return Ok(None);
+        }
+        sim.locks_taken += 1;
+        sim.locked = Some(sim.locks_taken);
+        Ok(Some(SimLock { fs: self.clone(), number: sim.locks_taken }))
+    }
 
     fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
         if self.lock().dead {
@@ -965,4 +1001,55 @@ fn clone_sim(s: &Sim) -> Sim {
         generation: s.generation,
         ..Sim::default()
     }
+}
+
+/// A second queue on a directory is refused while the first lives, with an error naming the directory, and
+/// accepted once the first is dropped; a fault while taking the lock fails the open and leaves the directory
+/// unlocked.
+#[test]
+fn a_directory_has_one_queue_at_a_time() {
+    let fs = SimFs::default();
+    let config = Config::new("/queue");
+    let (mut first, _) = DiskQueue::open(fs.clone(), config.clone()).unwrap();
+    let p = payload(1);
+    first.append(&[RecordIn { meta: meta(1), payload: &p }], T0).unwrap();
+
+    let refused = DiskQueue::open(fs.clone(), config.clone()).unwrap_err();
+    assert!(matches!(&refused, DiskError::InUse { dir } if dir == Path::new("/queue")), "{refused:?}");
+    assert_eq!(
+        refused.to_string(),
+        "queue_dir /queue is in use by another process (its lock file is held): each telemon needs a queue_dir of its own"
+    );
+    // The refused opener changed nothing: the first queue goes on.
+    assert!(matches!(first.next_record(), Ok(Next::Record(_, r)) if r.payload == p));
+
+    drop(first);
+    let (mut second, _) = DiskQueue::open(fs.clone(), config.clone()).unwrap();
+    assert!(matches!(second.next_record(), Ok(Next::Record(_, r)) if r.payload == p));
+    drop(second);
+
+    // A fault on the lock (the first call of an open that counts): the open fails, typed, and nothing is held.
+    fs.arm_fault(0, Fault::Eio, false);
+    let failed = DiskQueue::open(fs.clone(), config.clone()).unwrap_err();
+    assert!(
+        matches!(&failed, DiskError::Io { op: telemon_push::disk::Op::Lock, path, .. } if path == Path::new("/queue/lock")),
+        "{failed:?}"
+    );
+    assert!(failed.to_string().contains("cannot lock the queue directory /queue/lock"), "{failed}");
+    let (mut third, _) = DiskQueue::open(fs, config).unwrap();
+    assert!(matches!(third.next_record(), Ok(Next::Record(_, r)) if r.payload == p));
+}
+
+/// The same on the real file system: `flock` on the directory's `lock` file, which the queue lists as its own.
+#[test]
+fn the_real_file_system_locks_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, found) = DiskQueue::open(StdFs, Config::new(dir.path())).unwrap();
+    assert_eq!(found.stray_files, 0);
+    assert!(dir.path().join(telemon_push::disk::LOCK_FILE).exists());
+    let refused = DiskQueue::open(StdFs, Config::new(dir.path())).unwrap_err();
+    assert!(matches!(&refused, DiskError::InUse { dir: d } if d == dir.path()), "{refused:?}");
+    drop(first);
+    let (_again, found) = DiskQueue::open(StdFs, Config::new(dir.path())).unwrap();
+    assert_eq!(found.stray_files, 0, "the lock file is the queue's own");
 }

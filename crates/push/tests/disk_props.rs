@@ -6,15 +6,16 @@
 //! * in a temporary directory: append, ack and reopen; segments removed oldest first, only by a
 //!   sync; `max_bytes` with both `when_full` settings; `max_age`; a torn tail and a damaged
 //!   record written by hand; stray files and a damaged cursor;
-//! * the seed corpus of the fuzz target `push_disk_record` replays through the same function
-//!   (and is what the encoder makes: `TELEMON_WRITE_SEEDS=1` writes it again).
+//! * the seed corpus of the fuzz target `push_disk_record` is what the encoder makes
+//!   (`TELEMON_WRITE_SEEDS=1` writes it again); it replays through the fuzz target's checks, and
+//!   those checks run on arbitrary and damaged streams, in the unit tests of `src/fuzz/tests.rs`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
-use telemon_push::disk::record::{decode, encode, Decoded, HEADER_LEN, MAX_RECORD};
+use telemon_push::disk::frame::{decode, encode, Decoded, HEADER_LEN, MAX_RECORD};
 use telemon_push::disk::{
     Config, CursorFound, DiskQueue, DropReason, Dropped, Meta, Next, RecordIn, StdFs, WhenFull, MAX_PAYLOAD,
 };
@@ -104,9 +105,8 @@ proptest! {
         bytes in proptest::collection::vec(any::<u8>(), 0..400),
         cut in any::<prop::sample::Index>(),
     ) {
-        telemon_push::disk::record_reader(&bytes);
         let cut = cut.index(bytes.len() + 1);
-        telemon_push::disk::record_reader(&bytes[..cut]);
+        check_bounds(&bytes);
         check_bounds(&bytes[..cut]);
     }
 
@@ -132,7 +132,6 @@ proptest! {
             stream[i] ^= x;
         }
         let stream = &stream[..cut.index(stream.len() + 1)];
-        telemon_push::disk::record_reader(stream);
         let mut at = 0;
         while at < stream.len() {
             match decode(&stream[at..]) {
@@ -159,7 +158,7 @@ fn check_bounds(bytes: &[u8]) {
                 assert!(needed <= MAX_RECORD);
                 if needed > HEADER_LEN {
                     let head: &[u8; HEADER_LEN] = bytes[at..at + HEADER_LEN].try_into().unwrap();
-                    assert!(telemon_push::disk::record::decode_header(head).is_some());
+                    assert!(telemon_push::disk::frame::decode_header(head).is_some());
                 }
                 break;
             }
@@ -189,7 +188,8 @@ fn a_huge_announced_length_is_not_allocated() {
     assert!(largest < 4 << 20, "opening allocated {largest} bytes at once");
     assert_eq!((rec.records, rec.cut_bytes), (0, bytes.len() as u64), "{rec:?}");
     assert_eq!(q.records(), 0);
-    let ((), largest) = largest_allocation(|| telemon_push::disk::record_reader(&bytes));
+    let (decoded, largest) = largest_allocation(|| decode(&bytes));
+    assert_eq!(decoded, Decoded::NeedMore { needed: MAX_RECORD });
     assert!(largest < 4 << 20, "the reader allocated {largest} bytes at once");
 }
 

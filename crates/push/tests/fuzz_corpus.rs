@@ -1,9 +1,8 @@
-//! Replays the committed seed corpora of the fuzz targets `telemon_remote_write`, `telemon_otlp_reply` and
-//! `push_disk_record` through the same functions on stable.
+//! The seeds of the fuzz targets `telemon_remote_write` and `telemon_otlp_reply` that telemon's own encoders
+//! make (their replays, with that of `push_disk_record`, are the unit tests of `src/fuzz/tests.rs`).
 //!
-//! The encoded bodies among the seeds come from telemon's own encoders, and a test checks that the
-//! committed seeds are still what they encode: after a deliberate change of the encoding,
-//! `TELEMON_WRITE_SEEDS=1 cargo test -p telemon-push --test fuzz_corpus` writes them again.
+//! A test checks that the committed seeds are still what the encoders make: after a deliberate change of the
+//! encoding, `TELEMON_WRITE_SEEDS=1 cargo test -p telemon-push --test fuzz_corpus` writes them again.
 
 use std::path::Path;
 
@@ -16,23 +15,8 @@ use telemon_push::remote_write::{
     STALE_NAN_BITS,
 };
 
-#[test]
-fn push_disk_record_corpus_replays() {
-    bench_harness::corpus::replay("push_disk_record", 120, telemon_push::disk::record_reader);
-}
-
-#[test]
-fn telemon_remote_write_corpus_replays() {
-    bench_harness::corpus::replay("telemon_remote_write", 3, telemon_push::fuzz::remote_write_request);
-}
-
-#[test]
-fn telemon_otlp_reply_corpus_replays() {
-    bench_harness::corpus::replay("telemon_otlp_reply", 3, telemon_push::fuzz::otlp_reply);
-}
-
 fn snapshot(up: bool, with_histogram: bool) -> FleetSnapshot {
-    let mut t = TargetSnapshot::new("vm", Protocol::Sysinfo, vec![("room".into(), "b12".into())]);
+    let mut t = TargetSnapshot::new("vm", Protocol::SYSINFO, vec![("room".into(), "b12".into())]);
     t.state = if up { TargetState::Up } else { TargetState::Down };
     t.connects = 1;
     let s = |family: &str, kind, value| Series {

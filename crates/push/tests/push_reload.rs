@@ -5,9 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use telemon_fleet::config::FleetConfig;
 use telemon_fleet::{MetricKind, Protocol, Publisher, Registry};
 use telemon_push::Push;
+use telemon_push::PushConfig;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A receiver that answers every request 204 and counts them.
@@ -48,20 +48,20 @@ async fn receiver(listener: tokio::net::TcpListener, requests: Arc<std::sync::at
     }
 }
 
-fn config(url: &str, a_batch: &str, queue_dir: &std::path::Path, extra: &str) -> FleetConfig {
+fn config(url: &str, a_batch: &str, queue_dir: &std::path::Path, extra: &str) -> PushConfig {
     let text = format!(
         "[[remote_write]]\nname = \"a\"\nurl = \"{url}\"\nbatch = \"{a_batch}\"\n\
          [[remote_write]]\nname = \"b\"\nurl = \"{url}\"\nbatch = \"20ms\"\n\
          [[remote_write]]\nname = \"d\"\nurl = \"{url}\"\nbatch = \"20ms\"\nqueue_dir = \"{}\"\n{extra}",
         queue_dir.display()
     );
-    FleetConfig::parse("push.toml", &text).unwrap()
+    PushConfig::parse("push.toml", &text).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_changed_senders_are_replaced_and_they_keep_their_queues() {
     let registry = Registry::new();
-    let mut publisher = Publisher::new(&registry, "t", Protocol::Smon, Vec::new(), 100);
+    let mut publisher = Publisher::new(&registry, "t", Protocol::SMON, Vec::new(), 100);
     publisher.up();
     publisher.put("g", "a gauge", MetricKind::Gauge, &[], 1.0);
     publisher.flush();
@@ -71,7 +71,7 @@ async fn only_changed_senders_are_replaced_and_they_keep_their_queues() {
     drop(listener);
     let url = format!("http://{addr}/api/v1/write");
     let dir = tempfile::tempdir().unwrap();
-    let mut push = Push::start(&config(&url, "20ms", dir.path(), ""), &registry, "i").unwrap();
+    let mut push = Push::start(&config(&url, "20ms", dir.path(), ""), None, &registry, "i").unwrap();
     let before = push.stats();
     tokio::time::sleep(Duration::from_millis(500)).await;
     let queued = before[0].queue_bytes();
@@ -85,14 +85,14 @@ async fn only_changed_senders_are_replaced_and_they_keep_their_queues() {
         dir.path(),
         "[[otlp]]\nendpoint = \"http://x\"\nbearer_token_file = \"/nonexistent\"\n",
     );
-    let err = push.reload(&bad, &registry, Duration::from_millis(200)).await.unwrap_err();
+    let err = push.reload(&bad, None, &registry, Duration::from_millis(200)).await.unwrap_err();
     assert!(err.to_string().contains("/nonexistent"), "{err}");
     assert!(push.stats().iter().zip(&before).all(|(a, b)| Arc::ptr_eq(a, b)), "nothing changed");
 
     // a's batch changes, d's batch changes (a disk queue), b is as it was.
     let mut new = config(&url, "30ms", dir.path(), "");
     new.remote_write[2].batch = Duration::from_millis(25);
-    let started = push.reload(&new, &registry, Duration::from_millis(200)).await.unwrap();
+    let started = push.reload(&new, None, &registry, Duration::from_millis(200)).await.unwrap();
     assert_eq!(started, 2);
     let after = push.stats();
     assert!(Arc::ptr_eq(&after[1], &before[1]), "b kept running untouched");
@@ -120,7 +120,7 @@ async fn only_changed_senders_are_replaced_and_they_keep_their_queues() {
     // Removing a sender shuts it down.
     let mut fewer = new.clone();
     fewer.remote_write.truncate(1);
-    assert_eq!(push.reload(&fewer, &registry, Duration::from_millis(200)).await.unwrap(), 0);
+    assert_eq!(push.reload(&fewer, None, &registry, Duration::from_millis(200)).await.unwrap(), 0);
     assert_eq!(push.stats().len(), 1);
     push.shutdown(Duration::from_millis(200)).await;
 }

@@ -1,5 +1,5 @@
 //! The bodies of the fuzz targets `smon_decode` and `smon_roundtrip`, also replayed over the seed
-//! corpora by `tests/fuzz_corpus.rs` on stable.
+//! corpora by the unit tests (`fuzz/tests.rs`) on stable. Built only under `cfg(fuzzing)` and in tests.
 
 #[allow(unused_imports)]
 use crate::prelude::*;
@@ -199,3 +199,6 @@ pub fn roundtrip(data: &[u8]) {
     let split = usize::from(flags >> 1) + 1;
     assert_eq!(whole, decode_chunked(&wire, &[split], DecoderConfig { strict: true, ..Default::default() }));
 }
+
+#[cfg(test)]
+mod tests;

@@ -117,14 +117,13 @@
 
 extern crate alloc;
 
-#[cfg(feature = "codec")]
+#[cfg(feature = "client")]
+mod client;
 mod codec;
-mod decoder;
-mod encoder;
 mod error;
 mod message;
-#[cfg(feature = "client")]
-mod reader;
+#[cfg(feature = "codec")]
+mod tokio_codec;
 /// The wire format's constants (number prefixes, index ops, resync, limits), one source of truth for the
 /// codec, the sim and the tests.
 pub mod wire;
@@ -139,21 +138,25 @@ mod prelude {
 
 /// The buffer types of this crate's API, re-exported for convenience.
 pub use bytes::{Bytes, BytesMut};
-#[cfg(feature = "codec")]
-pub use codec::SmonCodec;
-pub use decoder::{DecoderConfig, StreamDecoder, SyncState, TokenInfo, UpdateRef, ValueRef};
-pub use encoder::{EncoderConfig, StreamEncoder};
+#[cfg(feature = "client")]
+pub use client::{UpdateReader, FIRST_READ_CHUNK, READ_CHUNK};
+pub use codec::{
+    DecoderConfig, EncoderConfig, StreamDecoder, StreamEncoder, SyncState, TokenInfo, UpdateRef, ValueRef,
+};
 pub use error::{DecodeError, EncodeError};
 pub use message::{Kind, Sample, Update, Value};
-#[cfg(feature = "client")]
-pub use reader::{UpdateReader, FIRST_READ_CHUNK, READ_CHUNK};
+#[cfg(feature = "codec")]
+pub use tokio_codec::SmonCodec;
 pub use wire::{sniff, Limits, BYTE_ORDER, RESYNC};
 
 /// The TCP port `smon-sim` serves a stream on by default (the 2004 protocol defines no network mode, so this is
 /// the toolkit's choice): what an address without a port means to telemon.
 pub const DEFAULT_PORT: u16 = 7399;
 
-/// Fuzz-target bodies, shared by `fuzz/` and the corpus replay test. Not a stable API.
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzz;
 

@@ -9,10 +9,10 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::codec::Framed;
 
+use crate::codec::{decode_frame, encode_data_frame, encode_frame, sniff, Frame, TransportError};
 use crate::message::{BootRequest, BootResponse, ChannelId, Message, SysinfoCommand, SYSINFO_SERVICE};
 use crate::reassembly::{Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
 use crate::report::Report;
-use crate::transport::{decode_frame, encode_data_frame, encode_frame, sniff, Frame, TransportError};
 use crate::wire::{self, WireError};
 
 /// The initial size of the connection's read buffer: replies grow it as they need (a fleet holds a
@@ -650,7 +650,7 @@ impl Client {
 mod tests {
     use super::*;
     use crate::reassembly::End;
-    use crate::transport::HostCodec;
+    use crate::tokio_codec::HostCodec;
     use crate::wire::MAX_MSG_SIZE;
 
     /// The server's end of a pipe, driven by hand.

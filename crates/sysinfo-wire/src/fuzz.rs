@@ -1,14 +1,15 @@
-//! Property checks shared by the fuzz targets and the corpus-replay tests. Not a stable API.
+//! Property checks shared by the fuzz targets and the corpus replays of the unit tests (`fuzz/tests.rs`).
+//! Built only under `cfg(fuzzing)` and in tests: not part of the API.
 
 #[allow(unused_imports)]
 use crate::prelude::*;
 
 use bytes::BytesMut;
 
+use crate::codec::{decode_frame, encode_frame, Frame};
 use crate::message::{BootRequest, BootResponse, NewConnection, SysinfoCommand};
 use crate::reassembly::Reassembler;
 use crate::report::Report;
-use crate::transport::{decode_frame, encode_frame, Frame};
 use crate::wire::{from_bytes, to_bytes, Wire};
 
 fn reencodes<T: Wire + PartialEq + core::fmt::Debug>(data: &[u8]) {
@@ -283,3 +284,6 @@ mod structured {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -11,7 +11,7 @@
 //!  anything undecodable (empty, tag ≥ 9) gets the raw text "Unknown command\n" + sentinel;
 //!  no request within the deadline (5 s) gets a silent CLOSE.
 //!
-//!  host framing of every channel message (see [`transport`]):
+//!  host framing of every channel message (see [`decode_frame`]):
 //!  kind:u8=1 channel:u32le sender_pid:u64le cap_count:u8 caps:u32le×n len:u16le data[len ≤ 1024]
 //!  kind:u8=2 channel:u32le                                      CLOSE: one side dropped its end
 //! ```
@@ -78,10 +78,12 @@ extern crate alloc;
 
 #[cfg(feature = "client")]
 mod client;
+mod codec;
 mod message;
 mod reassembly;
 pub mod report;
-mod transport;
+#[cfg(feature = "codec")]
+mod tokio_codec;
 pub mod wire;
 
 /// What every module uses from `alloc` (the std prelude has it; `no_std` does not).
@@ -98,16 +100,18 @@ pub use client::{
     Client, ClientConfig, ClientError, Endpoint, Response, DEFAULT_ADDR, DEFAULT_REQUEST_TIMEOUT,
     MAX_PIPELINE, MAX_QUEUE_DEPTH,
 };
+pub use codec::{
+    decode_frame, encode_data_frame, encode_frame, sniff, Frame, TransportError, KIND_CLOSE, KIND_MESSAGE,
+    MAX_FRAME_SIZE,
+};
 pub use message::{
     BootRequest, BootResponse, ChannelId, Message, NewConnection, SysinfoCommand, BOOT_ERRORS, MAX_CAPS,
     SYSINFO_SERVICE, UNKNOWN_COMMAND_TEXT,
 };
 pub use reassembly::{chunk_text, End, Reassembler, ReassemblyError, Reply, DEFAULT_MAX_RESPONSE};
 pub use report::Report;
-pub use transport::{
-    decode_frame, encode_data_frame, encode_frame, sniff, Frame, HostCodec, TransportError, KIND_CLOSE,
-    KIND_MESSAGE, MAX_FRAME_SIZE,
-};
+#[cfg(feature = "codec")]
+pub use tokio_codec::HostCodec;
 pub use wire::{WireError, MAX_MSG_SIZE};
 
 /// The TCP port of the host transport that `rvos-sim` listens on by default (`DEFAULT_ADDR`'s port): what an
@@ -159,6 +163,10 @@ impl SysinfoCommand {
     }
 }
 
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
 #[doc(hidden)]
 pub mod fuzz;
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use bench_harness::{Case, Group};
 use criterion::Throughput;
+use telemon::config::WebHistory;
 use telemon::web::live::Live;
-use telemon_fleet::config::WebHistory;
 use telemon_fleet::{
     Fleet, LabelSet, MetricKind, Protocol, Series, SeriesSet, TargetSnapshot, TargetState, Value,
 };
@@ -21,7 +21,7 @@ const TARGETS: usize = 1000;
 fn series(protocol: Protocol, v: f64) -> SeriesSet {
     let mut all = Vec::new();
     match protocol {
-        Protocol::Meter161 => {
+        Protocol::METER161 => {
             for family in [
                 "sys161_cpu_cycles_total",
                 "sys161_interrupts_total",
@@ -145,8 +145,8 @@ fn group(name: &str, protocol: Protocol, runtime: &tokio::runtime::Runtime) -> G
 fn groups() -> Vec<Group> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("a runtime");
     let groups = vec![
-        group("web_sampler_sys161_1000", Protocol::Meter161, &runtime),
-        group("web_sampler_rvos_1000", Protocol::Sysinfo, &runtime),
+        group("web_sampler_sys161_1000", Protocol::METER161, &runtime),
+        group("web_sampler_rvos_1000", Protocol::SYSINFO, &runtime),
     ];
     std::mem::forget(runtime);
     groups

@@ -1,5 +1,6 @@
-//! The bodies of telemon's own fuzz targets (`fuzz/fuzz_targets/telemon_web_config.rs`), also
-//! replayed over their seed corpora by `tests/fuzz_corpus.rs` on stable.
+//! The bodies of telemon's own fuzz targets (`fuzz/fuzz_targets/telemon_*.rs`), also replayed over
+//! their seed corpora by the unit tests (`fuzz/tests.rs`) on stable. Built only under `cfg(fuzzing)`
+//! and in tests.
 
 use std::path::Path;
 
@@ -75,3 +76,22 @@ pub fn web_config_text(text: &str) -> String {
         }
     }
 }
+
+/// `telemon_probe_allow`: a `probe_allow` entry, and a `/probe` target. An entry that parses prints as
+/// one that parses back to it; a target passes `check_host_port` or says why. Never a panic.
+pub fn probe_allow(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(rule) = crate::http::probe_allow::ProbeAllow::parse(&text) {
+        let again =
+            crate::http::probe_allow::ProbeAllow::parse(&rule.to_string()).expect("a printed entry parses");
+        assert_eq!(again, rule, "{text:?} printed as {rule}");
+    }
+    if let Err(why) = telemon_fleet::config::check_host_port(&text) {
+        assert!(why.contains("HOST:PORT"), "{why}");
+    }
+}
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+mod web_config_props;

@@ -6,8 +6,15 @@
 #![warn(missing_docs)]
 
 pub mod build_info;
+pub mod config;
 pub mod exposition;
+/// Fuzz-target bodies, shared by `fuzz/` (cargo-fuzz and `cargo xtask fuzz --replay` build it with
+/// `--cfg fuzzing`) and the corpus replays of this crate's unit tests. Not part of the API: it exists only
+/// under `cfg(fuzzing)`.
+#[cfg(any(fuzzing, test))]
+#[doc(hidden)]
 pub mod fuzz;
+pub mod history;
 pub mod http;
 pub mod top;
 pub mod web;

@@ -52,12 +52,11 @@ enum Command {
 fn main() -> ExitCode {
     // The collectors run on this thread; `[serve] wakeup_slack` paces its wake-ups (see
     // telemon_fleet::pace), and serving HTTP has a thread of its own.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .on_thread_park(telemon_fleet::pace::before_park)
-        .build();
+    let pace = telemon_fleet::pace::Pace::new();
+    let runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().on_thread_park(pace.hook()).build();
     match runtime {
-        Ok(runtime) => runtime.block_on(run()),
+        Ok(runtime) => runtime.block_on(run(pace)),
         Err(e) => {
             eprintln!("telemon: cannot start the runtime: {e}");
             ExitCode::FAILURE
@@ -65,7 +64,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run() -> ExitCode {
+async fn run(pace: telemon_fleet::pace::Pace) -> ExitCode {
     let cli = Cli::parse();
     // The dashboard owns the terminal: its log goes to --log FILE, or nowhere.
     let writer = match &cli.command {
@@ -99,10 +98,10 @@ async fn run() -> ExitCode {
         Command::Mono(args) => cmd::mono::run(args).await,
         Command::Smon(args) => cmd::smon::run(args).await,
         Command::Sysinfo(args) => cmd::sysinfo::run(args).await,
-        Command::Serve(args) => cmd::serve::run(args).await,
-        Command::Top(args) => cmd::top::run(args).await,
+        Command::Serve(args) => cmd::serve::run(args, pace).await,
+        Command::Top(args) => cmd::top::run(args, pace).await,
         Command::Replay(args) => cmd::replay::run(args).await,
-        Command::Record(args) => cmd::record::run(args).await,
+        Command::Record(args) => cmd::record::run(args, pace).await,
         Command::Export(args) => cmd::export::run(args).await,
         Command::HashPassword(args) => cmd::hash_password::run(args).await,
         Command::GenerateDocs(args) => generate_docs::run(Cli::command(), args),

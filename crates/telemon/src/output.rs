@@ -85,15 +85,11 @@ pub fn looks_like(first: &[u8]) -> Option<&'static str> {
     if matches!(first, [0x15 | 0x16, 0x03, ..]) {
         return Some("TLS");
     }
-    type Sniff = fn(&[u8]) -> Option<bool>;
-    let protocols: [(&'static str, Sniff); 5] = [
-        ("a System/161 meter socket", meter161::sniff),
-        ("an HMON peer (a Dyalog APL interpreter)", hmon::sniff),
-        ("a Mono counters agent", mono_counters::sniff),
-        ("an smon stream", smon_codec::sniff),
-        ("the rvOS sysinfo host transport", sysinfo_wire::sniff),
-    ];
-    protocols.into_iter().find(|(_, sniff)| sniff(first) == Some(true)).map(|(what, _)| what)
+    // The protocols' own: each component asks its crate.
+    telemon_fleet::protocol::Protocols::built_in()
+        .iter()
+        .find(|c| c.sniff(first) == Some(true))
+        .map(|c| c.peer())
 }
 
 /// Writes `value` as one JSON line on stdout and flushes, so that pipes see each line at once.

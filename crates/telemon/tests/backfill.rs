@@ -8,7 +8,7 @@
 use std::process::Stdio;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use telemon_capture::{Direction, Protocol, Record, RecordKind, Target, Writer};
+use telemon_capture::{link_type, Direction, Record, RecordKind, Target, Writer};
 
 mod support;
 
@@ -19,7 +19,7 @@ const SAMPLES: u64 = 241; // one hour, both ends included
 /// simulator's `irqs` rise by 10 a row.
 fn recording(start_s: u64) -> Vec<u8> {
     let mut w = Writer::new(Vec::new(), "test fake clock").unwrap();
-    let i = w.interface(&Target::new("os161", Protocol::Meter161, "/home/ta/os161/.sockets/meter")).unwrap();
+    let i = w.interface(&Target::new("os161", link_type::METER161, "/home/ta/os161/.sockets/meter")).unwrap();
     let at = |s: u64| s * 1_000_000_000;
     let mut rec =
         |t: u64, kind: RecordKind| w.record(&Record { interface: i, time_ns: t, dropped: 0, kind }).unwrap();

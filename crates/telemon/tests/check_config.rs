@@ -63,16 +63,16 @@ async fn a_push_senders_files_are_checked_at_their_key() {
         (
             "[[remote_write]]\nurl = \"http://127.0.0.1:1/api/v1/write\"\n\
              basic_auth = { username = \"u\", password_file = \"/nonexistent/pw\" }\n",
-            "cc.toml:6: remote_write.basic_auth.password_file: cannot read /nonexistent/pw",
+            "cc.toml:6: basic_auth.password_file: cannot read /nonexistent/pw",
         ),
         (
             "[[otlp]]\nendpoint = \"http://127.0.0.1:1\"\n\nbearer_token_file = \"/nonexistent/token\"\n",
-            "cc.toml:7: otlp.bearer_token_file: cannot read /nonexistent/token",
+            "cc.toml:7: bearer_token_file: cannot read /nonexistent/token",
         ),
         (
             "[[remote_write]]\nurl = \"http://127.0.0.1:1/w\"\n[[remote_write]]\nurl = \"https://127.0.0.1:1/w\"\n\
              tls = { ca_file = \"/nonexistent/ca.pem\" }\n",
-            "cc.toml:8: remote_write.tls.ca_file: cannot read /nonexistent/ca.pem",
+            "cc.toml:8: tls.ca_file: cannot read /nonexistent/ca.pem",
         ),
     ];
     for (block, want) in cases {

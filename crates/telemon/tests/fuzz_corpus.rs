@@ -1,16 +1,11 @@
-//! Replays the committed seed corpus of the fuzz target `telemon_web_config` through the same
-//! function (`telemon::fuzz::web_config`) on stable, so that `cargo test` covers what the fuzzer
-//! starts from; and checks that the seeds that are valid files are read as such when their
-//! certificates are where they say (`tests/data/web-tls`).
+//! The seed corpus of the fuzz target `telemon_web_config` holds both sides of the reader: the seeds
+//! that are valid files are read as such when their certificates are where they say
+//! (`tests/data/web-tls`). The replays of the corpora through the fuzz targets' checks are the unit
+//! tests of `src/fuzz/tests.rs`.
 
 use std::path::Path;
 
 use telemon::http::WebConfig;
-
-#[test]
-fn telemon_web_config_corpus_replays() {
-    bench_harness::corpus::replay("telemon_web_config", 3000, telemon::fuzz::web_config);
-}
 
 /// The seeds written as good files read as good files (beside the test certificates), and the
 /// `bad_` ones are refused: the corpus holds both sides of the reader.

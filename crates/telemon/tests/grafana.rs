@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use telemon_fleet::config::FleetConfig;
+use telemon::config::Config;
 
 mod support;
 use support::{http_get, urlencode, Receiver, SimOptions, Sims, DEADLINE};
@@ -548,7 +548,7 @@ async fn every_panel_query_returns_data_from_prometheus_scraping_the_five_sims()
         queue.path().display(),
         url = receiver.write_url(),
     );
-    let config = FleetConfig::parse("grafana-e2e.toml", &toml).unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::parse("grafana-e2e.toml", &toml).unwrap_or_else(|e| panic!("{e}"));
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.expect("telemon serve starts");
     sims.start_mono_agent();
     let prometheus =

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use telemon_fleet::config::FleetConfig;
+use telemon::config::Config;
 
 mod support;
 
@@ -23,7 +23,7 @@ async fn hash_password(args: &[&str], stdin: &[u8]) -> (i32, String, String) {
 async fn serve_with(dir: &Path, hash: &str) -> telemon::http::Server {
     let web = dir.join("web.yml");
     std::fs::write(&web, format!("basic_auth_users:\n  prometheus: {hash}\n")).unwrap();
-    let mut config = FleetConfig::parse("hash.toml", "[[smon]]\nname = \"x\"\nconnect = \"127.0.0.1:1\"\n")
+    let mut config = Config::parse("hash.toml", "[[smon]]\nname = \"x\"\nconnect = \"127.0.0.1:1\"\n")
         .unwrap_or_else(|e| panic!("{e}"));
     config.serve.web_config = Some(web);
     telemon::http::start(&config, Some("127.0.0.1:0")).await.expect("serve starts")

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use telemon_fleet::config::FleetConfig;
+use telemon::config::Config;
 use telemon_fleet::{Fleet, FleetSnapshot};
 
 mod support;
@@ -37,9 +37,8 @@ async fn the_mono_collector_keeps_exact_values_through_a_burst() {
     use tokio::io::AsyncWriteExt;
     let addr = free_addr().to_string();
     let config =
-        FleetConfig::parse("t.toml", &format!("[[mono_listen]]\nname = \"m\"\nlisten = \"{addr}\"\n"))
-            .unwrap();
-    let fleet = Fleet::start(&config).await.unwrap();
+        Config::parse("t.toml", &format!("[[mono_listen]]\nname = \"m\"\nlisten = \"{addr}\"\n")).unwrap();
+    let fleet = Fleet::start(&config.fleet).await.unwrap();
     let mut agent = tokio::net::TcpStream::connect(&addr).await.unwrap();
     for write in support::mono_burst() {
         agent.write_all(&write).await.unwrap();
@@ -56,12 +55,12 @@ fn dyalog_host() -> String {
 /// dialling in to it at once.
 async fn interpreters_dialling_in(n: usize) -> (Fleet, sim_common::Shutdown) {
     let addr = free_addr().to_string();
-    let config = FleetConfig::parse(
+    let config = Config::parse(
         "t.toml",
         &format!("[[hmon_listen]]\nname = \"d\"\nlisten = \"{addr}\"\npoll = \"200ms\"\n"),
     )
     .unwrap();
-    let fleet = Fleet::start(&config).await.unwrap();
+    let fleet = Fleet::start(&config.fleet).await.unwrap();
     let shutdown = sim_common::Shutdown::new();
     for _ in 0..n {
         let sim = dyalog_sim::Sim::new(dyalog_sim::Config::default());
@@ -448,17 +447,16 @@ async fn idle_http_connections_cannot_take_the_targets_descriptors() {
 #[test]
 fn the_http_cap_is_bounded_by_a_share_of_the_open_file_limit() {
     use telemon::http::HttpLimits;
-    let config =
-        FleetConfig::parse("t.toml", "[serve]\nmax_connections = 300\nidle_timeout = \"3s\"\n").unwrap();
+    let config = Config::parse("t.toml", "[serve]\nmax_connections = 300\nidle_timeout = \"3s\"\n").unwrap();
     let at = |files| HttpLimits::new(&config.serve, files).max_connections;
     assert_eq!(at(20_000), 300, "the configured cap when descriptors are plenty");
     assert_eq!(at(1024), 240, "(1024 - 64) / 4");
     assert_eq!(at(256), 48);
     assert_eq!(at(10), 1, "never zero");
     assert_eq!(HttpLimits::new(&config.serve, 1024).idle_timeout, Duration::from_secs(3));
-    let defaults = FleetConfig::parse("t.toml", "").unwrap();
+    let defaults = Config::parse("t.toml", "").unwrap();
     assert_eq!(HttpLimits::new(&defaults.serve, 20_000).max_connections, 256);
-    let e = FleetConfig::parse("t.toml", "[serve]\nmax_connections = 0\n").unwrap_err();
+    let e = Config::parse("t.toml", "[serve]\nmax_connections = 0\n").unwrap_err();
     assert_eq!((e.line, e.key.as_str()), (2, "serve.max_connections"), "{e}");
 }
 
@@ -467,7 +465,7 @@ fn the_http_cap_is_bounded_by_a_share_of_the_open_file_limit() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_keep_alive_and_slow_header_connections_are_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let config = FleetConfig::parse("t.toml", "[serve]\nidle_timeout = \"1s\"\n").unwrap();
+    let config = Config::parse("t.toml", "[serve]\nidle_timeout = \"1s\"\n").unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
     let mut kept = tokio::net::TcpStream::connect(addr).await.unwrap();

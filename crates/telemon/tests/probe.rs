@@ -6,7 +6,7 @@
 
 use sim_common::Shutdown;
 use smon_sim::{Config as SmonConfig, MIN_INTERVAL};
-use telemon_fleet::config::FleetConfig;
+use telemon::config::Config;
 
 mod support;
 use support::{free_addr, http_get, listener, within, Cpus};
@@ -19,7 +19,7 @@ async fn a_probe_answers_its_target_alone_and_metrics_keeps_the_process_families
     tokio::spawn(smon_sim::serve(l, Cpus(0), smon_config, shutdown.clone()));
     // A listener, so that the listener families exist.
     let toml = format!("[[mono_listen]]\nname = \"agents\"\nlisten = \"{}\"\n", free_addr());
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
 

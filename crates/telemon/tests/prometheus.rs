@@ -22,7 +22,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Duration;
 
-use telemon_fleet::config::FleetConfig;
+use telemon::config::Config;
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
@@ -222,8 +222,7 @@ async fn prometheus_scrapes_every_protocol_and_the_probe() {
     // rvOS twice: one watched through telemon's config, one probed through Prometheus's list.
     let mut sims = Sims::start(SimOptions::steady()).await;
     let probe = sims.start_rvos().await.to_string();
-    let config =
-        FleetConfig::parse("prometheus-e2e.toml", &sims.toml(None)).unwrap_or_else(|e| panic!("{e}"));
+    let config = Config::parse("prometheus-e2e.toml", &sims.toml(None)).unwrap_or_else(|e| panic!("{e}"));
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.expect("telemon serve starts");
     let telemon = server.local_addr();
     sims.start_mono_agent();

@@ -18,7 +18,7 @@ use axum::routing::post;
 use axum::Router;
 use sim_common::Shutdown;
 use smon_sim::{Config as SmonConfig, MIN_INTERVAL};
-use telemon_fleet::config::FleetConfig;
+use telemon::config::Config;
 use telemon_push::remote_write::{decode_request, is_stale, TimeSeries, WriteRequest};
 
 mod support;
@@ -143,7 +143,7 @@ external_labels = {{ cluster = "lab" }}
 "#,
         token = token.display()
     );
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let stats = server.push_stats();
     let (bad_stats, flaky_stats) = (stats[0].clone(), stats[1].clone());
@@ -257,7 +257,7 @@ batch = "100ms"
 external_labels = {{ Region = "eu", empty = "" }}
 "#
     );
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let mem = "Region=eu,Zone=a,__name__=smon_value,name=linux.mem.total,room=b12,target=box";
     let cpu = "Region=eu,Zone=a,__name__=smon_value,index=0,name=linux.cpu.idle,room=b12,target=box";
@@ -324,7 +324,7 @@ batch = "5ms"
 queue_bytes = "1MiB"
 "#
     );
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let stats = server.push_stats()[0].clone();
     wait_for("the queue to fill and drop", || stats.dropped("dropped_queue_full") > 0).await;

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use sim_common::Shutdown;
 use smon_sim::{Config as SmonConfig, MIN_INTERVAL};
-use telemon_fleet::config::FleetConfig;
+use telemon::config::Config;
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 
@@ -105,7 +105,7 @@ async fn remote_write_values_reach_prometheus_and_victoriametrics_and_a_stopped_
         prom.write_url(),
         vm.write_url()
     );
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
 
     for r in [&prom, &vm] {
@@ -258,7 +258,7 @@ basic_auth = {{ username = "telemon", password_file = '{password}' }}
         password = password_file.display(),
         ca = tls_file("ca.pem").display(),
     );
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
 
     // The samples arrive: Prometheus answers queries for them.
@@ -301,7 +301,7 @@ async fn a_20s_outage_of_victoriametrics_leaves_no_gap_and_no_duplicate() {
         "[[smon]]\nname = \"box\"\nconnect = \"{smon}\"\n[[remote_write]]\nurl = \"{}\"\nbatch = \"1s\"\n",
         vm.write_url()
     );
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let stats = server.push_stats()[0].clone();
     let selector = "{__name__=~\"telemon_target_up|smon_value\",target=\"box\"}";
@@ -382,7 +382,7 @@ async fn two_shards_over_40_targets_push_each_target_exactly_once() {
             vm.write_url(),
             &shard[..1]
         );
-        let config = FleetConfig::parse("t.toml", &text).unwrap();
+        let config = Config::parse("t.toml", &text).unwrap();
         servers.push(telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap());
     }
     let up = until("40 targets up in VictoriaMetrics", async || {
@@ -502,7 +502,7 @@ async fn otlp_through_rotel_arrives_as_sums_gauges_and_histograms() {
          [[otlp]]\nendpoint = \"http://127.0.0.1:{rotel_port}\"\nbatch = \"500ms\"\nexternal_labels = {{ site = \"lab\" }}\n",
         sys_dir.path().display()
     );
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
 
     let mut seen: Vec<serde_json::Value> = Vec::new();

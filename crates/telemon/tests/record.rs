@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use sim_common::Shutdown;
 use smon_sim::Source;
-use telemon_capture::{Capture, Limits, Protocol};
+use telemon_capture::{link_type, Capture, Limits};
 
 mod support;
 use support::{code, free_addr, run, stderr, stdout, within, SimOptions, Sims, Telemon};
@@ -105,8 +105,8 @@ async fn record_rotates_survives_a_kill_and_replays_each_target() {
         loop {
             if files(&out).len() >= 3 {
                 let (capture, _) = Capture::from_dir(&out, Limits::default()).unwrap();
-                let protocols: Vec<Protocol> = capture.targets().iter().map(|t| t.protocol).collect();
-                if [Protocol::Meter161, Protocol::Smon, Protocol::Sysinfo]
+                let protocols: Vec<u16> = capture.targets().iter().map(|t| t.link_type).collect();
+                if [link_type::METER161, link_type::SMON, link_type::SYSINFO]
                     .iter()
                     .all(|p| protocols.contains(p))
                 {
@@ -126,7 +126,7 @@ async fn record_rotates_survives_a_kill_and_replays_each_target() {
         assert_eq!(c.warning, None, "{}", f.display());
         assert!(f.metadata().unwrap().len() < 4000 + 70_000, "rotated by size");
     }
-    let os161 = capture.targets().into_iter().find(|t| t.protocol == Protocol::Meter161).unwrap().clone();
+    let os161 = capture.targets().into_iter().find(|t| t.link_type == link_type::METER161).unwrap().clone();
     assert_eq!(os161.name, "os161");
 
     // The replay of the directory shows one row per DATA line the recording holds, in order.
@@ -233,7 +233,7 @@ fn first_connection(dir: &Path, target: &str) -> telemon_capture::Connection {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
-    use sim_common::replay::{Mode, Replay, Speed};
+    use sim_common::recorded_peer::{Mode, Replay, Speed};
     // 1. Record every protocol from the live sims.
     let Setup { sims, dir, config } = setup().await;
     let first = dir.path().join("first");
@@ -258,26 +258,38 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
     // 2. Serve those recordings from the sims' replay (what `--replay FILE` runs), at ten times the pace.
     let shutdown = Shutdown::new();
     let replay = |protocol, mode| {
-        let target = (protocol == Protocol::Hmon).then_some("dyalog"); // not the POLL-mode one
+        let target = (protocol == link_type::HMON).then_some("dyalog"); // not the POLL-mode one
         Replay::load(&first, protocol, target, mode, Speed::Times(10.0)).unwrap()
     };
     let sys161_dir = tempfile::tempdir().unwrap();
     let (l, _) = sys161_sim::bind(sys161_dir.path()).unwrap();
     let l = sim_common::NumberedUnixListener::new(l);
-    tokio::spawn(sim_common::replay::serve(l, replay(Protocol::Meter161, Mode::Stream), shutdown.clone()));
+    tokio::spawn(sim_common::recorded_peer::serve(
+        l,
+        replay(link_type::METER161, Mode::Stream),
+        shutdown.clone(),
+    ));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let smon_addr = l.local_addr().unwrap();
-    tokio::spawn(sim_common::replay::serve(l, replay(Protocol::Smon, Mode::Stream), shutdown.clone()));
+    tokio::spawn(sim_common::recorded_peer::serve(
+        l,
+        replay(link_type::SMON, Mode::Stream),
+        shutdown.clone(),
+    ));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let rvos_addr = l.local_addr().unwrap();
-    tokio::spawn(sim_common::replay::serve(
+    tokio::spawn(sim_common::recorded_peer::serve(
         l,
-        replay(Protocol::Sysinfo, Mode::Conversation),
+        replay(link_type::SYSINFO, Mode::Conversation),
         shutdown.clone(),
     ));
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hmon_addr = l.local_addr().unwrap();
-    tokio::spawn(sim_common::replay::serve(l, replay(Protocol::Hmon, Mode::Conversation), shutdown.clone()));
+    tokio::spawn(sim_common::recorded_peer::serve(
+        l,
+        replay(link_type::HMON, Mode::Conversation),
+        shutdown.clone(),
+    ));
 
     // 3. A fresh telemon with the same blocks records what the replaying sims serve.
     let config2 = format!(
@@ -324,7 +336,8 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
     // requests by UID, and the order in which the live collector sent its requests is not always the order
     // the replaying one sends them (`telemon export` of hmon is best effort).
     let last_values = |conn: telemon_capture::Connection| {
-        let scrapes = telemon_fleet::export::replay(vec![conn]).unwrap();
+        let scrapes =
+            telemon_fleet::rerun::replay(&telemon_fleet::Protocols::built_in(), vec![conn]).unwrap();
         let text = &scrapes.last().expect("a publication").text;
         text.lines()
             .filter(|l| !l.starts_with('#') && !l.starts_with("telemon_"))
@@ -341,23 +354,23 @@ async fn sims_serving_a_recording_give_telemon_the_same_bytes_and_series() {
 
 /// The complete messages of each kind a target's recorded connections hold, as the one-target views print
 /// them: meter161's DATA rows, HMON's JSON messages, smon's values.
-fn recorded_messages(capture: &Capture, target: &str, protocol: Protocol) -> usize {
+fn recorded_messages(capture: &Capture, target: &str, protocol: u16) -> usize {
     let mut count = 0;
     for connection in capture.connections(Some(target)) {
         let mut buf = bytes::BytesMut::from(&connection.inbound()[..]);
         match protocol {
-            Protocol::Meter161 => {
+            link_type::METER161 => {
                 let text = String::from_utf8_lossy(&buf);
                 count +=
                     text.split_inclusive('\n').filter(|l| l.starts_with("DATA ") && l.ends_with('\n')).count()
             }
-            Protocol::Hmon => {
+            link_type::HMON => {
                 let mut codec = hmon::ClientCodec::new(hmon::ClientConfig::default().max_frame_len);
                 while let Ok(Some(item)) = codec.decode(&mut buf) {
                     count += usize::from(matches!(item, Ok(hmon::Payload::Message(_))));
                 }
             }
-            Protocol::Smon => {
+            link_type::SMON => {
                 let mut decoder = smon_codec::StreamDecoder::new(smon_codec::DecoderConfig::default());
                 while let Ok(Some(update)) = decoder.decode(&mut buf) {
                     count += usize::from(matches!(update, smon_codec::Update::Value { .. }));
@@ -379,21 +392,21 @@ async fn a_serve_recording_stopped_with_ctrl_c_replays_to_its_end_for_every_prot
         loop {
             if let Ok((capture, _)) = Capture::from_dir(&out, Limits::default()) {
                 let targets = capture.targets();
-                let bytes = |p: Protocol| {
+                let bytes = |p: u16| {
                     targets
                         .iter()
-                        .filter(|t| t.protocol == p)
+                        .filter(|t| t.link_type == p)
                         .map(|t| capture.connections(Some(&t.name)).iter().map(|c| c.inbound().len()).sum())
                         .min()
                         .unwrap_or(0usize)
                 };
-                let hmon_targets = targets.iter().filter(|t| t.protocol == Protocol::Hmon).count();
-                if bytes(Protocol::Sysinfo) > 6000
-                    && bytes(Protocol::Meter161) > 2000
-                    && bytes(Protocol::Smon) > 100
-                    && bytes(Protocol::Mono) > 500
+                let hmon_targets = targets.iter().filter(|t| t.link_type == link_type::HMON).count();
+                if bytes(link_type::SYSINFO) > 6000
+                    && bytes(link_type::METER161) > 2000
+                    && bytes(link_type::SMON) > 100
+                    && bytes(link_type::MONO) > 500
                     && hmon_targets == 2
-                    && bytes(Protocol::Hmon) > 2000
+                    && bytes(link_type::HMON) > 2000
                 {
                     return;
                 }
@@ -414,9 +427,9 @@ async fn a_serve_recording_stopped_with_ctrl_c_replays_to_its_end_for_every_prot
         let (printed, err) = (support::json_lines(&stdout(&run_out)), stderr(&run_out));
         assert_eq!(code(&run_out), 0, "{}: {err}", target.name);
         assert!(err.contains("telemon: replay: end of recording"), "{}: {err}", target.name);
-        match target.protocol {
+        match target.link_type {
             // A reply cut by the stop is not a report: every complete one is printed.
-            Protocol::Sysinfo => {
+            link_type::SYSINFO => {
                 let connection = &capture.connections(Some(&target.name))[0];
                 let asked = connection.bytes(telemon_capture::Direction::Outbound);
                 let requests = sysinfo_requests(&asked);
@@ -428,7 +441,7 @@ async fn a_serve_recording_stopped_with_ctrl_c_replays_to_its_end_for_every_prot
                 );
             }
             // Only the samples that change something are printed.
-            Protocol::Mono => assert!(!printed.is_empty(), "{}: {err}", target.name),
+            link_type::MONO => assert!(!printed.is_empty(), "{}: {err}", target.name),
             protocol => {
                 let recorded = recorded_messages(&capture, &target.name, protocol);
                 assert!(recorded > 2, "{}: {recorded}", target.name);

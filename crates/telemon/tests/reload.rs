@@ -263,7 +263,7 @@ async fn a_bad_web_config_is_refused_on_reload() {
         ("[serve]\nweb_config = \"gone.yml\"\n", ":2: serve.web_config: cannot read "),
         (
             "[[remote_write]]\nurl = \"http://127.0.0.1:1/w\"\nbasic_auth = { username = \"u\", password_file = \"/nonexistent\" }\n",
-            ":3: remote_write.basic_auth.password_file: cannot read /nonexistent",
+            ":3: basic_auth.password_file: cannot read /nonexistent",
         ),
     ];
     for (text, want) in cases {

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
-use telemon_capture::{Capture, Direction, Limits, Protocol};
+use telemon_capture::{link_type, Capture, Direction, Limits};
 
 mod support;
 use support::{code, run, stderr, stdout, Telemon};
@@ -89,7 +89,7 @@ async fn a_recorded_meter161_session_replays_to_the_same_rows() {
     let capture = Capture::from_file(&rec, Limits::default()).unwrap();
     assert_eq!(capture.warning, None);
     let target = capture.targets()[0].clone();
-    assert_eq!((target.protocol, target.name.as_str()), (Protocol::Meter161, path(dir.path())));
+    assert_eq!((target.link_type, target.name.as_str()), (link_type::METER161, path(dir.path())));
     let conn = &capture.connections(None)[0];
     assert_eq!(conn.bytes(Direction::Outbound), b"INTERVAL 10000000\r\n", "what telemon wrote");
     assert!(conn.inbound().starts_with(b"HELLO 2\r\nHEAD "), "what the sim sent");
@@ -178,8 +178,8 @@ async fn a_sysinfo_request_is_recorded_both_ways() {
     assert_eq!(capture.warning, None);
     let conn = &capture.connections(None)[0];
     assert_eq!(
-        (conn.target.protocol, conn.target.name.as_str()),
-        (Protocol::Sysinfo, format!("tcp:{addr}").as_str())
+        (conn.target.link_type, conn.target.name.as_str()),
+        (link_type::SYSINFO, format!("tcp:{addr}").as_str())
     );
     assert!(!conn.bytes(Direction::Outbound).is_empty());
     // The report's text, as printed, is in what the service sent.

@@ -8,7 +8,7 @@ use std::time::Duration;
 use sim_common::Shutdown;
 use smon_codec::Sample;
 use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
-use telemon_fleet::config::FleetConfig;
+use telemon::config::Config;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -95,7 +95,7 @@ every = "300ms"
 "#,
         dir = dir.path().display()
     );
-    let config = FleetConfig::parse("test.toml", &toml).unwrap();
+    let config = Config::parse("test.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
     let mut agent = mono_agent_sim::AgentConfig::from_options(&format!(
@@ -278,7 +278,7 @@ async fn a_dir_glob_picks_up_new_simulators_and_drops_vanished_ones() {
         "[[meter161]]\nname = \"class\"\ndir_glob = \"{}/*/os161/root\"\ninterval = \"100ms\"\n",
         home.path().display()
     );
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
 
@@ -388,7 +388,7 @@ name = "hanging-vm"
 connect = "{silent}"
 "#
     );
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
     let errors = |m: &str, target: &str, kind: &str| {
@@ -446,7 +446,7 @@ async fn sys161_32_bit_counters_are_unwrapped_into_monotonic_ones() {
     let sim = sys161_sim::Running::spawn(dir.path(), sim_config).unwrap();
     let toml =
         format!("[[meter161]]\nname = \"m\"\ndir = \"{}\"\ninterval = \"10ms\"\n", dir.path().display());
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
     let wrapped = (1u64 << 32) as f64;
@@ -503,7 +503,7 @@ async fn metrics_are_gzipped_when_the_scraper_asks_in_both_formats() {
     let smon_config = SmonConfig { interval: MIN_INTERVAL, ..SmonConfig::default() };
     tokio::spawn(smon_sim::serve(l, Cpus(support::Cpus(0)), smon_config, shutdown.clone()));
     let toml = format!("[[smon]]\nname = \"box\"\nconnect = \"{smon_addr}\"\n");
-    let config = FleetConfig::parse("t.toml", &toml).unwrap();
+    let config = Config::parse("t.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
     scrape_until(addr, "smon values", |m| m.contains("smon_value{")).await;

@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use telemon::config::Config;
 use telemon::http::{ClientAuth, Curve, PemSource, TlsVersion, WebConfig};
-use telemon_fleet::config::FleetConfig;
 
 mod support;
 
@@ -400,8 +400,8 @@ async fn the_binary_exits_2_on_a_bad_web_config() {
 // A server in-process
 
 /// A config with one smon target (nobody listens there: serving does not need it up).
-fn fleet_config(web: &Path) -> FleetConfig {
-    let mut config = FleetConfig::parse("tls.toml", "[[smon]]\nname = \"x\"\nconnect = \"127.0.0.1:1\"\n")
+fn fleet_config(web: &Path) -> Config {
+    let mut config = Config::parse("tls.toml", "[[smon]]\nname = \"x\"\nconnect = \"127.0.0.1:1\"\n")
         .unwrap_or_else(|e| panic!("{e}"));
     config.serve.web_config = Some(web.to_owned());
     config
@@ -827,12 +827,12 @@ async fn prometheus_scrapes_over_https_with_basic_auth_and_client_certificates()
         &dir.path().join("mtls"),
         "tls_server_config:\n  cert_file: server.pem\n  key_file: server.key\n  client_ca_file: ca.pem\n  client_auth_type: RequireAndVerifyClientCert\n",
     );
-    let mut config = FleetConfig::parse("tls-e2e.toml", &sims.toml(None)).unwrap_or_else(|e| panic!("{e}"));
+    let mut config = Config::parse("tls-e2e.toml", &sims.toml(None)).unwrap_or_else(|e| panic!("{e}"));
     config.serve.web_config = Some(basic);
     let with_auth = telemon::http::start(&config, Some("127.0.0.1:0")).await.expect("serve starts");
     // The second server watches sys161 only (the sims' Mono agent dials one listener).
     let sys161 = sims.toml(None).split("[[hmon]]").next().unwrap().to_owned();
-    let mut config = FleetConfig::parse("tls-e2e-mtls.toml", &sys161).unwrap_or_else(|e| panic!("{e}"));
+    let mut config = Config::parse("tls-e2e-mtls.toml", &sys161).unwrap_or_else(|e| panic!("{e}"));
     config.serve.web_config = Some(mtls);
     let with_mtls = telemon::http::start(&config, Some("127.0.0.1:0")).await.expect("serve starts");
     let (a, m) = (with_auth.local_addr(), with_mtls.local_addr());

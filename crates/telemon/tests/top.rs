@@ -9,8 +9,8 @@ use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use sim_common::Shutdown;
 use smon_codec::Sample;
 use smon_sim::{Config as SmonConfig, Source, MIN_INTERVAL};
+use telemon::config::Config;
 use telemon::top::{render_text, App};
-use telemon_fleet::config::FleetConfig;
 use telemon_fleet::Fleet;
 use tokio::net::TcpListener;
 
@@ -110,8 +110,8 @@ fn row<'a>(frame: &'a str, target: &str) -> &'a str {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_shows_every_target_and_follows_them() {
     let mut sims = sims().await;
-    let config = FleetConfig::parse("t.toml", &sims.toml).unwrap();
-    let fleet = Fleet::start(&config).await.unwrap();
+    let config = Config::parse("t.toml", &sims.toml).unwrap();
+    let fleet = Fleet::start(&config.fleet).await.unwrap();
     let mut app = App::new();
     let mut s = 0;
 

@@ -25,7 +25,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use telemon_fleet::config::FleetConfig;
+use telemon::config::Config;
 use telemon_fleet::{Fleet, LabelSet, MetricKind, Protocol, Series, SeriesSet, TargetSnapshot, TargetState};
 
 #[path = "web/browser.rs"]
@@ -86,13 +86,13 @@ fn exposition(text: &str, target: &str) -> HashMap<String, f64> {
 }
 
 /// `telemon serve`'s config over the sims, with hostile text in a name, a label and a listener's name.
-fn config(sims: &Sims) -> FleetConfig {
+fn config(sims: &Sims) -> Config {
     let toml = sims
         .toml(Some("250ms"))
         .replace("name = \"mono\"", &format!("name = {HOSTILE_LISTEN:?}"))
         .replacen("\n\n[[hmon]]", &format!("\nlabels = {{ room = {HOSTILE_LABEL:?} }}\n\n[[hmon]]"), 1)
         + &format!("\n[[smon]]\nname = {HOSTILE_NAME:?}\nconnect = \"127.0.0.1:1\"\n");
-    FleetConfig::parse("web.toml", &toml).unwrap_or_else(|e| panic!("{e}\n{toml}"))
+    Config::parse("web.toml", &toml).unwrap_or_else(|e| panic!("{e}\n{toml}"))
 }
 
 async fn no_errors(b: &Browser, page: &str) {
@@ -289,7 +289,7 @@ fn fake(name: &str, protocol: Protocol, v: f64) -> TargetSnapshot {
         rate: None,
     };
     let mut series = match protocol {
-        Protocol::Meter161 => vec![
+        Protocol::METER161 => vec![
             counter("sys161_kernel_instructions_total", v * 100.0),
             counter("sys161_user_instructions_total", v * 50.0),
             counter("sys161_interrupts_total", v),
@@ -351,9 +351,9 @@ async fn a_thousand_targets() {
     let names: Vec<(String, Protocol)> = (0..1000)
         .map(|i| {
             if i % 2 == 0 {
-                (format!("os161-{i:04}"), Protocol::Meter161)
+                (format!("os161-{i:04}"), Protocol::METER161)
             } else {
-                (format!("apl-{i:04}"), Protocol::Hmon)
+                (format!("apl-{i:04}"), Protocol::HMON)
             }
         })
         .collect();
@@ -474,7 +474,7 @@ fn rvos_like(n: u64) -> TargetSnapshot {
         rate: None,
     });
     series.sort_by(|a, b| a.family.cmp(&b.family));
-    let mut t = TargetSnapshot::new("vm", Protocol::Sysinfo, vec![]);
+    let mut t = TargetSnapshot::new("vm", Protocol::SYSINFO, vec![]);
     t.state = TargetState::Up;
     t.series = SeriesSet::from(series);
     t
@@ -489,7 +489,7 @@ async fn target_pages_order_group_and_explain_their_series() {
     let fleet = Arc::new(Fleet::new());
     fleet.registry().put(rvos_like(0));
     // smon's one family: the clock (1.8e9), the uptime and the load on one axis were flat lines.
-    let mut smon = TargetSnapshot::new("smon", Protocol::Smon, vec![]);
+    let mut smon = TargetSnapshot::new("smon", Protocol::SMON, vec![]);
     smon.state = TargetState::Up;
     smon.series = SeriesSet::from(vec![
         gauge("smon_value", &[("name", "smon.time")], 1.8e9),
@@ -498,11 +498,11 @@ async fn target_pages_order_group_and_explain_their_series() {
         gauge("smon_value", &[("name", "linux.load.avg5_x100")], 460.0),
     ]);
     fleet.registry().put(smon);
-    let mut down = TargetSnapshot::new("down", Protocol::Smon, vec![]);
+    let mut down = TargetSnapshot::new("down", Protocol::SMON, vec![]);
     down.state = TargetState::Down;
     down.last_error = Some(Arc::from("connection refused"));
     fleet.registry().put(down);
-    let mut mono = TargetSnapshot::new("mono/10.0.0.5:1", Protocol::Mono, vec![]);
+    let mut mono = TargetSnapshot::new("mono/10.0.0.5:1", Protocol::MONO, vec![]);
     mono.state = TargetState::Up;
     fleet.registry().put(mono);
     let registry = fleet.registry().clone();
@@ -599,7 +599,7 @@ async fn screenshots() {
     let sims = Sims::start(SimOptions::default()).await;
     sims.start_mono_agent();
     let toml = sims.toml(Some("250ms"));
-    let config = FleetConfig::parse("web.toml", &toml).unwrap();
+    let config = Config::parse("web.toml", &toml).unwrap();
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();
     let b = Browser::start(&driver, 1280, 720).await;
@@ -657,8 +657,7 @@ async fn with_basic_auth_the_page_the_api_and_the_stream_need_it() {
     std::fs::write(&web, format!("basic_auth_users:\n  alice: '{}'\n", bcrypt::hash("s3cret", 4).unwrap()))
         .unwrap();
     let mut config =
-        FleetConfig::parse("auth.toml", &format!("[[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos}\"\n"))
-            .unwrap();
+        Config::parse("auth.toml", &format!("[[sysinfo]]\nname = \"vm\"\nconnect = \"{rvos}\"\n")).unwrap();
     config.serve.web_config = Some(web);
     let server = telemon::http::start(&config, Some("127.0.0.1:0")).await.unwrap();
     let addr = server.local_addr();

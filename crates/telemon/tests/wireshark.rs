@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use telemon_capture::{Direction, Protocol, Record, RecordKind, Target, Writer};
+use telemon_capture::{link_type, Direction, Record, RecordKind, Target, Writer};
 
 mod support;
 use support::{code, need_on_path, run, stderr, stdout, within, SimOptions, Sims, Telemon};
@@ -311,9 +311,9 @@ async fn record_the_sims(dir: &Path) -> PathBuf {
             if let Ok((capture, _)) =
                 telemon_capture::Capture::from_dir(&out, telemon_capture::Limits::default())
             {
-                let bytes = |p: Protocol| {
+                let bytes = |p: u16| {
                     let t: Vec<_> =
-                        capture.targets().into_iter().filter(|t| t.protocol == p).cloned().collect();
+                        capture.targets().into_iter().filter(|t| t.link_type == p).cloned().collect();
                     t.iter()
                         .map(|t| {
                             capture
@@ -324,11 +324,11 @@ async fn record_the_sims(dir: &Path) -> PathBuf {
                         })
                         .sum::<usize>()
                 };
-                if bytes(Protocol::Sysinfo) > 8000
-                    && bytes(Protocol::Meter161) > 2000
-                    && bytes(Protocol::Smon) > 300
-                    && bytes(Protocol::Mono) > 600
-                    && bytes(Protocol::Hmon) > 4000
+                if bytes(link_type::SYSINFO) > 8000
+                    && bytes(link_type::METER161) > 2000
+                    && bytes(link_type::SMON) > 300
+                    && bytes(link_type::MONO) > 600
+                    && bytes(link_type::HMON) > 4000
                 {
                     return;
                 }
@@ -365,7 +365,7 @@ async fn every_sims_recording_decodes_to_what_telemon_replay_prints() {
     let file = record_the_sims(dir.path()).await;
     assert_no_lua_error(&file).await;
     let capture = telemon_capture::Capture::from_file(&file, telemon_capture::Limits::default()).unwrap();
-    let mono_target = capture.targets().iter().find(|t| t.protocol == Protocol::Mono).unwrap().name.clone();
+    let mono_target = capture.targets().iter().find(|t| t.link_type == link_type::MONO).unwrap().name.clone();
 
     // meter161: one row per DATA line, every counter.
     let rows = meter161_rows(&file, Some(&on("sys161"))).await;
@@ -479,7 +479,7 @@ async fn every_sims_recording_decodes_to_what_telemon_replay_prints() {
 
 /// Writes every input of the corpora into one recording of `protocol`: each input is one connection (its
 /// bytes in `direction`, cut into three records, so that messages also span records).
-fn corpus_recording(path: &Path, protocol: Protocol, corpora: &[(&str, Direction)]) -> usize {
+fn corpus_recording(path: &Path, protocol: u16, corpora: &[(&str, Direction)]) -> usize {
     let file = std::fs::File::create(path).unwrap();
     let mut w = Writer::new(std::io::BufWriter::new(file), "telemon wireshark test").unwrap();
     let iface = w.interface(&Target::new("corpus", protocol, "fuzz/corpus")).unwrap();
@@ -515,16 +515,16 @@ async fn the_fuzz_corpora_never_raise_a_lua_error_and_malformed_frames_are_marke
     }
     let dir = tempfile::tempdir().unwrap();
     use Direction::{Inbound, Outbound};
-    type Set<'a> = (&'a str, Protocol, &'a [(&'a str, Direction)]);
+    type Set<'a> = (&'a str, u16, &'a [(&'a str, Direction)]);
     let sets: [Set; 5] = [
         (
             "meter161",
-            Protocol::Meter161,
+            link_type::METER161,
             &[("meter161_decode", Inbound), ("meter161_session", Inbound), ("meter161_session", Outbound)],
         ),
         (
             "hmon",
-            Protocol::Hmon,
+            link_type::HMON,
             &[
                 ("hmon_frame", Inbound),
                 ("hmon_message", Inbound),
@@ -534,17 +534,17 @@ async fn the_fuzz_corpora_never_raise_a_lua_error_and_malformed_frames_are_marke
         ),
         (
             "mono_counters",
-            Protocol::Mono,
+            link_type::MONO,
             &[
                 ("mono_agent_stream", Inbound),
                 ("mono_counter_table", Inbound),
                 ("mono_inspector_stream", Outbound),
             ],
         ),
-        ("smon", Protocol::Smon, &[("smon_decode", Inbound), ("smon_roundtrip", Inbound)]),
+        ("smon", link_type::SMON, &[("smon_decode", Inbound), ("smon_roundtrip", Inbound)]),
         (
             "rvos_sysinfo",
-            Protocol::Sysinfo,
+            link_type::SYSINFO,
             &[
                 ("sysinfo_wire", Inbound),
                 ("sysinfo_wire", Outbound),
@@ -608,12 +608,12 @@ async fn an_invalid_frame_shows_as_malformed_with_an_expert_note() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, Protocol, &[u8]); 5] = [
-        ("meter161", Protocol::Meter161, b"HELLO 2\r\nHEAD a b\r\nDATA 1 2 3\r\n"),
-        ("hmon", Protocol::Hmon, b"\x00\x00\x00\x0cRIDEabcd"),
-        ("mono_counters", Protocol::Mono, b"\x09\x00"),
-        ("smon", Protocol::Smon, b"\x00\x02uab"),
-        ("rvos_sysinfo", Protocol::Sysinfo, b"\x07\x00\x00\x00\x00"),
+    let cases: [(&str, u16, &[u8]); 5] = [
+        ("meter161", link_type::METER161, b"HELLO 2\r\nHEAD a b\r\nDATA 1 2 3\r\n"),
+        ("hmon", link_type::HMON, b"\x00\x00\x00\x0cRIDEabcd"),
+        ("mono_counters", link_type::MONO, b"\x09\x00"),
+        ("smon", link_type::SMON, b"\x00\x02uab"),
+        ("rvos_sysinfo", link_type::SYSINFO, b"\x07\x00\x00\x00\x00"),
     ];
     for (abbr, protocol, bytes) in cases {
         let file = dir.path().join(format!("{abbr}.pcapng"));

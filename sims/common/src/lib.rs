@@ -10,7 +10,7 @@
 //! * [`bind_unix_replacing_stale`]: create `DIR/.sockets/NAME` (folder mode 0700), replacing a stale socket.
 //! * [`Running`]: a sim started in-process on a background task (tests, `telemon` tests, benches), stopped
 //!   with [`Running::stop`] or cancelled when dropped; [`Running::spawn_tcp`] binds `127.0.0.1:0` first.
-//! * [`replay`]: `--replay FILE` (serving a recording back as the peer), shared by every sim.
+//! * [`recorded_peer`]: `--replay FILE` (serving a recording back as the peer), shared by every sim.
 //! * `--instances N` (one process serving N independent targets, for fleet benchmarks):
 //!   [`raise_open_file_limit`], [`consecutive_addrs`] and [`bind_consecutive`] for N listeners on consecutive
 //!   ports, [`run_instances`] to run them as tasks of one runtime, and [`free_consecutive_ports`] for tests.
@@ -36,7 +36,7 @@
 
 #![warn(missing_docs)]
 
-pub mod replay;
+pub mod recorded_peer;
 
 use std::fmt::Display;
 use std::future::Future;

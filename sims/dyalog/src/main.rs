@@ -50,7 +50,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     instances: u32,
     #[command(flatten)]
-    replay: sim_common::replay::ReplayArgs,
+    replay: sim_common::recorded_peer::ReplayArgs,
 }
 
 /// Turns `--serve`'s `HOST:PORT` into a bind address: `*` is every interface, an empty host loopback.
@@ -97,17 +97,17 @@ async fn main() -> anyhow::Result<()> {
         return run_instances(mode, &addr, args.instances, config).await;
     }
     let shutdown = sim_common::shutdown_on_ctrl_c();
-    let conversation = sim_common::replay::Mode::Conversation;
-    if let Some(replay) = args.replay.load(sim_common::replay::Protocol::Hmon, conversation)? {
+    let conversation = sim_common::recorded_peer::Mode::Conversation;
+    if let Some(replay) = args.replay.load(sim_common::recorded_peer::link_type::HMON, conversation)? {
         match mode {
             Mode::Serve => {
                 let listener = tokio::net::TcpListener::bind(&addr)
                     .await
                     .with_context(|| format!("cannot listen on {addr}"))?;
                 tracing::info!(addr = %listener.local_addr()?, "dyalog-sim serving a recording");
-                sim_common::replay::serve(listener, replay, shutdown).await?;
+                sim_common::recorded_peer::serve(listener, replay, shutdown).await?;
             }
-            Mode::Poll => sim_common::replay::dial(&addr, replay, shutdown).await?,
+            Mode::Poll => sim_common::recorded_peer::dial(&addr, replay, shutdown).await?,
         }
         return Ok(());
     }

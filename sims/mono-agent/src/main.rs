@@ -48,7 +48,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     instances: u32,
     #[command(flatten)]
-    replay: sim_common::replay::ReplayArgs,
+    replay: sim_common::recorded_peer::ReplayArgs,
 }
 
 #[tokio::main]
@@ -86,8 +86,8 @@ async fn main() -> std::process::ExitCode {
 
 /// `--replay FILE`: dials the inspector and serves the recorded agent's connections, one after the other.
 async fn replay(args: &Args) -> std::process::ExitCode {
-    let conversation = sim_common::replay::Mode::Conversation;
-    let replay = match args.replay.load(sim_common::replay::Protocol::Mono, conversation) {
+    let conversation = sim_common::recorded_peer::Mode::Conversation;
+    let replay = match args.replay.load(sim_common::recorded_peer::link_type::MONO, conversation) {
         Ok(Some(r)) => r,
         Ok(None) => return std::process::ExitCode::from(2),
         Err(e) => {
@@ -102,7 +102,7 @@ async fn replay(args: &Args) -> std::process::ExitCode {
             return std::process::ExitCode::from(2);
         }
     };
-    match sim_common::replay::dial(&addr, replay, sim_common::shutdown_on_ctrl_c()).await {
+    match sim_common::recorded_peer::dial(&addr, replay, sim_common::shutdown_on_ctrl_c()).await {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mono-agent-sim: {e}");

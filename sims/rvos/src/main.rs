@@ -60,21 +60,21 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     instances: u32,
     #[command(flatten)]
-    replay: sim_common::replay::ReplayArgs,
+    replay: sim_common::recorded_peer::ReplayArgs,
 }
 
 /// Runs the simulated system on `listener`, or serves the recording of `--replay`.
 async fn run<L: sim_common::Accept>(
     listener: L,
     config: Config,
-    replay: Option<std::sync::Arc<sim_common::replay::Replay>>,
+    replay: Option<std::sync::Arc<sim_common::recorded_peer::Replay>>,
     shutdown: sim_common::Shutdown,
 ) -> std::io::Result<()>
 where
     L::Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
 {
     match replay {
-        Some(replay) => sim_common::replay::serve(listener, replay, shutdown).await,
+        Some(replay) => sim_common::recorded_peer::serve(listener, replay, shutdown).await,
         None => rvos_sim::run(listener, config, shutdown).await,
     }
 }
@@ -106,8 +106,9 @@ async fn main() -> anyhow_free::Result {
         }
         return serve_instances(&args.listen, args.instances, config).await;
     }
-    let replay =
-        args.replay.load(sim_common::replay::Protocol::Sysinfo, sim_common::replay::Mode::Conversation)?;
+    let replay = args
+        .replay
+        .load(sim_common::recorded_peer::link_type::SYSINFO, sim_common::recorded_peer::Mode::Conversation)?;
     let shutdown = sim_common::shutdown_on_ctrl_c();
     match args.socket {
         Some(path) => {

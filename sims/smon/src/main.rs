@@ -40,20 +40,22 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     instances: u32,
     #[command(flatten)]
-    replay: sim_common::replay::ReplayArgs,
+    replay: sim_common::recorded_peer::ReplayArgs,
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     sim_common::init_tracing();
     let args = Args::parse();
-    let mode = sim_common::replay::Mode::Stream;
-    if let Some(replay) = args.replay.load(sim_common::replay::Protocol::Smon, mode)? {
+    let mode = sim_common::recorded_peer::Mode::Stream;
+    if let Some(replay) = args.replay.load(sim_common::recorded_peer::link_type::SMON, mode)? {
         let addr = args.listen.as_deref().unwrap_or(DEFAULT_LISTEN);
         let listener =
             tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listening on {addr}"))?;
         tracing::info!(addr = %listener.local_addr()?, "serving a recorded smon stream");
-        return Ok(sim_common::replay::serve(listener, replay, sim_common::shutdown_on_ctrl_c()).await?);
+        return Ok(
+            sim_common::recorded_peer::serve(listener, replay, sim_common::shutdown_on_ctrl_c()).await?
+        );
     }
     if args.interval < MIN_INTERVAL {
         eprintln!("smon-sim: --interval must be at least {}", humantime::format_duration(MIN_INTERVAL));

@@ -53,7 +53,7 @@ struct Args {
     #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     instances: u32,
     #[command(flatten)]
-    replay: sim_common::replay::ReplayArgs,
+    replay: sim_common::recorded_peer::ReplayArgs,
 }
 
 #[tokio::main]
@@ -81,12 +81,15 @@ async fn main() -> anyhow::Result<()> {
     }
     let (listener, path) =
         sys161_sim::bind(&args.dir).with_context(|| format!("cannot serve {}", args.dir.display()))?;
-    if let Some(replay) =
-        args.replay.load(sim_common::replay::Protocol::Meter161, sim_common::replay::Mode::Stream)?
+    if let Some(replay) = args
+        .replay
+        .load(sim_common::recorded_peer::link_type::METER161, sim_common::recorded_peer::Mode::Stream)?
     {
         tracing::info!(socket = %path.display(), "sys161-sim serving a recording");
         let listener = sim_common::NumberedUnixListener::new(listener);
-        return Ok(sim_common::replay::serve(listener, replay, sim_common::shutdown_on_ctrl_c()).await?);
+        return Ok(
+            sim_common::recorded_peer::serve(listener, replay, sim_common::shutdown_on_ctrl_c()).await?
+        );
     }
     tracing::info!(socket = %path.display(), mode = ?config.mode, speed = config.speed, "sys161-sim listening");
     sys161_sim::run(listener, config, sim_common::shutdown_on_ctrl_c()).await?;

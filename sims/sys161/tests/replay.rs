@@ -2,7 +2,7 @@
 
 use futures::StreamExt;
 use sim_common::within;
-use telemon_capture::{Direction, Protocol, Record, RecordKind, Target, Writer};
+use telemon_capture::{link_type, Direction, Record, RecordKind, Target, Writer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_sys161-sim");
 
@@ -10,7 +10,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_sys161-sim");
 async fn a_recording_is_served_back_to_a_client() {
     let dir = tempfile::tempdir().unwrap();
     let mut w = Writer::new(Vec::new(), "test").unwrap();
-    let i = w.interface(&Target::new("os161", Protocol::Meter161, "/x/.sockets/meter")).unwrap();
+    let i = w.interface(&Target::new("os161", link_type::METER161, "/x/.sockets/meter")).unwrap();
     let mut t = 1_700_000_000_000_000_000u64;
     let mut data = |bytes: &[u8]| {
         t += 10_000_000;

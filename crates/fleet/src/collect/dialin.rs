@@ -19,7 +19,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
 use super::ACCEPT_ERROR_PAUSE;
-use crate::config::ListenerLimits;
 use crate::model::{Protocol, TargetSnapshot, TargetState};
 use crate::own::{self, Refusal};
 use crate::registry::Registry;
@@ -362,6 +361,64 @@ impl DialIn {
     }
 }
 
+/// The default `max_targets` of a dial-in listener.
+pub const DEFAULT_MAX_TARGETS: usize = 1000;
+/// The default `hello_timeout` of a dial-in listener.
+pub const DEFAULT_HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Default for ListenerLimits {
+    /// The defaults: [`DEFAULT_MAX_TARGETS`], any source, [`DEFAULT_HELLO_TIMEOUT`].
+    fn default() -> ListenerLimits {
+        ListenerLimits {
+            max_targets: DEFAULT_MAX_TARGETS,
+            allow: Vec::new(),
+            hello_timeout: DEFAULT_HELLO_TIMEOUT,
+        }
+    }
+}
+
+/// The bounds of a dial-in listener (`[[mono_listen]]`, `[[hmon_listen]]`), from its block.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ListenerLimits {
+    /// The most targets kept, live and remembered.
+    pub max_targets: usize,
+    /// The source networks accepted; empty: any.
+    pub allow: Vec<ipnet::IpNet>,
+    /// The deadline for a new connection's Hello or handshake.
+    pub hello_timeout: Duration,
+}
+
+impl ListenerLimits {
+    /// The limits of a block's keys; `Err((key, message))` names what is wrong.
+    pub fn new(
+        max_targets: Option<usize>,
+        allow: Option<&[String]>,
+        hello_timeout: Option<Duration>,
+    ) -> Result<ListenerLimits, (&'static str, String)> {
+        let max_targets = max_targets.unwrap_or(DEFAULT_MAX_TARGETS);
+        if max_targets == 0 {
+            return Err(("max_targets", "must be above zero".into()));
+        }
+        let hello_timeout = hello_timeout.unwrap_or(DEFAULT_HELLO_TIMEOUT);
+        if hello_timeout.is_zero() {
+            return Err(("hello_timeout", "must be above zero".into()));
+        }
+        let mut nets = Vec::new();
+        for a in allow.unwrap_or_default() {
+            let net = match (a.parse::<ipnet::IpNet>(), a.parse::<std::net::IpAddr>()) {
+                (Ok(net), _) => net.trunc(),
+                (_, Ok(ip)) => ipnet::IpNet::from(ip),
+                _ => {
+                    let message = format!("{a:?} is neither a network (\"10.0.0.0/8\") nor an address");
+                    return Err(("allow", message));
+                }
+            };
+            nets.push(net);
+        }
+        Ok(ListenerLimits { max_targets, allow: nets, hello_timeout })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -379,7 +436,7 @@ mod tests {
 
     fn admit(d: &DialIn, names: &[&str]) -> Result<Admitted, Refusal> {
         let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
-        d.admit(d.screen(peer("127.0.0.1:1")).unwrap(), &names, Protocol::Mono, vec![], 10)
+        d.admit(d.screen(peer("127.0.0.1:1")).unwrap(), &names, Protocol::MONO, vec![], 10)
     }
 
     #[test]

@@ -1,16 +1,12 @@
-//! One collector per protocol: each runs a target's connection in the target's own task, maps what
-//! the peer sends onto the families of `metrics.md`, and publishes through a [`Publisher`].
+//! What every protocol's collector (in its folder under [`crate::protocol`]) is built from: each runs a
+//! target's connection in the target's own task, maps what the peer sends onto the families of
+//! `metrics.md`, and publishes through a [`Publisher`]; [`dialin`] is the gate of the dial-in listeners.
 //!
 //! Every collector is built the same way: a *session* connects, reads and returns the [`Failure`]
 //! that ended it; [`Retry::after`] marks the target down, backs off (exponentially, with jitter) and
 //! starts the next session.
 
 pub mod dialin;
-pub mod hmon;
-pub mod meter161;
-pub mod mono;
-pub mod smon;
-pub mod sysinfo;
 
 use std::future::Future;
 use std::time::Duration;

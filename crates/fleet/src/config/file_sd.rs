@@ -17,14 +17,14 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
 
 pub use super::addr::check_host_port;
-use super::addr::with_default_port;
 use super::check_label_name;
-use super::{FleetConfig, HmonTarget, Meter161Target, SmonTarget, SysinfoTarget};
+use crate::protocol::{address_unit, Protocols, Unit};
 
 /// The default `refresh_interval`, as Prometheus's.
 pub const DEFAULT_REFRESH: Duration = Duration::from_secs(300);
@@ -63,34 +63,27 @@ pub struct Group {
     pub labels: BTreeMap<String, String>,
 }
 
-/// A target found in a file, as a config block of its protocol.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Discovered {
-    /// A `[[meter161]]` block.
-    Meter161(Meter161Target),
-    /// A `[[hmon]]` block.
-    Hmon(HmonTarget),
-    /// A `[[smon]]` block.
-    Smon(SmonTarget),
-    /// A `[[sysinfo]]` block.
-    Sysinfo(SysinfoTarget),
+/// A target found in a file: what its block of the protocol runs. Two are equal when their blocks are.
+#[derive(Debug, Clone)]
+pub struct Discovered(pub Arc<dyn Unit>);
+
+impl PartialEq for Discovered {
+    fn eq(&self, other: &Discovered) -> bool {
+        self.0.same(&*other.0)
+    }
 }
 
 impl Discovered {
     /// The target's name.
     pub fn name(&self) -> &str {
-        match self {
-            Discovered::Meter161(t) => t.name.get_ref(),
-            Discovered::Hmon(t) => t.name.get_ref(),
-            Discovered::Smon(t) => t.name.get_ref(),
-            Discovered::Sysinfo(t) => t.name.get_ref(),
-        }
+        self.0.name()
     }
 }
 
 impl FileSdSection {
-    /// Checks the block: a known protocol, and defaults that make a valid block of it.
-    pub fn check(&self) -> Result<(), (String, String)> {
+    /// Checks the block: a protocol of `protocols` that takes addresses, and defaults that make a valid
+    /// block of it. `Err((key, why))`, the key empty when the block as a whole is wrong.
+    pub fn check(&self, protocols: &Protocols) -> Result<(), (String, String)> {
         if self.files.is_empty() {
             return Err(("files".into(), "give at least one file pattern".into()));
         }
@@ -109,17 +102,13 @@ impl FileSdSection {
                 return Err((key.into(), "is set by each target of the files, not by [[file_sd]]".into()));
             }
         }
-        let example = match self.protocol.as_str() {
-            "meter161" => "/nonexistent",
-            "hmon" | "smon" | "sysinfo" => "127.0.0.1:1",
-            other => {
-                return Err((
-                    "protocol".into(),
-                    format!("{other:?}: file_sd takes hmon, smon, sysinfo or meter161 targets"),
-                ))
-            }
+        let takes: Vec<&str> = protocols.iter().filter(|c| c.address().is_some()).map(|c| c.name()).collect();
+        let Some(address) = protocols.get(&self.protocol).and_then(|c| c.address()) else {
+            let message = format!("{:?}: file_sd takes {} targets", self.protocol, takes.join(", "));
+            return Err(("protocol".into(), message));
         };
-        self.block(example, &BTreeMap::new()).map(|_| ()).map_err(|m| ("-".to_owned(), m))
+        let example = if address.default_port.is_some() { "127.0.0.1:1" } else { "/nonexistent" };
+        self.block(protocols, example, &BTreeMap::new()).map(|_| ()).map_err(|m| (String::new(), m))
     }
 
     /// Makes the file patterns relative to `dir` (the config file's directory).
@@ -131,54 +120,20 @@ impl FileSdSection {
         }
     }
 
-    /// The block of one target with its group's `labels` (over the defaults' labels), checked as a
-    /// config block is; `Err` says why, for a person.
-    pub fn block(&self, target: &str, labels: &BTreeMap<String, String>) -> Result<Discovered, String> {
-        let mut table = self.defaults.clone();
-        let mut merged: toml::Table = match table.remove("labels") {
-            Some(toml::Value::Table(t)) => t,
-            Some(_) => return Err("labels: must be a table".into()),
-            None => toml::Table::new(),
-        };
-        for (k, v) in labels.iter().filter(|(k, _)| !k.starts_with("__")) {
-            merged.insert(k.clone(), toml::Value::String(v.clone()));
-        }
-        table.insert("labels".into(), toml::Value::Table(merged));
-        let name = match self.protocol.as_str() {
-            "meter161" => {
-                let dir = Path::new(target);
-                table.insert("dir".into(), toml::Value::String(target.into()));
-                dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
-            }
-            protocol => {
-                let port = match protocol {
-                    "hmon" => hmon::DEFAULT_PORT,
-                    "smon" => smon_codec::DEFAULT_PORT,
-                    _ => sysinfo_wire::DEFAULT_PORT,
-                };
-                let target = with_default_port(target, port)?.into_owned();
-                table.insert("connect".into(), toml::Value::String(target.clone()));
-                target
-            }
-        };
-        table.insert("name".into(), toml::Value::String(name));
-        let mut config = FleetConfig::default();
-        let fail = |e: toml::de::Error| e.message().trim().to_owned();
-        let text = toml::to_string(&table).map_err(|e| e.to_string())?;
-        let found = match self.protocol.as_str() {
-            "meter161" => Discovered::Meter161(toml::from_str(&text).map_err(fail)?),
-            "hmon" => Discovered::Hmon(toml::from_str(&text).map_err(fail)?),
-            "smon" => Discovered::Smon(toml::from_str(&text).map_err(fail)?),
-            _ => Discovered::Sysinfo(toml::from_str(&text).map_err(fail)?),
-        };
-        match &found {
-            Discovered::Meter161(t) => config.meter161.push(t.clone()),
-            Discovered::Hmon(t) => config.hmon.push(t.clone()),
-            Discovered::Smon(t) => config.smon.push(t.clone()),
-            Discovered::Sysinfo(t) => config.sysinfo.push(t.clone()),
-        }
-        config.validate().map_err(|e| format!("{}: {}", e.key, e.message))?;
-        Ok(found)
+    /// The block of one target with its group's `labels` (over the defaults' labels), read by its
+    /// protocol as a config block is; `Err` says why, for a person.
+    pub fn block(
+        &self,
+        protocols: &Protocols,
+        target: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<Discovered, String> {
+        let component =
+            protocols.get(&self.protocol).ok_or_else(|| format!("unknown protocol {:?}", self.protocol))?;
+        let address =
+            component.address().ok_or_else(|| format!("{} targets do not take an address", self.protocol))?;
+        let name = address.target_name(target)?;
+        address_unit(component, &name, target, labels, &self.defaults).map(Discovered)
     }
 
     /// The files the patterns match now, sorted.
@@ -216,8 +171,12 @@ impl FileSdSection {
 
     /// Reads one target file: its targets as blocks, and a message per target that was refused.
     /// `Err` when the file cannot be read or parsed at all.
-    pub fn read_file(&self, path: &Path) -> Result<(Vec<Discovered>, Vec<String>), String> {
-        self.read_bytes(path, &Self::bytes_of(path)?)
+    pub fn read_file(
+        &self,
+        protocols: &Protocols,
+        path: &Path,
+    ) -> Result<(Vec<Discovered>, Vec<String>), String> {
+        self.read_bytes(protocols, path, &Self::bytes_of(path)?)
     }
 
     /// A target file's bytes, at most [`MAX_FILE_BYTES`].
@@ -235,7 +194,12 @@ impl FileSdSection {
     /// The targets of a target file's `bytes` (`path` tells JSON from YAML by its extension), and a
     /// message per target refused (`LINE: target "x": why`, every bad label of its group named at its
     /// line); `Err` when the bytes do not parse as a list of groups.
-    pub fn read_bytes(&self, path: &Path, bytes: &[u8]) -> Result<(Vec<Discovered>, Vec<String>), String> {
+    pub fn read_bytes(
+        &self,
+        protocols: &Protocols,
+        path: &Path,
+        bytes: &[u8],
+    ) -> Result<(Vec<Discovered>, Vec<String>), String> {
         let groups = parse_groups(path, bytes)?;
         let mut lines = Lines::new(bytes);
         let mut found = Vec::new();
@@ -254,7 +218,7 @@ impl FileSdSection {
                     refused.push(format!("{line}: target {target:?}: bad labels: {}", bad_labels.join("; ")));
                     continue;
                 }
-                match self.block(target, &group.labels) {
+                match self.block(protocols, target, &group.labels) {
                     Ok(block) => found.push(block),
                     Err(why) => refused.push(format!("{line}: target {target:?}: {why}")),
                 }
@@ -328,6 +292,12 @@ pub fn parse_groups(path: &Path, bytes: &[u8]) -> Result<Vec<Group>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::{hmon::HmonBlock, smon::SmonBlock};
+
+    #[allow(non_snake_case)]
+    fn P() -> Protocols {
+        Protocols::built_in()
+    }
 
     fn section(text: &str) -> FileSdSection {
         toml::from_str(text).unwrap()
@@ -338,17 +308,18 @@ mod tests {
         let s = section(
             "files = ['x/*.json']\nprotocol = 'hmon'\npoll = '2s'\nlabels = { site = 'a', room = 'b' }\n",
         );
-        s.check().unwrap();
+        s.check(&P()).unwrap();
         let labels =
             BTreeMap::from([("room".to_owned(), "c".to_owned()), ("__meta_x".to_owned(), "y".to_owned())]);
-        let Discovered::Hmon(t) = s.block("10.0.0.1:4502", &labels).unwrap() else { panic!() };
-        assert_eq!(t.name.get_ref(), "10.0.0.1:4502");
+        let d = s.block(&P(), "10.0.0.1:4502", &labels).unwrap();
+        let t = d.0.as_any().downcast_ref::<HmonBlock>().unwrap();
+        assert_eq!(t.name, "10.0.0.1:4502");
         assert_eq!(t.connect.as_deref(), Some("10.0.0.1:4502"));
         assert_eq!(t.poll, Duration::from_secs(2));
         assert_eq!(t.labels, BTreeMap::from([("room".into(), "c".into()), ("site".into(), "a".into())]));
         let bad = BTreeMap::from([("protocol".to_owned(), "x".to_owned())]);
-        assert!(s.block("10.0.0.1:4502", &bad).unwrap_err().contains("set by telemon"));
-        assert!(s.block("non sense", &BTreeMap::new()).unwrap_err().contains("HOST:PORT"));
+        assert!(s.block(&P(), "10.0.0.1:4502", &bad).unwrap_err().contains("set by telemon"));
+        assert!(s.block(&P(), "non sense", &BTreeMap::new()).unwrap_err().contains("HOST:PORT"));
     }
 
     #[test]
@@ -361,27 +332,28 @@ mod tests {
         for (protocol, port) in [("hmon", 4512), ("smon", 7399), ("sysinfo", 7461)] {
             let s =
                 section(&format!("files = ['{}/*.yml']\nprotocol = '{protocol}'\n", dir.path().display()));
-            let (found, refused) = s.read_file(&file).unwrap();
+            let (found, refused) = s.read_file(&P(), &file).unwrap();
             assert!(refused.is_empty(), "{refused:?}");
             let names: Vec<&str> = found.iter().map(Discovered::name).collect();
             assert_eq!(names, ["localhost:9090", "example.org:443", &format!("my.domain:{port}")]);
         }
         let s = section("files = ['x/*.json']\nprotocol = 'smon'\n");
-        let Discovered::Smon(t) = s.block("[::1]", &BTreeMap::new()).unwrap() else { panic!() };
+        let d = s.block(&P(), "[::1]", &BTreeMap::new()).unwrap();
+        let t = d.0.as_any().downcast_ref::<SmonBlock>().unwrap();
         assert_eq!(t.connect.as_deref(), Some("[::1]:7399"));
-        assert!(s.block("nohost:", &BTreeMap::new()).unwrap_err().contains("HOST:PORT"));
+        assert!(s.block(&P(), "nohost:", &BTreeMap::new()).unwrap_err().contains("HOST:PORT"));
     }
 
     #[test]
     fn the_extension_decides_in_any_case_and_a_pattern_must_have_one() {
         let dir = tempfile::tempdir().unwrap();
         let s = section(&format!("files = ['{}/*.YML']\nprotocol = 'smon'\n", dir.path().display()));
-        s.check().unwrap();
+        s.check(&P()).unwrap();
         let upper = dir.path().join("a.YML");
         std::fs::write(&upper, "- targets: ['127.0.0.1:1']\n").unwrap();
-        assert_eq!(s.read_file(&upper).unwrap().0.len(), 1, "YAML, not JSON");
+        assert_eq!(s.read_file(&P(), &upper).unwrap().0.len(), 1, "YAML, not JSON");
         for bad in ["targets/*.txt", "targets/*", "dir/x.json.bak"] {
-            let e = section(&format!("files = ['{bad}']\nprotocol = 'smon'\n")).check().unwrap_err();
+            let e = section(&format!("files = ['{bad}']\nprotocol = 'smon'\n")).check(&P()).unwrap_err();
             assert_eq!(e.0, "files", "{bad}");
             assert!(e.1.contains(".json, .yml or .yaml"), "{bad}: {}", e.1);
         }
@@ -397,7 +369,7 @@ mod tests {
     fn every_bad_label_is_named_at_its_line() {
         let s = section("files = ['x/*.json']\nprotocol = 'smon'\n");
         let json = "[\n  {\"targets\": [\"127.0.0.1:1\"]},\n  {\n    \"targets\": [\"127.0.0.1:2\", \"127.0.0.1:3\"],\n    \"labels\": {\n      \"my-label\": \"x\",\n      \"ok\": \"y\",\n      \"target\": \"z\"\n    }\n  },\n  {\"targets\": [\"a b\"]}\n]\n";
-        let (found, refused) = s.read_bytes(Path::new("t.json"), json.as_bytes()).unwrap();
+        let (found, refused) = s.read_bytes(&P(), Path::new("t.json"), json.as_bytes()).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(refused.len(), 3, "{refused:?}");
         assert!(refused[0].starts_with("4: target \"127.0.0.1:2\": bad labels: line 6: "), "{}", refused[0]);
@@ -412,20 +384,20 @@ mod tests {
 
     #[test]
     fn bad_blocks_are_refused() {
-        assert_eq!(section("files = ['a.json']\nprotocol = 'mono'\n").check().unwrap_err().0, "protocol");
+        assert_eq!(section("files = ['a.json']\nprotocol = 'mono'\n").check(&P()).unwrap_err().0, "protocol");
         assert_eq!(
-            section("files = ['a.json']\nprotocol = 'hmon'\nconnect = 'x:1'\n").check().unwrap_err().0,
+            section("files = ['a.json']\nprotocol = 'hmon'\nconnect = 'x:1'\n").check(&P()).unwrap_err().0,
             "connect"
         );
         assert!(section("files = ['a.json']\nprotocol = 'hmon'\npol = '1s'\n")
-            .check()
+            .check(&P())
             .unwrap_err()
             .1
             .contains("pol"));
-        assert_eq!(section("files = []\nprotocol = 'hmon'\n").check().unwrap_err().0, "files");
+        assert_eq!(section("files = []\nprotocol = 'hmon'\n").check(&P()).unwrap_err().0, "files");
         assert_eq!(
             section("files = ['a.json']\nprotocol = 'smon'\nrefresh_interval = '10ms'\n")
-                .check()
+                .check(&P())
                 .unwrap_err()
                 .0,
             "refresh_interval"
@@ -439,16 +411,16 @@ mod tests {
         let json = dir.path().join("a.json");
         std::fs::write(&json, r#"[{"targets": ["127.0.0.1:7399", "a b"], "labels": {"rack": "1"}}]"#)
             .unwrap();
-        let (found, refused) = s.read_file(&json).unwrap();
+        let (found, refused) = s.read_file(&P(), &json).unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(refused.len(), 1, "{refused:?}");
         let yml = dir.path().join("b.yml");
         std::fs::write(&yml, "- targets: ['127.0.0.1:1', '127.0.0.1:2']\n  labels: {rack: '2'}\n").unwrap();
-        assert_eq!(s.read_file(&yml).unwrap().0.len(), 2);
+        assert_eq!(s.read_file(&P(), &yml).unwrap().0.len(), 2);
         std::fs::write(&yml, "- targets: [unclosed\n").unwrap();
-        assert!(s.read_file(&yml).is_err());
+        assert!(s.read_file(&P(), &yml).is_err());
         std::fs::write(&json, r#"[{"targets": [], "extra": 1}]"#).unwrap();
-        assert!(s.read_file(&json).unwrap_err().contains("extra"));
+        assert!(s.read_file(&P(), &json).unwrap_err().contains("extra"));
         assert_eq!(s.matching_files().len(), 2);
         assert_eq!(s.watch_dirs(), vec![dir.path().to_path_buf()]);
     }

@@ -34,19 +34,14 @@ impl std::fmt::Display for ConfigError {
 }
 
 /// A humantime duration ("1s", "250ms").
-pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
     humantime::parse_duration(&s).map_err(|e| {
         serde::de::Error::custom(format!("bad duration {s:?} ({e}); write e.g. \"1s\" or \"250ms\""))
     })
 }
 
-/// One second: the default of several periods.
-pub(super) fn one_second() -> Duration {
-    Duration::from_secs(1)
-}
-
 /// The 1-based line of byte `offset` in `text`.
-pub(super) fn line_of(text: &str, offset: usize) -> usize {
+pub fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }

@@ -23,6 +23,8 @@
 //! New records are written after the largest position any of the four files holds (the temporary
 //! ones too), so an old value that a crash brings back can never point past a record.
 
+use byteorder::{ByteOrder, LittleEndian as LE};
+
 /// The cursor replaced on every acknowledgement.
 pub const ACKED: &str = "cursor";
 /// Written first, then renamed over [`ACKED`].
@@ -42,9 +44,9 @@ pub const LEN: usize = 16;
 pub fn encode(position: u64) -> [u8; LEN] {
     let mut out = [0; LEN];
     out[..4].copy_from_slice(&MAGIC);
-    out[8..].copy_from_slice(&position.to_le_bytes());
+    LE::write_u64(&mut out[8..], position);
     let crc = crc32c::crc32c(&out[8..]);
-    out[4..8].copy_from_slice(&crc.to_le_bytes());
+    LE::write_u32(&mut out[4..8], crc);
     out
 }
 
@@ -53,11 +55,7 @@ pub fn decode(bytes: &[u8]) -> Option<u64> {
     if bytes.len() != LEN || bytes[..4] != MAGIC {
         return None;
     }
-    let mut crc = [0; 4];
-    crc.copy_from_slice(&bytes[4..8]);
-    let mut pos = [0; 8];
-    pos.copy_from_slice(&bytes[8..]);
-    (crc32c::crc32c(&pos) == u32::from_le_bytes(crc)).then(|| u64::from_le_bytes(pos))
+    (crc32c::crc32c(&bytes[8..]) == LE::read_u32(&bytes[4..8])).then(|| LE::read_u64(&bytes[8..]))
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use crate::stats::reason;
 
-use super::record::Meta;
+use super::frame::Meta;
 
 /// Why records were dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -31,6 +31,8 @@ pub enum Op {
     Rename,
     /// Removing a file.
     Remove,
+    /// Taking the queue directory's lock.
+    Lock,
 }
 
 impl fmt::Display for Op {
@@ -47,31 +49,52 @@ impl fmt::Display for Op {
             Op::SyncDir => "cannot fsync the directory",
             Op::Rename => "cannot rename into",
             Op::Remove => "cannot remove",
+            Op::Lock => "cannot lock the queue directory",
         })
     }
 }
 
-/// An I/O error of the disk queue, with the operation and the file.
+/// An error of the disk queue: an I/O error with the operation and the file, or a directory
+/// another queue holds.
 #[derive(Debug, thiserror::Error)]
-#[error("disk queue: {op} {}: {source}", path.display())]
-pub struct DiskError {
-    /// What was being done.
-    pub op: Op,
-    /// The file (or directory).
-    pub path: PathBuf,
-    /// What the system answered.
-    #[source]
-    pub source: io::Error,
+#[non_exhaustive]
+pub enum DiskError {
+    /// A file-system operation failed.
+    #[error("disk queue: {op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: Op,
+        /// The file (or directory).
+        path: PathBuf,
+        /// What the system answered.
+        #[source]
+        source: io::Error,
+    },
+    /// [`DiskQueue::open`](super::DiskQueue::open) found the directory locked by another queue, in
+    /// this process or another: two queues never share a directory.
+    #[error(
+        "queue_dir {} is in use by another process (its lock file is held): each telemon needs a queue_dir of its own",
+        dir.display()
+    )]
+    InUse {
+        /// The queue directory.
+        dir: PathBuf,
+    },
 }
 
 impl DiskError {
     pub(crate) fn new(op: Op, path: impl Into<PathBuf>, source: io::Error) -> Self {
-        DiskError { op, path: path.into(), source }
+        DiskError::Io { op, path: path.into(), source }
     }
 
     /// Whether the disk was full (ENOSPC, or a quota).
     pub fn is_disk_full(&self) -> bool {
-        matches!(self.source.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded)
+        match self {
+            DiskError::Io { source, .. } => {
+                matches!(source.kind(), io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded)
+            }
+            DiskError::InUse { .. } => false,
+        }
     }
 }
 

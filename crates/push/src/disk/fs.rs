@@ -6,12 +6,21 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::Path;
 
+/// The file in a queue directory whose lock [`Fs::try_lock_dir`] takes on the real file system.
+pub const LOCK_FILE: &str = "lock";
+
 /// A file system: the directory operations the queue uses.
 ///
 /// `Clone` so that a [`SyncJob`](super::SyncJob) can carry one to a blocking thread.
 pub trait Fs: Clone + Send + Sync + 'static {
     /// An open file.
     type File: FsFile;
+    /// A held directory lock: the lock is released when it is dropped.
+    type Lock: Send + Sync + 'static;
+
+    /// Takes the exclusive lock on `dir` (which exists) without waiting, for as long as the
+    /// returned guard lives: `Ok(None)` when another holder has it, in this process or another.
+    fn try_lock_dir(&self, dir: &Path) -> io::Result<Option<Self::Lock>>;
 
     /// Creates `dir` and its parents when missing.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
@@ -68,6 +77,22 @@ pub struct StdFs;
 
 impl Fs for StdFs {
     type File = File;
+    /// The open [`LOCK_FILE`]: closing it releases the lock.
+    type Lock = File;
+
+    /// Locks `dir`'s [`LOCK_FILE`] (created when missing, never removed): `flock(LOCK_EX | LOCK_NB)` on
+    /// Unix, `LockFileEx` on Windows, through `fs4`. The kernel releases the lock when the process ends,
+    /// however it ends, so a crash never leaves a directory locked. The lock belongs to the open file, so
+    /// a second [`DiskQueue::open`](super::DiskQueue::open) of the same directory in the same process is
+    /// refused too.
+    fn try_lock_dir(&self, dir: &Path) -> io::Result<Option<File>> {
+        let file = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join(LOCK_FILE))?;
+        match fs4::FileExt::try_lock(&file) {
+            Ok(()) => Ok(Some(file)),
+            Err(fs4::TryLockError::WouldBlock) => Ok(None),
+            Err(fs4::TryLockError::Error(e)) => Err(e),
+        }
+    }
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)

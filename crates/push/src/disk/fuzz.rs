@@ -1,8 +1,9 @@
 //! The body of the fuzz target `push_disk_record`, also replayed over its seed corpus by
-//! `tests/disk_props.rs` on stable.
+//! the unit tests of `crate::fuzz` on stable (the fuzz target calls it as
+//! `telemon_push::fuzz::record_reader`).
 
+use super::frame::{decode, encode, Decoded, RecordIn, HEADER_LEN, MAX_RECORD};
 use super::fs::FsFile;
-use super::record::{decode, encode, Decoded, RecordIn, HEADER_LEN, MAX_RECORD};
 use super::segment;
 
 /// `push_disk_record`: the bytes as a stream of records (and as a segment file) never make the

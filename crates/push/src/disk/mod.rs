@@ -16,6 +16,7 @@
 //!   segment-0000000001000a3c.log   the next segment starts where the previous one ended
 //!   cursor                         the oldest unacknowledged position, replaced at every ack
 //!   cursor.synced                  the same, replaced durably by every sync
+//!   lock                           locked (flock) by the queue that has the directory open
 //!
 //! a segment:  [record][record][record]...          (a new one once `segment_bytes` is passed)
 //!
@@ -32,7 +33,7 @@
 //! Little-endian throughout. The header has its own checksum so that a length is trusted only
 //! after it checked: a torn tail is told from damage in the middle, a record whose payload alone
 //! is damaged is skipped whole with its samples known, and nothing is allocated from an
-//! unchecked length ([`record`] has the details, [`cursor`] the two cursor files).
+//! unchecked length ([`frame`] has the details, [`cursor`] the two cursor files).
 //!
 //! # Guarantees
 //!
@@ -46,8 +47,12 @@
 //!   reason, to count.
 //! * **Opens, whatever is on disk.** A torn tail is cut back, a damaged record skipped and
 //!   counted, a missing segment logged, a stray file ignored, a bad cursor clamped or replaced by
-//!   the oldest segment; [`DiskQueue::open`] fails only if the directory cannot be created or
-//!   listed, and says in its [`Recovery`] what it found.
+//!   the oldest segment; [`DiskQueue::open`] fails only if the directory cannot be created,
+//!   locked or listed, and says in its [`Recovery`] what it found.
+//! * **One queue per directory.** [`DiskQueue::open`] takes the directory's lock through its
+//!   [`Fs`] ([`Fs::try_lock_dir`]: `flock` on the `lock` file for [`StdFs`]) and holds it until
+//!   the queue is dropped; a second opener, in this process or another, gets
+//!   [`DiskError::InUse`].
 //! * **A full or failing disk is not fatal.** An append that fails drops its records (counted)
 //!   and the next one tries again; a part written is cut back. A record unreadable
 //!   [`READ_TRIES`] times is dropped, so reading never stops on one bad record.
@@ -96,21 +101,22 @@
 pub mod cursor;
 mod drops;
 mod error;
+pub mod frame;
 mod fs;
-mod fuzz;
+/// The body of the fuzz target `push_disk_record`, re-exported by `crate::fuzz` (only under
+/// `cfg(fuzzing)` and in tests).
+#[cfg(any(fuzzing, test))]
+pub(crate) mod fuzz;
 mod queue;
-pub mod record;
 mod recovery;
 mod segment;
 mod sync;
 
 pub use drops::{DropReason, Dropped};
 pub use error::{AppendError, DiskError, Op};
-pub use fs::{Fs, FsFile, StdFs};
-#[doc(hidden)]
-pub use fuzz::record_reader;
+pub use frame::{Meta, Record, RecordIn, MAX_PAYLOAD};
+pub use fs::{Fs, FsFile, StdFs, LOCK_FILE};
 pub use queue::{Appended, Config, DiskQueue, Next, Position, WhenFull};
-pub use record::{Meta, Record, RecordIn, MAX_PAYLOAD};
 pub use recovery::{CursorFound, Recovery};
 pub use segment::READ_TRIES;
 pub use sync::{SyncJob, Synced};

@@ -9,8 +9,8 @@ use std::time::Duration;
 use super::cursor;
 use super::drops::{DropReason, Dropped, Runs};
 use super::error::{AppendError, DiskError, Op};
+use super::frame::{self, decode_header, encoded_len, Meta, Record, RecordIn, HEADER_LEN};
 use super::fs::{Fs, FsFile};
-use super::record::{self, decode_header, encoded_len, Meta, Record, RecordIn, HEADER_LEN};
 use super::segment::{self, READ_TRIES};
 use super::sync::{Pending, Shared, SyncJob, Synced};
 
@@ -162,6 +162,8 @@ pub struct DiskQueue<F: Fs> {
     pub(crate) read_failures: u32,
     /// The encoded records of an append, kept for its capacity.
     pub(crate) buf: Vec<u8>,
+    /// The directory's lock, held for the queue's life.
+    _lock: F::Lock,
 }
 
 impl<F: Fs> fmt::Debug for DiskQueue<F> {
@@ -178,7 +180,7 @@ impl<F: Fs> fmt::Debug for DiskQueue<F> {
 }
 
 impl<F: Fs> DiskQueue<F> {
-    pub(crate) fn new(fs: F, config: Config, durable: Option<u64>) -> Self {
+    pub(crate) fn new(fs: F, config: Config, durable: Option<u64>, lock: F::Lock) -> Self {
         DiskQueue {
             fs,
             config,
@@ -198,6 +200,7 @@ impl<F: Fs> DiskQueue<F> {
             corrupt_records: 0,
             read_failures: 0,
             buf: Vec::new(),
+            _lock: lock,
         }
     }
 
@@ -275,7 +278,7 @@ impl<F: Fs> DiskQueue<F> {
             let len = encoded_len(r.payload.len()) as u64;
             if horizon.is_some_and(|h| r.meta.newest_ms < h) {
                 batch.add(DropReason::TooOld, &r.meta, len);
-            } else if len > self.config.max_bytes || record::encode(r, &mut self.buf).is_err() {
+            } else if len > self.config.max_bytes || frame::encode(r, &mut self.buf).is_err() {
                 batch.add(DropReason::QueueFull, &r.meta, len);
             } else {
                 kept.push((len as u32, r.meta));

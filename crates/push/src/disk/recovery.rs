@@ -5,7 +5,7 @@ use std::io;
 use super::cursor;
 use super::drops::{DropReason, Dropped};
 use super::error::{DiskError, Op};
-use super::fs::{Fs, FsFile};
+use super::fs::{Fs, FsFile, LOCK_FILE};
 use super::queue::{Config, DiskQueue, Entry, Segment};
 use super::segment::READ_TRIES;
 use super::segment::{self, Damage};
@@ -55,9 +55,10 @@ pub struct Recovery {
 }
 
 impl<F: Fs> DiskQueue<F> {
-    /// Opens (or creates) the queue in `config.dir`. Fails only when the directory cannot be
-    /// created or listed: a damaged, torn, missing or unreadable file is skipped, cut back or
-    /// worked around, and reported in the [`Recovery`].
+    /// Opens (or creates) the queue in `config.dir`, and takes the directory's lock for as long
+    /// as the queue lives. Fails only when the directory cannot be created, locked or listed
+    /// ([`DiskError::InUse`] when another queue holds it): a damaged, torn, missing or unreadable
+    /// file is skipped, cut back or worked around, and reported in the [`Recovery`].
     ///
     /// Reads every byte from the cursor on once (checking both checksums of every record), and
     /// keeps a 32-byte index entry per record in memory. The bounds (`max_bytes`, `max_age`)
@@ -65,13 +66,18 @@ impl<F: Fs> DiskQueue<F> {
     pub fn open(fs: F, config: Config) -> Result<(DiskQueue<F>, Recovery), DiskError> {
         let dir = config.dir.clone();
         fs.create_dir_all(&dir).map_err(|e| DiskError::new(Op::CreateDir, &dir, e))?;
+        let lock = fs
+            .try_lock_dir(&dir)
+            .map_err(|e| DiskError::new(Op::Lock, dir.join(LOCK_FILE), e))?
+            .ok_or_else(|| DiskError::InUse { dir: dir.clone() })?;
         let names = fs.read_dir(&dir).map_err(|e| DiskError::new(Op::ListDir, &dir, e))?;
         let mut rec = Recovery::default();
         let mut starts = Vec::new();
         for name in &names {
             match name.to_str() {
                 Some(n) if segment::parse_name(n).is_some() => starts.extend(segment::parse_name(n)),
-                Some(cursor::ACKED | cursor::ACKED_TMP | cursor::SYNCED | cursor::SYNCED_TMP) => {}
+                Some(cursor::ACKED | cursor::ACKED_TMP | cursor::SYNCED | cursor::SYNCED_TMP | LOCK_FILE) => {
+                }
                 _ => rec.stray_files += 1,
             }
         }
@@ -93,7 +99,7 @@ impl<F: Fs> DiskQueue<F> {
         // can then never point past a record.
         let tmp = [cursor::ACKED_TMP, cursor::SYNCED_TMP]
             .map(|name| read_cursor(&fs, &dir.join(name), &mut Vec::new()));
-        let mut q = DiskQueue::new(fs, config, synced);
+        let mut q = DiskQueue::new(fs, config, synced, lock);
         q.write_pos = [Some(cursor), acked, synced, tmp[0], tmp[1]].into_iter().flatten().max().unwrap_or(0);
         q.pending.dir = true;
         let mut prev_end: Option<u64> = None;

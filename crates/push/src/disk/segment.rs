@@ -5,8 +5,8 @@
 
 use std::io;
 
+use super::frame::{decode, decode_header, Decoded, Header, HEADER_LEN};
 use super::fs::FsFile;
-use super::record::{decode, decode_header, Decoded, Header, HEADER_LEN};
 
 /// A failed read of the same record this many times in a row drops it (`disk_error`), so that
 /// one unreadable record never stops the queue.

@@ -35,13 +35,15 @@ pub async fn run(args: Args) -> CliResult {
     if connections.is_empty() {
         return Err(CliError::Peer(format!("{}: nothing to export", args.file.display())));
     }
-    let scrapes = tokio::task::spawn_blocking(move || telemon_fleet::export::replay(connections))
-        .await
-        .map_err(CliError::peer)?
-        .map_err(CliError::peer)?;
+    let scrapes = tokio::task::spawn_blocking(move || {
+        telemon_fleet::rerun::replay(&telemon_fleet::Protocols::built_in(), connections)
+    })
+    .await
+    .map_err(CliError::peer)?
+    .map_err(CliError::peer)?;
     let text = match args.format {
-        ExportFormat::Openmetrics => telemon_fleet::export::openmetrics(&scrapes),
-        ExportFormat::Csv => telemon_fleet::export::csv(&scrapes),
+        ExportFormat::Openmetrics => telemon_fleet::rerun::openmetrics(&scrapes),
+        ExportFormat::Csv => telemon_fleet::rerun::csv(&scrapes),
     };
     let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes())?;

@@ -163,7 +163,7 @@ async fn connect(addr: String, reconnect: bool, plan: Plan) -> CliResult {
     if countdown.is_done() {
         return Ok(());
     }
-    let recording = plan.args.record.start(&addr, telemon_capture::Protocol::Hmon, &addr)?;
+    let recording = plan.args.record.start(&addr, telemon_capture::link_type::HMON, &addr)?;
     let (client, events) = match &recording {
         None => Client::connect(addr.clone(), plan.client_config(reconnect)).await.map_err(peer_error)?,
         Some(_) if reconnect => {

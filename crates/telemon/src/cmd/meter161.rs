@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use futures::Stream;
 use std::time::Duration;
-use telemon_capture::{Protocol, Tap};
+use telemon_capture::{link_type, Tap};
 
 use ::meter161::{ClientError, DecodeError, Event, Header, ProtocolError, Sample};
 
@@ -69,7 +69,7 @@ async fn live(args: Args) -> CliResult {
     eprintln!("telemon: meter161: connecting to {}...", path.display());
     let recording = args.record.start(
         &args.dir.display().to_string(),
-        Protocol::Meter161,
+        link_type::METER161,
         &path.display().to_string(),
     )?;
     let events: Pin<Box<dyn Stream<Item = Result<Event, ClientError>> + Send>> = match &recording {

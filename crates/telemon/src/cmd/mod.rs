@@ -11,6 +11,7 @@ pub mod replay;
 pub mod serve;
 pub mod smon;
 pub mod sysinfo;
+pub mod targets;
 pub mod top;
 
 /// Completes on Ctrl-C or SIGTERM.

@@ -92,8 +92,11 @@ async fn listen(args: ListenArgs) -> CliResult {
     };
     let listener = tokio::net::TcpListener::bind(args.addr).await.map_err(CliError::peer)?;
     eprintln!("telemon: listening for Mono agents on {}", listener.local_addr()?);
-    let recording =
-        args.record.start(&args.addr.to_string(), telemon_capture::Protocol::Mono, &args.addr.to_string())?;
+    let recording = args.record.start(
+        &args.addr.to_string(),
+        telemon_capture::link_type::MONO,
+        &args.addr.to_string(),
+    )?;
     // As `Inspector::accept`, each connection through a recording tap with `--record`.
     let accept = || async {
         let (stream, peer) = listener.accept().await?;

@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use telemon_capture::{Destination, Protocol, Recorder, RecorderConfig, Tap, Target, TargetRecorder};
-use telemon_fleet::record::{self, Recording};
+use telemon_capture::{Destination, Recorder, RecorderConfig, Tap, Target, TargetRecorder};
+use telemon_fleet::pace::Pace;
+use telemon_fleet::recording::{self, Recording};
 
-use telemon_fleet::config::TargetArgs;
+use super::targets::TargetArgs;
 
 use super::shutdown_signal;
 use crate::output::{self, CliError, CliResult};
@@ -24,18 +25,13 @@ pub struct RecordArgs {
 }
 
 impl RecordArgs {
-    /// Starts recording `target` if `--record` was given.
-    pub fn start(
-        &self,
-        name: &str,
-        protocol: Protocol,
-        address: &str,
-    ) -> Result<Option<OneTarget>, CliError> {
+    /// Starts recording `target` (whose bytes are `link_type`) if `--record` was given.
+    pub fn start(&self, name: &str, link_type: u16, address: &str) -> Result<Option<OneTarget>, CliError> {
         let Some(path) = &self.record else { return Ok(None) };
-        let config = RecorderConfig::new(Destination::File(path.clone()), record::application());
+        let config = RecorderConfig::new(Destination::File(path.clone()), recording::application());
         let recorder = Recorder::start(config)
             .map_err(|e| CliError::Usage(format!("cannot record to {}: {e}", path.display())))?;
-        let target = recorder.target(Target::new(name, protocol, address));
+        let target = recorder.target(Target::new(name, link_type, address));
         Ok(Some(OneTarget { recorder, target, path: path.clone() }))
     }
 }
@@ -100,19 +96,17 @@ pub struct RotateArgs {
 }
 
 impl RotateArgs {
-    /// Starts recording every collector's connections into `dir` and installs the recording for the fleet.
+    /// Starts recording every collector's connections into `dir`: the recording to give the fleet.
     pub fn start(&self, dir: PathBuf) -> Result<Arc<Recording>, CliError> {
         let config = RecorderConfig {
             max_file_bytes: Some(self.record_max_bytes),
             max_file_age: Some(self.record_max_age),
             max_total_bytes: Some(self.record_max_total),
-            ..RecorderConfig::new(Destination::Dir(dir.clone()), record::application())
+            ..RecorderConfig::new(Destination::Dir(dir.clone()), recording::application())
         };
         let recorder = Recorder::start(config)
             .map_err(|e| CliError::Usage(format!("cannot record to {}: {e}", dir.display())))?;
         let recording = Arc::new(Recording::new(recorder));
-        record::install(Arc::clone(&recording))
-            .map_err(|_| CliError::Usage("a recording is already running in this process".into()))?;
         eprintln!("telemon: recording every target's connections into {}", dir.display());
         Ok(recording)
     }
@@ -151,7 +145,7 @@ pub struct Args {
 }
 
 /// Runs `telemon record` until Ctrl-C or SIGTERM.
-pub async fn run(args: Args) -> CliResult {
+pub async fn run(args: Args, pace: Pace) -> CliResult {
     let config = args.targets.to_config()?;
     if config.blocks() == 0 {
         return Err(CliError::Usage(
@@ -159,8 +153,9 @@ pub async fn run(args: Args) -> CliResult {
         ));
     }
     let recording = args.rotate.start(args.out.clone())?;
-    telemon_fleet::pace::set_wakeup_slack(config.serve.wakeup_slack);
-    let fleet = telemon_fleet::Fleet::start(&config).await.map_err(CliError::peer)?;
+    pace.set(config.serve.wakeup_slack);
+    let fleet = telemon_fleet::Fleet::recording(Some(recording.clone()));
+    fleet.apply(&config.fleet).await.map_err(CliError::peer)?;
     eprintln!("telemon: recording {}", config.summary());
     shutdown_signal().await;
     fleet.shutdown().await;

@@ -4,9 +4,10 @@
 use std::path::PathBuf;
 use std::pin::Pin;
 
+use futures::future::BoxFuture;
 use futures::{Stream, StreamExt};
 use telemon_capture::{
-    Capture, Connection, Direction, Limits, Protocol, ReadError, ReplayStream, Speed, Warning,
+    link_type, Capture, Connection, Direction, Limits, ReadError, ReplayStream, Speed, Warning,
 };
 
 use crate::output::{CliError, CliResult, OutputArgs};
@@ -23,8 +24,8 @@ pub struct Args {
     #[arg(long, value_name = "NAME")]
     target: Option<String>,
     /// Which view (default: the target's protocol): meter161, hmon, mono, smon or sysinfo.
-    #[arg(long)]
-    view: Option<Protocol>,
+    #[arg(long, value_parser = view_by_name)]
+    view: Option<&'static View>,
     #[command(flatten)]
     output: OutputArgs,
 }
@@ -75,24 +76,33 @@ pub async fn run(args: Args) -> CliResult {
     let Some(first) = connections.first() else {
         return Err(CliError::Usage(format!("the recording has no target named {name:?}")));
     };
-    let view = args.view.unwrap_or(first.target.protocol);
+    let link = first.target.link_type;
+    let view = match args.view {
+        Some(view) => view,
+        None => VIEWS.iter().find(|v| v.link_type == link).ok_or_else(|| {
+            CliError::Usage(format!("no view plays linktype {link} recordings; pick one with --view"))
+        })?,
+    };
     let peer_closed = connections.last().is_some_and(|c| c.peer_closed);
-    let result = if view == Protocol::Sysinfo {
-        sysinfo_replay(&connections, args.speed, &args.output).await.map(|to_the_end| (to_the_end, None))
-    } else {
-        let streams: Vec<ReplayStream> =
-            connections.iter().map(|c| ReplayStream::new(c, args.speed)).collect();
-        // The views play the connections in order: the last one's clock says whether the recording's end
-        // was reached.
-        let end = streams.last().map(ReplayStream::clock).unwrap_or_default();
-        match play(view, streams, &args.output).await {
-            Ok(()) => Ok((end.played_out(), None)),
-            // The recording stops where the live run stopped: the "closed connection" a view sees there is
-            // the recording's end, not the peer's doing.
-            Err(e) if end.at_end() && !matches!(e, CliError::Usage(_)) && !e.is_broken_pipe() => {
-                Ok((true, Some(e)))
+    let result = match view.play {
+        Play::Connections(play) => {
+            play(&connections, args.speed, &args.output).await.map(|to_the_end| (to_the_end, None))
+        }
+        Play::Streams(play) => {
+            let streams: Vec<ReplayStream> =
+                connections.iter().map(|c| ReplayStream::new(c, args.speed)).collect();
+            // The views play the connections in order: the last one's clock says whether the recording's end
+            // was reached.
+            let end = streams.last().map(ReplayStream::clock).unwrap_or_default();
+            match play(streams, &args.output).await {
+                Ok(()) => Ok((end.played_out(), None)),
+                // The recording stops where the live run stopped: the "closed connection" a view sees there is
+                // the recording's end, not the peer's doing.
+                Err(e) if end.at_end() && !matches!(e, CliError::Usage(_)) && !e.is_broken_pipe() => {
+                    Ok((true, Some(e)))
+                }
+                Err(e) => Err(e),
             }
-            Err(e) => Err(e),
         }
     };
     let (to_the_end, error) = result?;
@@ -115,22 +125,77 @@ pub async fn run(args: Args) -> CliResult {
     Ok(())
 }
 
-/// Plays `streams` (one per connection, in order) into the view.
-async fn play(view: Protocol, streams: Vec<ReplayStream>, output: &OutputArgs) -> CliResult {
-    match view {
-        Protocol::Meter161 => crate::cmd::meter161::show(meter161_events(streams), output).await,
-        Protocol::Smon => {
-            for stream in streams {
-                crate::cmd::smon::replay(stream, output.clone()).await?;
-            }
-            Ok(())
+/// A one-target view that plays a recording: each protocol's subcommand has one (`cmd/<protocol>.rs`).
+#[derive(Debug)]
+pub struct View {
+    /// The protocol's name, which `--view` takes.
+    name: &'static str,
+    /// The link type of the recordings it plays by default.
+    link_type: u16,
+    play: Play,
+}
+
+/// A view of inbound byte streams (see [`Play::Streams`]).
+type PlayStreams = for<'a> fn(Vec<ReplayStream>, &'a OutputArgs) -> BoxFuture<'a, CliResult>;
+
+/// A view of whole connections (see [`Play::Connections`]).
+type PlayConnections =
+    for<'a> fn(&'a [Connection], Speed, &'a OutputArgs) -> BoxFuture<'a, Result<bool, CliError>>;
+
+/// How a view plays a recorded target's connections.
+#[derive(Debug, Clone, Copy)]
+enum Play {
+    /// Their inbound bytes, one stream per connection in order, at the recorded pace.
+    Streams(PlayStreams),
+    /// The connections themselves (both directions: what was asked says what each reply is); `Ok(true)` when
+    /// played to the recording's end.
+    Connections(PlayConnections),
+}
+
+/// The one-target views, one line each.
+static VIEWS: [View; 5] = [
+    View { name: "meter161", link_type: link_type::METER161, play: Play::Streams(meter161_view) },
+    View { name: "hmon", link_type: link_type::HMON, play: Play::Streams(hmon_view) },
+    View { name: "mono", link_type: link_type::MONO, play: Play::Streams(mono_view) },
+    View { name: "smon", link_type: link_type::SMON, play: Play::Streams(smon_view) },
+    View { name: "sysinfo", link_type: link_type::SYSINFO, play: Play::Connections(sysinfo_view) },
+];
+
+/// `--view NAME`.
+fn view_by_name(name: &str) -> Result<&'static View, String> {
+    VIEWS.iter().find(|v| v.name.eq_ignore_ascii_case(name)).ok_or_else(|| {
+        let names: Vec<&str> = VIEWS.iter().map(|v| v.name).collect();
+        format!("unknown view {name:?} ({})", names.join(", "))
+    })
+}
+
+fn meter161_view(streams: Vec<ReplayStream>, output: &OutputArgs) -> BoxFuture<'_, CliResult> {
+    Box::pin(crate::cmd::meter161::show(meter161_events(streams), output))
+}
+
+fn hmon_view(streams: Vec<ReplayStream>, output: &OutputArgs) -> BoxFuture<'_, CliResult> {
+    Box::pin(crate::cmd::hmon::replay(streams, output))
+}
+
+fn mono_view(streams: Vec<ReplayStream>, output: &OutputArgs) -> BoxFuture<'_, CliResult> {
+    Box::pin(crate::cmd::mono::replay(streams, output.clone()))
+}
+
+fn smon_view(streams: Vec<ReplayStream>, output: &OutputArgs) -> BoxFuture<'_, CliResult> {
+    Box::pin(async move {
+        for stream in streams {
+            crate::cmd::smon::replay(stream, output.clone()).await?;
         }
-        Protocol::Hmon => crate::cmd::hmon::replay(streams, output).await,
-        Protocol::Mono => crate::cmd::mono::replay(streams, output.clone()).await,
-        other => {
-            Err(CliError::Usage(format!("replay --view {other}: this view cannot replay recordings yet")))
-        }
-    }
+        Ok(())
+    })
+}
+
+fn sysinfo_view<'a>(
+    connections: &'a [Connection],
+    speed: Speed,
+    output: &'a OutputArgs,
+) -> BoxFuture<'a, Result<bool, CliError>> {
+    Box::pin(sysinfo_replay(connections, speed, output))
 }
 
 /// Plays recorded sysinfo connections into the one-target view: what the client sent says which report

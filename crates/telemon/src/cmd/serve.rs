@@ -2,8 +2,13 @@
 
 use std::path::PathBuf;
 
+use telemon::config::Source;
 use telemon::http::check::check;
-use telemon_fleet::config::{check_listen, ConfigError, FleetConfig, Shard, TargetArgs};
+use telemon::http::Launch;
+use telemon_fleet::config::{check_listen, ConfigError, Shard};
+use telemon_fleet::pace::Pace;
+
+use super::targets::TargetArgs;
 
 use super::record::{self, RotateArgs};
 use super::shutdown_signal;
@@ -37,20 +42,13 @@ pub struct Args {
     web_enable_lifecycle: bool,
 }
 
-/// The config from the command line: the file or flags, with the flags that override [serve].
-fn config_of(
+/// Where the config comes from: the file or flags, with the flags that override [serve].
+fn source_of(
     targets: &TargetArgs,
     shard: Option<Shard>,
     web_config: Option<&PathBuf>,
-) -> Result<FleetConfig, CliError> {
-    let mut config = targets.to_config()?;
-    if shard.is_some() {
-        config.serve.shard = shard;
-    }
-    if web_config.is_some() {
-        config.serve.web_config = web_config.cloned();
-    }
-    Ok(config)
+) -> Result<Source, CliError> {
+    Ok(Source { shard, web_config: web_config.cloned(), ..targets.source()? })
 }
 
 /// `--listen ADDR`, checked as `[serve] listen` is.
@@ -61,13 +59,21 @@ fn listen_flag(listen: Option<&str>) -> Result<(), CliError> {
     })
 }
 
-/// Runs `telemon serve` until Ctrl-C or SIGTERM.
-pub async fn run(args: Args) -> CliResult {
+/// Runs `telemon serve` until Ctrl-C or SIGTERM. Start-up runs one way: the config is read and checked
+/// once (every layer's section, and the files they name), then `http::start_checked` starts the fleet,
+/// the push senders and the HTTP server, each with its own section; a reload reads the same [`Source`].
+pub async fn run(args: Args, pace: Pace) -> CliResult {
     listen_flag(args.listen.as_deref())?;
+    // `--check-config FILE` reads FILE as `--config FILE` would, with the same flags.
+    let targets = match &args.check_config {
+        Some(file) => TargetArgs { config: Some(file.clone()), ..args.targets.clone() },
+        None => args.targets.clone(),
+    };
+    let source = source_of(&targets, args.shard, args.web_config_file.as_ref())?;
+    // The same check as at every reload.
+    let checked = check(source.read()?)?;
+    let config = checked.config.clone();
     if let Some(file) = &args.check_config {
-        // The same check as at start and at every reload, of the same file and flags.
-        let targets = TargetArgs { config: Some(file.clone()), ..args.targets.clone() };
-        let checked = check(config_of(&targets, args.shard, args.web_config_file.as_ref())?)?;
         let web = match &checked.web {
             Some(w) => format!(
                 "; web config {}: {}, {} basic auth users",
@@ -77,28 +83,26 @@ pub async fn run(args: Args) -> CliResult {
             ),
             None => String::new(),
         };
-        println!("{}: ok ({}{web})", file.display(), checked.config.summary());
+        println!("{}: ok ({}{web})", file.display(), config.summary());
         return Ok(());
     }
-    let checked = check(config_of(&args.targets, args.shard, args.web_config_file.as_ref())?)?;
-    let config = checked.config.clone();
-    if args.targets.config.is_none() && config.blocks() == 0 {
+    if targets.config.is_none() && config.blocks() == 0 {
         return Err(CliError::Usage(
             "no targets: give --config FILE (a config without targets serves /probe only) or target flags such as --hmon ADDR".into(),
         ));
     }
     let recording = args.record.map(|dir| args.rotate.start(dir)).transpose()?;
-    telemon_fleet::pace::set_wakeup_slack(config.serve.wakeup_slack);
     let scheme = if checked.web.as_ref().is_some_and(|w| w.is_tls()) { "https" } else { "http" };
-    let server =
-        telemon::http::start_checked(checked, args.listen.as_deref()).await.map_err(CliError::peer)?;
-    let (targets, shard, web) = (args.targets.clone(), args.shard, args.web_config_file.clone());
-    server
-        .control()
-        .set_source(Box::new(move || config_of(&targets, shard, web.as_ref()).map_err(|e| e.to_string())));
-    server.control().enable_lifecycle(args.web_enable_lifecycle);
+    let launch = Launch {
+        listen: args.listen,
+        recording: recording.clone(),
+        source: Some(source),
+        pace: Some(pace),
+        lifecycle: args.web_enable_lifecycle,
+    };
+    let server = telemon::http::start_checked(checked, launch).await.map_err(CliError::peer)?;
     let shard = config.serve.shard.map(|s| format!(" (shard {s})")).unwrap_or_default();
-    let what = if config.blocks() == 0 && config.file_sd.is_empty() {
+    let what = if config.blocks() == 0 && config.fleet.file_sd.is_empty() {
         "no targets (/probe only)".to_owned()
     } else {
         config.summary()

@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 
 use crate::cmd::record::{self, RecordArgs};
 use crate::output::{self, CliError, CliResult, Countdown, OutputArgs};
-use telemon_capture::Protocol;
+use telemon_capture::link_type;
 use telemon_fleet::retry;
 
 /// Arguments of `telemon smon`.
@@ -99,7 +99,7 @@ async fn read(path: &str, args: ViewArgs, follow: bool, poll: Duration) -> CliRe
     // A file read once is shown once, as a whole table at the end; a followed one live.
     let mut view = View::new(&args, follow);
     let config = decoder_config(&args);
-    let recording = args.record.start(path, Protocol::Smon, path)?;
+    let recording = args.record.start(path, link_type::SMON, path)?;
     let input: Box<dyn AsyncRead + Unpin + Send> = if path == "-" {
         Box::new(tokio::io::stdin())
     } else {
@@ -124,7 +124,7 @@ pub async fn replay(input: impl AsyncRead + Unpin, output: OutputArgs) -> CliRes
 
 async fn connect(addr: &str, args: ViewArgs, wait: Duration, reconnect: bool) -> CliResult {
     let mut view = View::new(&args, true);
-    let recording = args.record.start(addr, Protocol::Smon, addr)?;
+    let recording = args.record.start(addr, link_type::SMON, addr)?;
     loop {
         let stream = connect_with_retry(addr, wait).await?;
         let end = match &recording {

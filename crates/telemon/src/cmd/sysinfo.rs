@@ -70,7 +70,7 @@ async fn ask(args: Args, command: SysinfoCommand) -> CliResult {
     };
     let config = ClientConfig { request_timeout: args.timeout, ..ClientConfig::default() };
     let address = endpoint.to_string();
-    let recording = args.record.start(&address, telemon_capture::Protocol::Sysinfo, &address)?;
+    let recording = args.record.start(&address, telemon_capture::link_type::SYSINFO, &address)?;
     let recording = recording.as_ref();
     let Some(every) = args.watch else {
         let mut client = connect(&endpoint, config, recording).await.map_err(peer_error)?;

@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
+use super::targets::TargetArgs;
 use telemon::top::{render_text, App};
-use telemon_fleet::config::TargetArgs;
+use telemon_fleet::pace::Pace;
 use telemon_fleet::Fleet;
 
 use crate::output::{self, CliError, CliResult};
@@ -60,7 +61,7 @@ pub fn log_writer(args: &Args) -> Result<tracing_subscriber::fmt::writer::BoxMak
 }
 
 /// Runs `telemon top`.
-pub async fn run(args: Args) -> CliResult {
+pub async fn run(args: Args, pace: Pace) -> CliResult {
     let fleet = match &args.replay {
         Some(file) => replay(file, args.speed)?,
         None => {
@@ -70,8 +71,8 @@ pub async fn run(args: Args) -> CliResult {
                     "no targets: give --config FILE or target flags such as --hmon ADDR".into(),
                 ));
             }
-            telemon_fleet::pace::set_wakeup_slack(config.serve.wakeup_slack);
-            Fleet::start(&config).await.map_err(CliError::peer)?
+            pace.set(config.serve.wakeup_slack);
+            Fleet::start(&config.fleet).await.map_err(CliError::peer)?
         }
     };
     let fleet = std::sync::Arc::new(fleet);
@@ -123,7 +124,11 @@ fn replay(file: &std::path::Path, speed: telemon_capture::Speed) -> Result<Fleet
         return Err(CliError::Peer(format!("{}: the recording holds no connection", file.display())));
     }
     let fleet = Fleet::new();
-    fleet.spawn(telemon_fleet::export::play(fleet.registry().clone(), connections, speed));
+    let fleet_registry = fleet.registry().clone();
+    let protocols = telemon_fleet::Protocols::built_in();
+    fleet.spawn(
+        async move { telemon_fleet::rerun::play(fleet_registry, &protocols, connections, speed).await },
+    );
     Ok(fleet)
 }
 

@@ -1,7 +1,7 @@
 //! One check of everything a `telemon serve` configuration names, made by `serve --check-config`, at
 //! start and by every reload, so that what one accepts the others accept:
 //!
-//! - the config itself, as `telemon_fleet::config` parses it (targets, addresses, `[serve]`, push blocks);
+//! - the config itself, each layer's sections as that layer reads them ([`crate::config`]);
 //! - the web configuration file that `[serve] web_config` or `--web.config.file` names (TLS, users);
 //! - every file a push sender reads (`bearer_token_file`, `basic_auth.password_file`, `tls.ca_file`).
 //!
@@ -9,15 +9,17 @@
 
 use std::path::Path;
 
-use telemon_fleet::config::{ConfigError, FleetConfig};
+use telemon_fleet::config::ConfigError;
+
+use crate::config::Config;
 
 use super::conn::{WebConfig, WebConfigError};
 
-/// A configuration that passed [`check`]: the fleet config and the web configuration it names, read once.
+/// A configuration that passed [`check`]: the config and the web configuration it names, read once.
 #[derive(Debug)]
 pub struct Checked {
-    /// The fleet config.
-    pub config: FleetConfig,
+    /// The config.
+    pub config: Config,
     /// The web configuration (`None` without one: plain HTTP, no users).
     pub web: Option<WebConfig>,
 }
@@ -34,25 +36,23 @@ pub enum BadConfig {
 }
 
 /// Checks everything `config` names; what `serve` then runs is what passed.
-pub fn check(config: FleetConfig) -> Result<Checked, BadConfig> {
+pub fn check(config: Config) -> Result<Checked, BadConfig> {
     let web = match &config.serve.web_config {
         Some(path) => Some(web_config(&config, path)?),
         None => None,
     };
-    telemon_push::check(&config).map_err(|e| config.origin.error_in(e.section, e.index, e.key, e.message))?;
+    telemon_push::check(&config.push)?;
     Ok(Checked { config, web })
 }
 
 /// The web configuration at `path`. A file that cannot be read is an error of what named it: the config's
 /// `[serve] web_config` line, or `--web.config.file` when the config names none.
-fn web_config(config: &FleetConfig, path: &Path) -> Result<WebConfig, BadConfig> {
+fn web_config(config: &Config, path: &Path) -> Result<WebConfig, BadConfig> {
     if let Err(e) = std::fs::File::open(path) {
         let message = format!("cannot read {}: {e}", path.display());
-        let from_file = config.origin.text.lines().any(|l| l.trim_start().starts_with("web_config"));
-        return Err(BadConfig::Config(if from_file {
-            config.origin.error_in("serve", 0, "web_config", message)
-        } else {
-            ConfigError { file: "<flags>".into(), line: 0, key: "--web.config.file".into(), message }
+        return Err(BadConfig::Config(match config.serve_place.as_ref().filter(|p| p.has("web_config")) {
+            Some(place) => place.section_error("web_config", message),
+            None => ConfigError { file: "<flags>".into(), line: 0, key: "--web.config.file".into(), message },
         }));
     }
     Ok(WebConfig::load(path)?)

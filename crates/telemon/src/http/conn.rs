@@ -49,7 +49,7 @@ pub struct HttpLimits {
 
 impl HttpLimits {
     /// The limits from `[serve]` and the process's soft open-file limit.
-    pub fn new(serve: &telemon_fleet::config::ServeSection, open_files: u64) -> HttpLimits {
+    pub fn new(serve: &crate::config::ServeSection, open_files: u64) -> HttpLimits {
         let share = open_files.saturating_sub(OWN_FILES) / HTTP_SHARE_DIVISOR;
         let share = usize::try_from(share).unwrap_or(usize::MAX).max(1);
         HttpLimits { max_connections: serve.max_connections.min(share), idle_timeout: serve.idle_timeout }
@@ -109,7 +109,7 @@ pub(super) async fn serve_http(
             },
         };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            telemon_fleet::own::http_refused();
+            HTTP_REFUSED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             if last_warning.is_none_or(|at| at.elapsed() >= Duration::from_secs(60)) {
                 tracing::warn!(
                     max_connections = limits.max_connections,
@@ -265,6 +265,24 @@ impl WebGate {
     pub fn current(&self) -> Option<Arc<WebConfig>> {
         self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
+}
+
+/// HTTP connections refused because `[serve] max_connections` were open, in this process.
+static HTTP_REFUSED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `telemon_http_refused_connections_total`, in the text format or OpenMetrics.
+pub fn render_refused(open_metrics: bool) -> String {
+    let mut out = String::new();
+    let n = HTTP_REFUSED.load(std::sync::atomic::Ordering::Relaxed) as f64;
+    telemon_fleet::own::write_family(
+        &mut out,
+        "telemon_http_refused_connections_total",
+        "counter",
+        "HTTP connections refused at once because [serve] max_connections were open.",
+        open_metrics,
+        &[("", n)],
+    );
+    out
 }
 
 #[cfg(test)]

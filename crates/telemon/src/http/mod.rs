@@ -22,7 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use telemon_fleet::config::FleetConfig;
+use crate::config::{Config, Source};
+use telemon_fleet::pace::Pace;
 use telemon_fleet::render::Format;
 use telemon_fleet::Fleet;
 use telemon_push::{Push, Stats as PushStats};
@@ -32,6 +33,7 @@ use axum::http::StatusCode;
 pub mod check;
 mod conn;
 mod probe;
+pub mod probe_allow;
 mod reload;
 mod thread;
 
@@ -47,7 +49,7 @@ pub use conn::{
 pub use probe::{
     probe_allowed, ProbeRefusal, DEFAULT_PROBE_TIMEOUT, MAX_PROBES, PROBE_IDLE, RESOLVE_TIMEOUT,
 };
-pub use reload::{ConfigSource, Control, PUSH_HANDOVER};
+pub use reload::{Control, PUSH_HANDOVER};
 pub use thread::REPLACED_LINGER;
 
 use check::Checked;
@@ -69,28 +71,69 @@ pub struct Server {
 
 /// Checks `config` ([`check()`]), then starts it as [`start_checked`] does; a config that fails
 /// the check is an `InvalidInput` error.
-pub async fn start(config: &FleetConfig, listen: Option<&str>) -> std::io::Result<Server> {
+pub async fn start(config: &Config, listen: Option<&str>) -> std::io::Result<Server> {
     let checked = check::check(config.clone()).map_err(invalid_input)?;
-    start_checked(checked, listen).await
+    start_checked(checked, Launch { listen: listen.map(str::to_owned), ..Launch::default() }).await
 }
 
-/// Starts every target of a checked config and serves HTTP on `listen` (`config.serve.listen` when
-/// `None`), behind the web configuration the check read. The targets run on the calling runtime.
-pub async fn start_checked(checked: Checked, listen: Option<&str>) -> std::io::Result<Server> {
+/// What `telemon serve` gives a checked config to run it, beside the config itself.
+#[derive(Debug, Default)]
+pub struct Launch {
+    /// The HTTP address (`--listen`), over `[serve] listen`.
+    pub listen: Option<String>,
+    /// What the fleet's connections are recorded into (`--record`).
+    pub recording: Option<Arc<telemon_fleet::recording::Recording>>,
+    /// Where a reload reads the config again; without it a reload fails, saying so.
+    pub source: Option<Source>,
+    /// The collectors' pace, whose wake-up slack `[serve] wakeup_slack` sets (now, and at each reload).
+    pub pace: Option<Pace>,
+    /// Whether `POST /-/reload` is allowed (`--web.enable-lifecycle`).
+    pub lifecycle: bool,
+}
+
+/// Starts a checked config, in one direction: binds the HTTP port (whose number names this instance), starts
+/// the fleet with its section (recorded into `recording` when given), then the push senders with theirs,
+/// then serves HTTP with `[serve]` on `listen` (`[serve] listen` when `None`), behind the web
+/// configuration the check read, with what `launch` gives. The targets run on the calling runtime.
+pub async fn start_checked(checked: Checked, launch: Launch) -> std::io::Result<Server> {
     let Checked { config, web } = checked;
+    let Launch { listen: listen_override, recording, source, pace, lifecycle } = launch;
     let config = &config;
-    let listen_override = listen.map(str::to_owned);
-    let listen = listen.unwrap_or(&config.serve.listen);
-    let listener = thread::bind(listen)?;
+    if let Some(pace) = &pace {
+        pace.set(config.serve.wakeup_slack);
+    }
+    let listen = listen_override.clone().unwrap_or_else(|| config.serve.listen.clone());
+    let listener = thread::bind(&listen)?;
     let web = Arc::new(WebGate::new(web));
     let addr = listener.local_addr()?;
-    let fleet = Arc::new(Fleet::start(config).await?);
+    let fleet = Arc::new(Fleet::recording(recording.clone()));
+    fleet.apply(&config.fleet).await?;
     let instance = format!("{}:{}", hostname(), addr.port());
-    let push = Push::start(config, fleet.registry(), &instance).map_err(invalid_input)?;
+    let push =
+        Push::start(&config.push, config.serve.shard, fleet.registry(), &instance).map_err(invalid_input)?;
     let runtime = tokio::runtime::Handle::current();
-    let probes = Arc::new(Probes::new(config.serve.series_limit, config.serve.probe_allow.clone(), runtime));
-    let control =
-        Arc::new(Control::new(config, fleet.clone(), web.clone(), probes.clone(), push, listen_override));
+    let probes = Arc::new(Probes::new(
+        &config.fleet.protocols,
+        config.serve.series_limit,
+        config.serve.probe_allow.clone(),
+        runtime,
+    ));
+    let control = Arc::new(Control::new(
+        config,
+        fleet.clone(),
+        web.clone(),
+        probes.clone(),
+        push,
+        listen_override,
+        recording,
+    ));
+    if let Some(source) = source {
+        control.set_source(source);
+    }
+    if let Some(pace) = pace {
+        control.set_pace(pace);
+    }
+    control.enable_lifecycle(lifecycle);
     let view = crate::web::View::start(fleet.clone(), config.serve.web_history);
     let state = AppState {
         fleet: fleet.clone(),
@@ -114,7 +157,7 @@ pub async fn start_checked(checked: Checked, listen: Option<&str>) -> std::io::R
     );
     let (failed, _) = tokio::sync::watch::channel(None);
     let serving = Serving { app, gate: web.clone(), probes, view, failed };
-    let http = HttpThread::spawn(listen.to_owned(), listener, limits, &serving)?;
+    let http = HttpThread::spawn(listen, listener, limits, &serving)?;
     control.serve(serving, http);
     Ok(Server { fleet, web, control })
 }
@@ -199,9 +242,10 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
     own.push_str(&state.fleet.render_tail(open_metrics));
     own.push_str(&state.control.render(open_metrics));
     own.push_str(&state.probes.render(open_metrics));
-    if let Some(recording) = telemon_fleet::record::installed() {
+    if let Some(recording) = state.control.recording() {
         own.push_str(&recording.render(open_metrics));
     }
+    own.push_str(&conn::render_refused(open_metrics));
     exposition(state.fleet.snapshot(), &headers, own)
 }
 

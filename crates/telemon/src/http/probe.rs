@@ -16,12 +16,14 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
-use telemon_fleet::collect::{self, AbortOnDrop};
-use telemon_fleet::config::file_sd::check_host_port;
-use telemon_fleet::config::ProbeAllow;
-use telemon_fleet::{FleetSnapshot, Protocol, Publisher, Registry, TargetSnapshot};
+use telemon_fleet::collect::AbortOnDrop;
+use telemon_fleet::config::check_host_port;
+use telemon_fleet::protocol::{address_unit, Component, Start};
+use telemon_fleet::{FleetSnapshot, Protocol, Protocols, Registry, TargetSnapshot};
 // tokio's clock: the sweep's deadlines are timers, and a test runs them on a paused clock.
 use tokio::time::Instant;
+
+use super::probe_allow::ProbeAllow;
 
 use super::AppState;
 use crate::exposition::targets_exposition;
@@ -111,10 +113,11 @@ pub(super) async fn probe(
     if let Err(why) = check_host_port(&target) {
         return bad(&why);
     }
-    let protocol = match q.protocol.as_deref().map(Protocol::from_name) {
-        Some(Some(p @ (Protocol::Hmon | Protocol::Sysinfo | Protocol::Smon))) => p,
-        Some(_) => return bad("protocol must be hmon, sysinfo or smon"),
-        None => return bad("missing &protocol=hmon|sysinfo|smon"),
+    let names = state.probes.names();
+    let protocol = match q.protocol.as_deref().map(|p| state.probes.component(p)) {
+        Some(Some(c)) => c,
+        Some(None) => return bad(&format!("protocol must be {}", names.join(", "))),
+        None => return bad(&format!("missing &protocol={}", names.join("|"))),
     };
     // Answer a little before Prometheus gives up on the scrape.
     let timeout = headers
@@ -177,6 +180,8 @@ pub fn probe_allowed(rules: &[ProbeAllow], addr: SocketAddr) -> bool {
 /// Probe targets: one registry per protocol (so that a target is named by its address alone), and
 /// the collector task of each with the address it was checked at.
 pub(super) struct Probes {
+    /// The protocols a probe can ask for: those whose targets are network addresses, in the registry's order.
+    protocols: Vec<&'static dyn Component>,
     registries: HashMap<Protocol, Registry>,
     tasks: Mutex<HashMap<(Protocol, String), Probe>>,
     allow: Mutex<Arc<[ProbeAllow]>>,
@@ -184,6 +189,8 @@ pub(super) struct Probes {
     /// By [`ProbeDrop`].
     dropped: [AtomicU64; 2],
     series_limit: usize,
+    /// Held while a probe target starts.
+    starting: tokio::sync::Mutex<()>,
     /// The fleet's runtime, where probe collectors run (not the HTTP thread's).
     runtime: tokio::runtime::Handle,
 }
@@ -195,15 +202,24 @@ struct Probe {
 }
 
 impl Probes {
-    pub(super) fn new(series_limit: usize, allow: Vec<ProbeAllow>, runtime: tokio::runtime::Handle) -> Self {
-        let registries = Protocol::ALL.into_iter().map(|p| (p, Registry::new())).collect();
+    pub(super) fn new(
+        protocols: &Protocols,
+        series_limit: usize,
+        allow: Vec<ProbeAllow>,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        let protocols: Vec<&'static dyn Component> =
+            protocols.iter().filter(|c| c.address().is_some_and(|a| a.default_port.is_some())).collect();
+        let registries = protocols.iter().map(|c| (c.protocol(), Registry::new())).collect();
         Probes {
+            protocols,
             registries,
             tasks: Mutex::new(HashMap::new()),
             allow: Mutex::new(allow.into()),
             refused: Default::default(),
             dropped: Default::default(),
             series_limit,
+            starting: tokio::sync::Mutex::new(()),
             runtime,
         }
     }
@@ -270,7 +286,17 @@ impl Probes {
     }
 
     pub(super) fn snapshot(&self) -> Vec<Arc<TargetSnapshot>> {
-        Protocol::ALL.iter().flat_map(|p| self.registries[p].snapshot().targets).collect()
+        self.protocols.iter().flat_map(|c| self.registries[&c.protocol()].snapshot().targets).collect()
+    }
+
+    /// The names of the protocols a probe can ask for.
+    fn names(&self) -> Vec<&'static str> {
+        self.protocols.iter().map(|c| c.name()).collect()
+    }
+
+    /// The protocol named `name`, if a probe can ask for it.
+    fn component(&self, name: &str) -> Option<&'static dyn Component> {
+        self.protocols.iter().copied().find(|c| c.name() == name)
     }
 
     /// Resolves `target` once and checks every address it gives against the allow list.
@@ -295,12 +321,13 @@ impl Probes {
     /// Starts (or reuses) the collector of `target` and waits up to `timeout` for its values.
     async fn probe(
         &self,
-        protocol: Protocol,
+        component: &'static dyn Component,
         target: &str,
         timeout: Duration,
     ) -> Result<TargetSnapshot, Refused> {
+        let protocol = component.protocol();
         let registry = &self.registries[&protocol];
-        let mut changed = registry.changed();
+        let changed = registry.changed();
         let key = (protocol, target.to_owned());
         let known = {
             let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
@@ -317,36 +344,45 @@ impl Probes {
         if !known {
             // Resolved once per probe target: the collector connects to the address checked here.
             let addr = self.resolve(target).await?;
+            // One start at a time, so that two first probes of a target start it once.
+            let _starting = self.starting.lock().await;
+            if self.tasks.lock().unwrap_or_else(|e| e.into_inner()).contains_key(&key) {
+                return self.wait(registry, changed, target, timeout).await;
+            }
+            // The block of the target with no options but its address, checked as a config's is.
+            let no_options = (Default::default(), Default::default());
+            let unit = address_unit(component, target, &addr.to_string(), &no_options.0, &no_options.1)
+                .map_err(Refused::Unresolved)?;
+            let start = Start {
+                registry: registry.clone(),
+                series_limit: self.series_limit,
+                shard: None,
+                recording: None,
+            };
+            let task = unit.start(&start).await.map_err(|e| Refused::Unresolved(e.to_string()))?;
             let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
             if tasks.len() >= MAX_PROBES {
                 return Err(Refused::Limit);
             }
             if let std::collections::hash_map::Entry::Vacant(slot) = tasks.entry(key) {
-                let p = Publisher::new(registry, target, protocol, Vec::new(), self.series_limit)
-                    .remove_on_drop();
-                let connect = addr.to_string();
-                let task = match protocol {
-                    Protocol::Hmon => {
-                        let plan = collect::hmon::Plan::default();
-                        self.runtime.spawn(collect::hmon::run_connect(p, connect, plan))
-                    }
-                    Protocol::Smon => {
-                        self.runtime.spawn(collect::smon::run(p, collect::smon::Source::Connect(connect)))
-                    }
-                    _ => {
-                        let endpoint = collect::sysinfo::endpoint(Some(&connect), None);
-                        let reports = collect::sysinfo::DEFAULT_REPORTS.to_vec();
-                        self.runtime.spawn(collect::sysinfo::run(
-                            p,
-                            endpoint,
-                            reports,
-                            Duration::from_secs(1),
-                        ))
-                    }
-                };
-                slot.insert(Probe { used: Instant::now(), addr, _task: AbortOnDrop(task) });
+                slot.insert(Probe {
+                    used: Instant::now(),
+                    addr,
+                    _task: AbortOnDrop(self.runtime.spawn(task)),
+                });
             }
         }
+        self.wait(registry, changed, target, timeout).await
+    }
+
+    /// Waits up to `timeout` for the probe target's values.
+    async fn wait(
+        &self,
+        registry: &Registry,
+        mut changed: tokio::sync::watch::Receiver<u64>,
+        target: &str,
+        timeout: Duration,
+    ) -> Result<TargetSnapshot, Refused> {
         // Ready: up with values, or down after a failure.
         let ready = |t: &TargetSnapshot| {
             (t.is_up() && !t.series.is_empty()) || (!t.is_up() && t.last_error.is_some())
@@ -398,7 +434,7 @@ mod tests {
 
     /// Waits (on the test's clock) until `target` is out of the smon registry: its collector ended.
     async fn gone(probes: &Probes, target: &str) {
-        let registry = &probes.registries[&Protocol::Smon];
+        let registry = &probes.registries[&Protocol::SMON];
         let mut changed = registry.changed();
         let wait = async {
             while registry.snapshot().get(target).is_some() {
@@ -413,7 +449,8 @@ mod tests {
     /// within that time is kept. On a paused clock: the minutes pass at once.
     #[tokio::test(start_paused = true)]
     async fn a_probe_target_not_asked_for_within_probe_idle_is_dropped_and_counted() {
-        let probes = Arc::new(Probes::new(100, Vec::new(), tokio::runtime::Handle::current()));
+        let probes =
+            Arc::new(Probes::new(&Protocols::built_in(), 100, Vec::new(), tokio::runtime::Handle::current()));
         let sweeper = probes.clone();
         let _sweeper = AbortOnDrop(tokio::spawn(async move { sweeper.expire().await }));
         let probe = {
@@ -421,7 +458,9 @@ mod tests {
             move |target: String| {
                 let probes = probes.clone();
                 async move {
-                    let t = probes.probe(Protocol::Smon, &target, Duration::from_secs(1)).await;
+                    let t = probes
+                        .probe(&telemon_fleet::protocol::smon::Smon, &target, Duration::from_secs(1))
+                        .await;
                     t.ok().expect("a probe answer")
                 }
             }

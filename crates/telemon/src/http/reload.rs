@@ -14,16 +14,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use telemon_fleet::config::FleetConfig;
+use telemon_fleet::pace::Pace;
+
+use crate::config::{Config, Source};
 use telemon_fleet::Fleet;
 use telemon_push::{Push, Stats as PushStats};
 
 use super::conn::{open_file_limit, HttpLimits, WebGate};
 use super::probe::Probes;
 use super::thread::{self, HttpThread, Serving, REPLACED_LINGER};
-
-/// Reads the config anew: the file and flags `telemon serve` started with.
-pub type ConfigSource = Box<dyn Fn() -> Result<FleetConfig, String> + Send + Sync>;
 
 /// How long a reload lets a replaced push sender finish its request in flight.
 pub const PUSH_HANDOVER: std::time::Duration = std::time::Duration::from_secs(5);
@@ -36,8 +35,11 @@ pub struct Control {
     pub(super) push: tokio::sync::Mutex<Option<Push>>,
     /// The push senders' stats, for `/metrics` (replaced when a reload changes the senders).
     pub(super) push_stats: Mutex<Arc<[Arc<PushStats>]>>,
-    current: Mutex<FleetConfig>,
-    source: Mutex<Option<Arc<ConfigSource>>>,
+    current: Mutex<Config>,
+    /// Where the config is read from again (the file and flags `telemon serve` started with).
+    source: Mutex<Option<Source>>,
+    /// The collectors' wake-up slack (`[serve] wakeup_slack`), when the runtime has one.
+    pace: Mutex<Option<Pace>>,
     lifecycle: AtomicBool,
     last_ok: AtomicBool,
     /// Unix time of the last successful reload (or of the start), as f64 bits.
@@ -48,6 +50,8 @@ pub struct Control {
     lock: tokio::sync::Mutex<()>,
     /// `--listen`, which a reload does not override.
     listen_override: Option<String>,
+    /// What the fleet's connections are recorded into (`serve --record`).
+    recording: Option<Arc<telemon_fleet::recording::Recording>>,
     /// What every HTTP server thread serves, and the one running.
     serving: std::sync::OnceLock<Serving>,
     http: Mutex<Option<HttpThread>>,
@@ -65,12 +69,13 @@ fn unix_now() -> f64 {
 
 impl Control {
     pub(super) fn new(
-        config: &FleetConfig,
+        config: &Config,
         fleet: Arc<Fleet>,
         web: Arc<WebGate>,
         probes: Arc<Probes>,
         push: Push,
         listen_override: Option<String>,
+        recording: Option<Arc<telemon_fleet::recording::Recording>>,
     ) -> Control {
         Control {
             fleet,
@@ -80,12 +85,14 @@ impl Control {
             push: tokio::sync::Mutex::new(Some(push)),
             current: Mutex::new(config.clone()),
             source: Mutex::new(None),
+            pace: Mutex::new(None),
             lifecycle: AtomicBool::new(false),
             last_ok: AtomicBool::new(true),
             last_success: AtomicU64::new(unix_now().to_bits()),
             runtime: tokio::runtime::Handle::current(),
             lock: tokio::sync::Mutex::new(()),
             listen_override,
+            recording,
             serving: std::sync::OnceLock::new(),
             http: Mutex::new(None),
         }
@@ -112,8 +119,18 @@ impl Control {
     }
 
     /// Sets where a reload reads the config from; without one, a reload fails.
-    pub fn set_source(&self, source: ConfigSource) {
-        *self.source.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(source));
+    pub fn set_source(&self, source: Source) {
+        *self.source.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
+    }
+
+    /// Sets the pace whose slack a reload changes (`[serve] wakeup_slack`).
+    pub fn set_pace(&self, pace: Pace) {
+        *self.pace.lock().unwrap_or_else(|e| e.into_inner()) = Some(pace);
+    }
+
+    /// What the fleet's connections are recorded into, if they are.
+    pub fn recording(&self) -> Option<&Arc<telemon_fleet::recording::Recording>> {
+        self.recording.as_ref()
     }
 
     /// Allows `POST /-/reload` (`--web.enable-lifecycle`).
@@ -132,7 +149,7 @@ impl Control {
     }
 
     /// The config in force.
-    pub fn config(&self) -> FleetConfig {
+    pub fn config(&self) -> Config {
         self.current.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -167,8 +184,9 @@ impl Control {
         let source = self.source.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let source = source.ok_or("this server was started without a config to read again")?;
         // Everything that can be checked is checked before anything changes: the same check as at start.
+        let new = source.read().map_err(|e| e.to_string())?;
         let super::check::Checked { config: new, web } =
-            super::check::check(source()?).map_err(|e| e.to_string())?;
+            super::check::check(new).map_err(|e| e.to_string())?;
         // A new HTTP address is bound before anything changes.
         let listen = self.listen_override.clone().unwrap_or_else(|| new.serve.listen.clone());
         let limits = HttpLimits::new(&new.serve, open_file_limit());
@@ -178,11 +196,11 @@ impl Control {
             (current.is_some_and(|h| h.listen != listen), current.is_some_and(|h| h.limits != limits))
         };
         let listener = if moved { Some(thread::bind(&listen).map_err(|e| e.to_string())?) } else { None };
-        let applied = self.fleet.apply(&new).await.map_err(|e| e.to_string())?;
+        let applied = self.fleet.apply(&new.fleet).await.map_err(|e| e.to_string())?;
         let mut push = self.push.lock().await;
         let mut senders = 0;
         if let Some(push) = push.as_mut() {
-            match push.reload(&new, self.fleet.registry(), PUSH_HANDOVER).await {
+            match push.reload(&new.push, new.serve.shard, self.fleet.registry(), PUSH_HANDOVER).await {
                 Ok(n) => senders = n,
                 // The targets changed already: say what failed and keep going with the other senders.
                 Err(e) => return Err(format!("targets reloaded ({applied}), but a push sender failed: {e}")),
@@ -194,7 +212,9 @@ impl Control {
         if let Some(serving) = self.serving.get() {
             serving.view.set_history(new.serve.web_history);
         }
-        telemon_fleet::pace::set_wakeup_slack(new.serve.wakeup_slack);
+        if let Some(pace) = &*self.pace.lock().unwrap_or_else(|e| e.into_inner()) {
+            pace.set(new.serve.wakeup_slack);
+        }
         let mut http_note = String::new();
         if moved || relimited {
             http_note = self.replace_http(listen, listener, limits).await?;

@@ -12,7 +12,7 @@
 //! [`App`] holds the state and draws a frame; [`run`] drives it in a real terminal and
 //! [`render_text`] renders one frame as plain text (`telemon top --once`, tests).
 
-pub use telemon_fleet::history;
+pub use crate::history;
 mod views;
 
 use std::io;

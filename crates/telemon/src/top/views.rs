@@ -14,7 +14,7 @@ use ratatui::Frame;
 
 use super::fmt_secs;
 use super::history::{key, History, Point};
-use telemon_fleet::{MetricKind, Protocol, SeriesRef, TargetSnapshot, ValueRef};
+use telemon_fleet::{MetricKind, SeriesRef, TargetSnapshot, ValueRef};
 
 /// What a view draws from.
 pub(super) struct Ctx<'a> {
@@ -42,15 +42,40 @@ impl<'a> Ctx<'a> {
     }
 }
 
+/// How a protocol's pane is drawn.
+type Pane = fn(&mut Frame, Rect, &Ctx);
+
+/// The panes of the built-in protocols, by name: each picks the series its users look at first. A
+/// protocol without one of its own (added by a program) gets [`every_series`].
+const PANES: [(&str, Pane); 5] =
+    [("meter161", meter161), ("hmon", hmon), ("mono", mono), ("smon", smon), ("sysinfo", sysinfo)];
+
 /// Draws the selected target's pane.
 pub(super) fn draw(f: &mut Frame, area: Rect, ctx: &Ctx) {
-    match ctx.t.protocol {
-        Protocol::Meter161 => meter161(f, area, ctx),
-        Protocol::Hmon => hmon(f, area, ctx),
-        Protocol::Mono => mono(f, area, ctx),
-        Protocol::Smon => smon(f, area, ctx),
-        Protocol::Sysinfo => sysinfo(f, area, ctx),
-    }
+    let protocol = ctx.t.protocol.as_str();
+    let pane =
+        PANES.iter().find(|(name, _)| *name == protocol).map_or(every_series as Pane, |(_, pane)| *pane);
+    pane(f, area, ctx);
+}
+
+/// A target of a protocol with no pane of its own: every series it has, with its sparkline.
+fn every_series(f: &mut Frame, area: Rect, ctx: &Ctx) {
+    let rows = ctx
+        .t
+        .series
+        .iter()
+        .filter(|s| crate::history::plotted(s).is_some())
+        .map(|s| {
+            let label = if s.label_text().is_empty() {
+                s.family().to_owned()
+            } else {
+                format!("{}{{{}}}", s.family(), s.label_text())
+            };
+            let now = crate::history::plotted(&s).map_or("…".to_owned(), si);
+            (label, now, ctx.points(&s))
+        })
+        .collect();
+    spark_table(f, area, rows, ctx.window, ctx.scroll);
 }
 
 /// `1.23k`, `45.6M`: a number in SI prefixes.

@@ -18,14 +18,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use telemon_fleet::config::WebHistory;
+use crate::config::WebHistory;
 use tokio::time::Instant;
 
+use crate::history::{self, History, Priority, DERIVED};
 use serde_json::{json, Map, Value};
 use telemon_fleet::collect::AbortOnDrop;
-use telemon_fleet::history::{self, History, Priority, DERIVED};
+use telemon_fleet::protocol::{Carry, Figure};
 use telemon_fleet::{
-    Fleet, FleetSnapshot, MetricKind, Protocol, SeriesRef, TargetSnapshot, TargetState, ValueRef,
+    Fleet, FleetSnapshot, MetricKind, Protocols, SeriesRef, TargetSnapshot, TargetState, ValueRef,
 };
 use tokio::sync::broadcast;
 
@@ -61,8 +62,8 @@ struct Kept {
     log: VecDeque<(f64, TargetState)>,
     /// The row `/` last got (empty while `/` is not watched).
     row: Row,
-    /// smon's CPU counters at the last second: (idle, total).
-    cpu: Option<(f64, f64)>,
+    /// What the target's protocol keeps between two calls of its headlines (smon's CPU counters).
+    carry: Carry,
 }
 
 /// Who watches one thing (`/`, or a target's page): streams open, and the last time one was asked
@@ -183,84 +184,20 @@ fn from_series<'a>(title: impl Into<Cow<'a, str>>, s: Option<SeriesRef<'a>>) -> 
     Headline { title: title.into(), unit, key, value }
 }
 
-fn derived(
-    title: &'static str,
-    unit: &'static str,
-    key: &'static str,
-    value: Option<f64>,
-) -> Headline<'static> {
-    Headline { title: Cow::Borrowed(title), unit, key: Cow::Borrowed(key), value }
-}
-
-fn labelled<'a>(t: &'a TargetSnapshot, family: &str, name: &str, value: &str) -> Option<SeriesRef<'a>> {
-    t.series.family(family).find(|s| s.label(name) == value)
-}
-
-/// smon's figures for `/`, in one pass over its values: the CPU counters (idle and iowait, all) and
-/// memory (total, available). Only the series whose label text names `linux.cpu.` or `linux.mem.`
-/// have their labels read.
-fn smon_figures(t: &TargetSnapshot) -> ((f64, f64), Option<f64>, Option<f64>) {
-    let (mut idle, mut total, mut mem_total, mut avail) = (0.0, 0.0, None, None);
-    for s in t.series.family("smon_value") {
-        let text = s.label_text();
-        if !text.contains("linux.cpu.") && !text.contains("linux.mem.") {
-            continue;
-        }
-        let name = s.label("name");
-        let v = s.number().unwrap_or(0.0);
-        if name.starts_with("linux.cpu.") {
-            total += v;
-            if name == "linux.cpu.idle" || name == "linux.cpu.iowait" {
-                idle += v;
+/// The two or three figures `/` shows of a target: its protocol's headlines (see docs/web.md). `carry` is
+/// what the protocol keeps from the second before.
+fn headlines<'a>(protocols: &Protocols, t: &'a TargetSnapshot, carry: &mut Carry) -> Vec<Headline<'a>> {
+    let Some(component) = protocols.get(t.protocol.as_str()) else { return Vec::new() };
+    component
+        .headlines(t, carry)
+        .into_iter()
+        .map(|h| match h.figure {
+            Figure::Series(s) => from_series(h.title, s),
+            Figure::Derived { unit, key, value } => {
+                Headline { title: h.title, unit, key: Cow::Borrowed(key), value }
             }
-        } else if name == "linux.mem.total" {
-            mem_total = Some(v);
-        } else if name == "linux.mem.available" {
-            avail = Some(v);
-        }
-    }
-    ((idle, total), mem_total, avail)
-}
-
-/// The two or three figures `/` shows of a target, per protocol (see docs/web.md). `cpu` is smon's
-/// CPU counters of the second before, updated.
-fn headlines<'a>(t: &'a TargetSnapshot, cpu: &mut Option<(f64, f64)>) -> Vec<Headline<'a>> {
-    match t.protocol {
-        Protocol::Meter161 => vec![
-            from_series("kernel instr/s", t.series.family("sys161_kernel_instructions_total").next()),
-            from_series("user instr/s", t.series.family("sys161_user_instructions_total").next()),
-        ],
-        Protocol::Hmon => vec![
-            from_series("workspace used", t.series.family("dyalog_workspace_used_bytes").next()),
-            from_series("threads", labelled(t, "dyalog_threads", "state", "total")),
-        ],
-        Protocol::Mono => t
-            .series
-            .iter()
-            .filter(|s| s.family().starts_with("mono_runtime") && history::plotted(s).is_some())
-            .take(2)
-            .map(|s| from_series(s.label("counter"), Some(s)))
-            .collect(),
-        Protocol::Smon => {
-            let ((idle, total), mem_total, avail) = smon_figures(t);
-            let busy = match cpu.replace((idle, total)) {
-                Some((i0, t0)) if total > t0 => Some(1.0 - (idle - i0) / (total - t0)),
-                _ => None,
-            };
-            let used = mem_total.zip(avail).map(|(total, avail)| total - avail);
-            vec![
-                derived("CPU busy", "ratio", "=cpu_busy", busy),
-                derived("memory used", "B", "=mem_used", used),
-            ]
-        }
-        Protocol::Sysinfo => {
-            let procs = t.series.family("rvos_process_memory_bytes").count();
-            vec![
-                derived("processes", "", "=processes", (!t.series.is_empty()).then_some(procs as f64)),
-                from_series("heap used", labelled(t, "rvos_kernel_heap_bytes", "state", "used")),
-            ]
-        }
-    }
+        })
+        .collect()
 }
 
 /// The labels of a target as a JSON object.
@@ -353,6 +290,7 @@ impl Live {
     /// second); otherwise a view asked for a sample now (at the current second).
     fn sample(&self, periodic: bool) {
         let snapshot = self.fleet.snapshot();
+        let protocols = self.fleet.protocols();
         let now_i = Instant::now();
         let always = self.always.load(Ordering::Relaxed);
         let mut inner = self.lock();
@@ -393,7 +331,7 @@ impl Live {
                     since: now,
                     log: VecDeque::from([(now, t.state)]),
                     row: Row::default(),
-                    cpu: None,
+                    carry: Carry::default(),
                 };
                 kept.insert(t.name.clone(), k);
             }
@@ -413,7 +351,7 @@ impl Live {
             if !fleet_on {
                 continue;
             }
-            let heads = headlines(t, &mut k.cpu);
+            let heads = headlines(&protocols, t, &mut k.carry);
             for h in &heads {
                 // A page's series are recorded already; its derived figures are not. A target recorded
                 // in the background may have been refused room that its figures are given.
@@ -444,7 +382,7 @@ impl Live {
             let Inner { history, kept, pages, summary, .. } = &mut *inner;
             for k in kept.values_mut() {
                 k.row = Row::default();
-                k.cpu = None;
+                k.carry = Carry::default();
             }
             *summary = Value::Null;
             history.retain(|name| pages.contains_key(name));
@@ -495,6 +433,7 @@ impl Live {
     pub fn sparklines(&self, names: &[String]) -> String {
         let inner = self.lock();
         let snapshot = self.fleet.snapshot();
+        let protocols = self.fleet.protocols();
         let mut out = String::with_capacity(64 + names.len().min(1000) * 2 * SPARK_SECS as usize * 2);
         let _ = write!(out, "{{\"at\":{},\"spark\":{{", inner.at);
         let mut comma = "";
@@ -504,8 +443,8 @@ impl Live {
             comma = ",";
             out.push_str(&Value::from(name.as_str()).to_string());
             out.push_str(":[");
-            let mut cpu = inner.kept.get(&t.name).and_then(|k| k.cpu);
-            for (i, h) in headlines(t, &mut cpu).iter().enumerate() {
+            let mut carry = inner.kept.get(&t.name).map(|k| k.carry).unwrap_or_default();
+            for (i, h) in headlines(&protocols, t, &mut carry).iter().enumerate() {
                 out.push_str(if i == 0 { "[" } else { ",[" });
                 for (j, v) in inner.history.last_seconds(&t.name, &h.key, SPARK_SECS).into_iter().enumerate()
                 {
@@ -759,14 +698,14 @@ impl Row {
 
 /// Targets up and in all, per protocol.
 fn summary(snapshot: &FleetSnapshot) -> Value {
-    let mut per: Map<String, Value> = Map::new();
-    for p in Protocol::ALL {
-        let of: Vec<_> = snapshot.targets.iter().filter(|t| t.protocol == p).collect();
-        if !of.is_empty() {
-            let up = of.iter().filter(|t| t.is_up()).count();
-            per.insert(p.as_str().into(), json!({ "up": up, "total": of.len() }));
-        }
+    let mut per: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+    for t in snapshot.targets.iter() {
+        let (up, total) = per.entry(t.protocol.as_str()).or_default();
+        *up += usize::from(t.is_up());
+        *total += 1;
     }
+    let per: Map<String, Value> =
+        per.into_iter().map(|(p, (up, total))| (p.to_owned(), json!({ "up": up, "total": total }))).collect();
     let up = snapshot.targets.iter().filter(|t| t.is_up()).count();
     json!({ "up": up, "total": snapshot.targets.len(), "protocols": per })
 }
@@ -789,7 +728,8 @@ mod tests {
     use telemon_fleet::{LabelSet, Series, SeriesSet, Value as V};
 
     fn sys161(name: &str, kinsns_total: f64, rate: f64) -> TargetSnapshot {
-        let mut t = TargetSnapshot::new(name, Protocol::Meter161, vec![("room".into(), "<b>".into())]);
+        let mut t =
+            TargetSnapshot::new(name, telemon_fleet::Protocol::METER161, vec![("room".into(), "<b>".into())]);
         t.state = TargetState::Up;
         t.series = SeriesSet::from(vec![kinsns(kinsns_total, rate)]);
         t
@@ -948,7 +888,7 @@ mod tests {
             rate: None,
         });
         series.sort_by(|a, b| a.family.cmp(&b.family));
-        let mut t = TargetSnapshot::new(name, Protocol::Sysinfo, vec![]);
+        let mut t = TargetSnapshot::new(name, telemon_fleet::Protocol::SYSINFO, vec![]);
         t.state = TargetState::Up;
         t.series = SeriesSet::from(series);
         t
@@ -994,7 +934,8 @@ mod tests {
         let fleet = Arc::new(Fleet::new());
         let one = vm("t000", 298, 0).series;
         for i in 0..120 {
-            let mut t = TargetSnapshot::new(format!("t{i:03}").as_str(), Protocol::Sysinfo, vec![]);
+            let mut t =
+                TargetSnapshot::new(format!("t{i:03}").as_str(), telemon_fleet::Protocol::SYSINFO, vec![]);
             t.series = one.clone();
             fleet.registry().put(t);
         }
@@ -1030,7 +971,7 @@ mod tests {
             value: V::Number(v),
             rate: None,
         };
-        let mut t = TargetSnapshot::new("s", Protocol::Smon, vec![]);
+        let mut t = TargetSnapshot::new("s", telemon_fleet::Protocol::SMON, vec![]);
         t.series = SeriesSet::from(vec![
             value("linux.cpu.idle", 70.0),
             value("linux.cpu.iowait", 5.0),
@@ -1039,12 +980,12 @@ mod tests {
             value("linux.mem.total", 8.0),
             value("linux.net.rx", 1e9),
         ]);
-        assert_eq!(smon_figures(&t), ((75.0, 100.0), Some(8.0), Some(3.0)));
-        let mut cpu = Some((65.0, 80.0));
-        let heads = headlines(&t, &mut cpu);
+        assert_eq!(telemon_fleet::protocol::smon::figures(&t), ((75.0, 100.0), Some(8.0), Some(3.0)));
+        let mut carry = Carry(Some((65.0, 80.0)));
+        let heads = headlines(&Protocols::built_in(), &t, &mut carry);
         assert_eq!(heads[0].value, Some(0.5), "10 of 20 ticks busy since the last second");
         assert_eq!(heads[1].value, Some(5.0));
-        assert_eq!(cpu, Some((75.0, 100.0)));
+        assert_eq!(carry, Carry(Some((75.0, 100.0))));
     }
 
     #[test]

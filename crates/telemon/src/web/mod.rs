@@ -16,7 +16,7 @@
 //! A `NAME` holding `/` is written with `%2F` in the API's paths (the page's own path takes it either way).
 //! One sampler a second (see [`live`]) keeps each target's state log and, only while a view watches
 //! (or with `[serve] web_history = "always"`), records what the views show into the shared
-//! [`telemon_fleet::history`] and computes `/`'s delta once for every viewer. Every page is served
+//! [`crate::history`] and computes `/`'s delta once for every viewer. Every page is served
 //! with a Content-Security-Policy that allows only this origin's scripts and styles (no inline
 //! script): the page asks nothing of another host.
 
@@ -26,6 +26,7 @@ use std::io::Write as _;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use crate::config::WebHistory;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -36,7 +37,6 @@ use axum::Router;
 use futures::StreamExt as _;
 use serde_json::{json, Map, Value};
 use telemon_fleet::collect::AbortOnDrop;
-use telemon_fleet::config::WebHistory;
 use telemon_fleet::render::{render, Format};
 use telemon_fleet::{FleetSnapshot, TargetSnapshot};
 use tokio::sync::broadcast::error::RecvError;

@@ -11,7 +11,7 @@ use mono_counters::{
     AddResponse, AgentCodec, AgentMessage, Category, CounterName, CounterType, InspectorCodec,
     InspectorMessage, Limits, RequestOpcodes, Unit, Variance,
 };
-use telemon_capture::{Capture, Connection, Direction, Protocol};
+use telemon_capture::{link_type, Capture, Connection, Direction};
 
 use crate::support;
 
@@ -153,7 +153,7 @@ fn the_recording_is_one_mono_session_with_the_real_agent() {
     let targets = capture.targets();
     assert_eq!(targets.len(), 1, "{targets:?}");
     assert_eq!(targets[0].name, TARGET);
-    assert_eq!(targets[0].protocol, Protocol::Mono);
+    assert_eq!(targets[0].link_type, link_type::MONO);
     assert_eq!(targets[0].address, TARGET);
 
     let connection = connection();
@@ -366,7 +366,7 @@ async fn export_through_the_collector_gives_the_agents_values_at_their_times() {
 /// agent's values.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_replayed_agent_gives_a_live_inspector_the_same_values() {
-    use sim_common::replay::{Mode, Replay, Speed};
+    use sim_common::recorded_peer::{Mode, Replay, Speed};
     let reference = reference();
     let mut args = vec!["mono", "listen", "127.0.0.1:0", "--json", "--count", "30", "--list"];
     for add in ADDS {
@@ -377,7 +377,7 @@ async fn the_replayed_agent_gives_a_live_inspector_the_same_values() {
     let addr = line.rsplit(' ').next().unwrap().to_string();
     let replay = Replay::load(
         std::path::Path::new(RECORDING),
-        Protocol::Mono,
+        link_type::MONO,
         None,
         Mode::Conversation,
         Speed::Times(10.0),
@@ -385,7 +385,7 @@ async fn the_replayed_agent_gives_a_live_inspector_the_same_values() {
     .unwrap();
     let shutdown = sim_common::Shutdown::new();
     let stop = shutdown.clone();
-    tokio::spawn(async move { sim_common::replay::dial(&addr, replay, stop).await });
+    tokio::spawn(async move { sim_common::recorded_peer::dial(&addr, replay, stop).await });
     let (code, out, err) = t.finish().await;
     shutdown.cancel();
     assert_eq!(code, 0, "{err:?}");

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use bytes::BytesMut;
 use serde_json::Value;
 use sysinfo_wire::{decode_frame, ChannelId, Frame, Reassembler, Report, SysinfoCommand};
-use telemon_capture::{Capture, Direction, Limits, Protocol, RecordKind};
+use telemon_capture::{link_type, Capture, Direction, Limits, RecordKind};
 
 use crate::support::{code, json_lines, run, stderr, stdout};
 
@@ -93,7 +93,7 @@ fn exchanges(file: &str) -> BTreeMap<u32, Exchange> {
     assert!(capture.warning.is_none(), "{file}: {:?}", capture.warning);
     let targets = capture.targets();
     assert_eq!(targets.len(), 1, "{file}: one target");
-    assert_eq!(targets[0].protocol, Protocol::Sysinfo, "{file}: protocol");
+    assert_eq!(targets[0].link_type, link_type::SYSINFO, "{file}: protocol");
     // `telemon sysinfo --connect` names the target by its endpoint; `telemon record --sysinfo` by the address.
     let name = if file.starts_with("fleet") { PEER.to_owned() } else { format!("tcp:{PEER}") };
     assert_eq!(targets[0].name, name, "{file}: target name");

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use telemon_capture::{Capture, Direction, Limits, Protocol};
+use telemon_capture::{link_type, Capture, Direction, Limits};
 
 use crate::support::{code, json_lines, run, stderr, stdout};
 
@@ -51,7 +51,7 @@ async fn check(recording: &str, table: &str, outbound: &[u8]) {
     let capture = Capture::from_file(&file, Limits::default()).unwrap();
     assert_eq!(capture.warning, None);
     assert_eq!(capture.targets().len(), 1);
-    assert_eq!(capture.targets()[0].protocol, Protocol::Meter161);
+    assert_eq!(capture.targets()[0].link_type, link_type::METER161);
     let connections = capture.connections(None);
     assert_eq!(connections.len(), 1);
     assert_eq!(connections[0].bytes(Direction::Outbound), outbound, "what telemon sent");

@@ -1,4 +1,0 @@
-#![no_main]
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| telemon_fleet::fuzz::probe_allow(data));
