@@ -40,7 +40,7 @@ pub struct ServeSection {
     #[serde(default = "default_idle_timeout", deserialize_with = "duration")]
     pub idle_timeout: Duration,
     /// How long the collectors' thread may let events wait so that one wake-up handles many
-    /// (`serve`, `top` and `record`; see [`crate::pace`]). `"0s"` wakes for each event; at
+    /// (`serve`, `top` and `record`; see [`telemon_fleet::pace`]). `"0s"` wakes for each event; at
     /// most [`pace::MAX_WAKEUP_SLACK`].
     #[serde(default = "default_wakeup_slack", deserialize_with = "duration")]
     pub wakeup_slack: Duration,

@@ -3,7 +3,7 @@
 //! telemon's config is one TOML file, but no layer reads all of it: the fleet reads its protocols'
 //! target blocks (`[[hmon]]`, ...) and `[[file_sd]]`, the push senders read `[[remote_write]]` and
 //! `[[otlp]]`, and the binary reads `[serve]`. A [`Document`] is the file parsed once for its syntax;
-//! [`Document::blocks`] gives one section's blocks, each with the exact place of every key it holds, so
+//! [`Document::read_section`] gives one section's blocks, each with the exact place of every key it holds, so
 //! that whatever a layer finds wrong, while reading or checking later, is `FILE:LINE: KEY: why`.
 
 use std::collections::BTreeMap;

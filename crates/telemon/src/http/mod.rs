@@ -69,7 +69,7 @@ pub struct Server {
     control: Arc<Control>,
 }
 
-/// Checks `config` ([`check()`]), then starts it as [`start_checked`] does; a config that fails
+/// Checks `config` ([`check::check`]), then starts it as [`start_checked`] does; a config that fails
 /// the check is an `InvalidInput` error.
 pub async fn start(config: &Config, listen: Option<&str>) -> std::io::Result<Server> {
     let checked = check::check(config.clone()).map_err(invalid_input)?;
