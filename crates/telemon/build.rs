@@ -4,14 +4,14 @@
 //!
 //! A build outside git (a source tarball, git missing) still builds and says `unknown`, unless
 //! `TELEMON_GIT_REVISION` and `TELEMON_GIT_BRANCH` give the values (a packager who knows them; `cargo xtask deb`
-//! sets them from [`describe`], so that a package's `-dirty` is exact).
+//! sets them from `describe`, so that a package's `-dirty` is exact).
 //!
 //! The script runs again when `HEAD` moves (a commit, a checkout: `.git/HEAD`, the branch's ref and
 //! `packed-refs`), when those variables change, and when the compiler does; an edit of a clean tree alone does
 //! not make it run (that would rebuild telemon and all its tests on every edit), so a debug build may say
 //! clean until the next commit.
 //!
-//! `xtask` and `tests/build_info.rs` include this file as a module (`#[path]`) to call [`describe`].
+//! `xtask` and `tests/build_info.rs` include this file as a module (`#[path]`) to call `describe`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
