@@ -89,6 +89,8 @@ struct Sim {
     /// The directory lock's holder (the number of the lock taken), if any; the process's end releases it.
     locked: Option<u64>,
     locks_taken: u64,
+    /// The next directory lock fails with EIO.
+    fail_lock: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -277,10 +279,17 @@ impl Fs for SimFs {
     type File = SimFile;
     type Lock = SimLock;
 
-    /// A call like the others (a fault or a crash can strike it); one holder at a time.
+    /// One holder at a time. Not a counted call: the property's faults and crashes strike the queue's file
+    /// calls as they did before the queue took its own lock; `fail_lock` fails the next lock (the unit test's
+    /// fault on it).
     fn try_lock_dir(&self, _dir: &Path) -> io::Result<Option<SimLock>> {
         let mut sim = self.lock();
-        self.enter(&mut sim)?;
+        if sim.dead {
+            return Err(io::Error::other("the process is gone"));
+        }
+        if std::mem::take(&mut sim.fail_lock) {
+            return Err(Fault::Eio.error());
+        }
         if sim.locked.is_some() {
             return Ok(None);
         }
@@ -1028,8 +1037,8 @@ fn a_directory_has_one_queue_at_a_time() {
     assert!(matches!(second.next_record(), Ok(Next::Record(_, r)) if r.payload == p));
     drop(second);
 
-    // A fault on the lock (the first call of an open that counts): the open fails, typed, and nothing is held.
-    fs.arm_fault(0, Fault::Eio, false);
+    // A fault on the lock: the open fails, typed, and nothing is held.
+    fs.lock().fail_lock = true;
     let failed = DiskQueue::open(fs.clone(), config.clone()).unwrap_err();
     assert!(
         matches!(&failed, DiskError::Io { op: telemon_push::disk::Op::Lock, path, .. } if path == Path::new("/queue/lock")),
