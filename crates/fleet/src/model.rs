@@ -70,7 +70,8 @@ pub enum ErrorKind {
     Connect,
     /// The peer sent bytes that do not decode.
     Decode,
-    /// The peer sent well-formed messages that break the protocol's rules.
+    /// The peer sent well-formed messages that break the protocol's rules, or is a peer of another protocol
+    /// altogether (every protocol counts its `OtherProtocol` error here, never as [`ErrorKind::Decode`]).
     Protocol,
     /// The peer did not answer in time.
     Timeout,

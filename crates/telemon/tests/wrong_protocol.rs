@@ -129,3 +129,52 @@ async fn each_listener_names_the_protocol_of_a_peer_that_dials_in() {
     let (status, _, err) = mono.interrupt().await;
     assert_eq!(status, 0, "{err:?}");
 }
+
+/// `telemon serve` with each connecting protocol's target pointed at a peer of another protocol: every one
+/// counts the peer as a `protocol` error (the peer is not what the target speaks), none as `decode` (bytes of
+/// the right protocol that did not decode), whichever protocol it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_counts_a_peer_of_another_protocol_as_a_protocol_error_for_every_protocol() {
+    let sims = Sims::start(SimOptions::default()).await;
+    let other = tempfile::tempdir().unwrap();
+    let relay = relay_to(other.path(), sims.smon_addr, sims.shutdown.clone());
+    let (smon, dyalog) = (sims.smon_addr, sims.dyalog_addr);
+    let config = other.path().join("serve.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[meter161]]\nname = \"m\"\ndir = '{}'\n\n[[hmon]]\nname = \"h\"\nconnect = \"{smon}\"\n\n\
+             [[smon]]\nname = \"s\"\nconnect = \"{dyalog}\"\n\n[[sysinfo]]\nname = \"r\"\nconnect = \"{dyalog}\"\n",
+            other.path().display()
+        ),
+    )
+    .unwrap();
+    let addr = free_addr();
+    let server =
+        Telemon::spawn(&["serve", "--config", config.to_str().unwrap(), "--listen", &addr.to_string()]);
+    let protocols = ["meter161", "hmon", "smon", "sysinfo"];
+    // (protocol, kind) -> errors counted, once every protocol has counted one of some kind.
+    let counted = support::until("each target to count its peer", Duration::from_millis(50), async || {
+        let (_, body) = support::http_get(addr, "/metrics", &[]).await.ok()?;
+        let mut counted = std::collections::BTreeMap::new();
+        for line in body.lines().filter(|l| l.starts_with("telemon_target_errors_total{")) {
+            let label = |name: &str| {
+                let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+                Some(line[start..].split('"').next()?.to_owned())
+            };
+            let value: f64 = line.rsplit(' ').next()?.parse().ok()?;
+            if value > 0.0 {
+                counted.insert((label("protocol")?, label("kind")?), value);
+            }
+        }
+        protocols.iter().all(|p| counted.keys().any(|(q, _)| q == p)).then_some(counted)
+    })
+    .await;
+    for p in protocols {
+        assert!(counted.contains_key(&(p.to_owned(), "protocol".to_owned())), "{p}: {counted:?}");
+        assert!(!counted.contains_key(&(p.to_owned(), "decode".to_owned())), "{p}: {counted:?}");
+    }
+    server.kill().await;
+    relay.abort();
+    sims.stop().await;
+}

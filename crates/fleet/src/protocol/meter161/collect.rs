@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures::StreamExt;
-use meter161::{Client, ClientConfig, ClientError, ProtocolError, Sample};
+use meter161::{Client, ClientConfig, ClientError, DecodeError, ProtocolError, Sample};
 
 use crate::collect::{flush_due, within, AbortOnDrop, Retry, CONNECT_TIMEOUT};
 use crate::discover::glob::{escape_os, glob_dirs, glob_target_name, MAX_GLOB_TARGETS};
@@ -40,6 +40,7 @@ fn family(field: &str) -> Option<(&'static str, &'static str)> {
 fn kind(e: &ClientError) -> ErrorKind {
     match e {
         ClientError::HandshakeTimeout(_) => ErrorKind::Timeout,
+        ClientError::Protocol(ProtocolError::Decode(DecodeError::OtherProtocol { .. })) => ErrorKind::Protocol,
         ClientError::Protocol(ProtocolError::Decode(_)) => ErrorKind::Decode,
         ClientError::Protocol(_) | ClientError::IntervalOutOfRange { .. } => ErrorKind::Protocol,
         _ => ErrorKind::Connect,

@@ -59,6 +59,7 @@ impl Plan {
 fn kind(e: &ClientError) -> ErrorKind {
     match e {
         ClientError::Transport(sysinfo_wire::TransportError::Io(_)) => ErrorKind::Connect,
+        ClientError::Transport(sysinfo_wire::TransportError::OtherProtocol { .. }) => ErrorKind::Protocol,
         ClientError::Transport(_) | ClientError::BootReply(_) => ErrorKind::Decode,
         ClientError::Timeout { .. } => ErrorKind::Timeout,
         ClientError::Connect { .. } | ClientError::ConnectionClosed => ErrorKind::Connect,
