@@ -546,6 +546,15 @@ impl<F: Fs> DiskQueue<F> {
             return Ok(());
         }
         let (tmp, path) = (self.path(cursor::ACKED_TMP), self.path(cursor::ACKED));
+        // A new file each time, never the old one emptied: the old one's bytes may be all a power loss keeps
+        // of it (its emptying was not synced), and once renamed to `cursor` (a later sync makes the name
+        // durable) an old position would come back as the cursor, past records written below it since.
+        match self.fs.remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(DiskError::new(Op::Remove, &tmp, e))
+            }
+            _ => {}
+        }
         let file = self.fs.create(&tmp).map_err(|e| DiskError::new(Op::Create, &tmp, e))?;
         file.write_at(&cursor::encode(c), 0).map_err(|e| DiskError::new(Op::Write, &tmp, e))?;
         drop(file);

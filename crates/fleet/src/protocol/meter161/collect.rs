@@ -40,7 +40,9 @@ fn family(field: &str) -> Option<(&'static str, &'static str)> {
 fn kind(e: &ClientError) -> ErrorKind {
     match e {
         ClientError::HandshakeTimeout(_) => ErrorKind::Timeout,
-        ClientError::Protocol(ProtocolError::Decode(DecodeError::OtherProtocol { .. })) => ErrorKind::Protocol,
+        ClientError::Protocol(ProtocolError::Decode(DecodeError::OtherProtocol { .. })) => {
+            ErrorKind::Protocol
+        }
         ClientError::Protocol(ProtocolError::Decode(_)) => ErrorKind::Decode,
         ClientError::Protocol(_) | ClientError::IntervalOutOfRange { .. } => ErrorKind::Protocol,
         _ => ErrorKind::Connect,

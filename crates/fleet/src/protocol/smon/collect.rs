@@ -94,7 +94,9 @@ pub fn collect<'a, R: AsyncRead + Unpin + 'a>(
                     }
                     Err(DecodeError::Io(e)) => return Failure::new(ErrorKind::Connect, e),
                     // A peer of another protocol: reconnecting (after the back-off) may find the stream.
-                    Err(e @ DecodeError::OtherProtocol { .. }) => return Failure::new(ErrorKind::Protocol, e),
+                    Err(e @ DecodeError::OtherProtocol { .. }) => {
+                        return Failure::new(ErrorKind::Protocol, e)
+                    }
                     // The decoder skips to the next resync.
                     Err(e) => p.error(&Failure::new(ErrorKind::Decode, e)),
                 }
