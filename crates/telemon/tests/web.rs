@@ -694,3 +694,26 @@ async fn with_basic_auth_the_page_the_api_and_the_stream_need_it() {
     server.shutdown().await;
     shutdown.cancel();
 }
+
+/// A test that panics with a browser open leaves nothing running: dropping the browser kills chromedriver's
+/// whole process group, Chromium's processes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_test_leaves_no_browser_running() {
+    let Some(driver) = need_browser("a_panicking_test_leaves_no_browser_running") else { return };
+    let b = Browser::start(&driver, 800, 600).await;
+    b.client.goto("about:blank").await.unwrap();
+    let group = b.process_group().expect("chromedriver's process group");
+    let running = browser::processes_in_group(group);
+    // chromedriver and the browser's processes (the browser, its zygote, renderer, ...).
+    assert!(running.len() > 2, "chromedriver and Chromium in group {group}: {running:?}");
+    let panicked = tokio::spawn(async move {
+        let _b = b;
+        panic!("a failing test, with its browser open");
+    })
+    .await;
+    assert!(panicked.unwrap_err().is_panic());
+    until("every process of the group to end", POLL, async || {
+        browser::processes_in_group(group).is_empty().then_some(())
+    })
+    .await;
+}

@@ -1,5 +1,6 @@
-//! A headless Chromium driven over WebDriver: its own chromedriver on a free port (killed on drop), one
-//! session, and what the tests read of the page (scripts, the console log, screenshots).
+//! A headless Chromium driven over WebDriver: its own chromedriver on a free port in a process group of its own
+//! (the whole group, Chromium's processes with it, killed on drop, also when a test panics), one session, and
+//! what the tests read of the page (scripts, the console log, screenshots).
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -36,6 +37,7 @@ impl Browser {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
+            .process_group(0)
             .kill_on_drop(true)
             .spawn()
             .expect("chromedriver starts");
@@ -126,9 +128,40 @@ impl Browser {
         self.client.get_alert_text().await.is_ok()
     }
 
-    /// Ends the session and chromedriver.
-    pub async fn close(mut self) {
-        let _ = self.client.clone().close().await;
-        let _ = self.driver.kill().await;
+    /// The process group of chromedriver and the browser it started.
+    pub fn process_group(&self) -> Option<i32> {
+        self.driver.id().and_then(|id| i32::try_from(id).ok())
     }
+
+    /// Ends the session, then (on drop) chromedriver and the browser.
+    pub async fn close(self) {
+        let _ = self.client.clone().close().await;
+    }
+}
+
+impl Drop for Browser {
+    /// Kills chromedriver's whole process group: killing chromedriver alone (`kill_on_drop`) leaves the browser
+    /// it started running when a test panics before [`Browser::close`].
+    fn drop(&mut self) {
+        if let Some(group) = self.process_group() {
+            // SAFETY: kill(2) with a negative pid signals the process group; no memory is involved.
+            unsafe { libc::kill(-group, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The processes (pids) in process group `group` now, from `/proc`.
+pub fn processes_in_group(group: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            // /proc/PID/stat: "pid (comm) state ppid pgrp ...", comm may hold spaces and parentheses.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { return false };
+            let Some(after) = stat.rfind(')').map(|i| &stat[i + 1..]) else { return false };
+            let mut fields = after.split_whitespace();
+            let state = fields.next();
+            // A zombie is gone already (its parent has yet to reap it).
+            state != Some("Z") && fields.nth(1).and_then(|g| g.parse::<i32>().ok()) == Some(group)
+        })
+        .collect()
 }
