@@ -156,6 +156,9 @@ async fn fleet_and_target_pages_over_the_five_sims() {
     })
     .await;
 
+    // The protocol filter offers the fleet's protocols, in name order.
+    let offered = b.js("return [...document.getElementById('protocol').options].map((o) => o.value);").await;
+    assert_eq!(offered, serde_json::json!(["", "hmon", "meter161", "mono", "smon", "sysinfo"]));
     // A filter and a search narrow the rows.
     b.js("const s = document.getElementById('protocol'); s.value = 'smon'; s.dispatchEvent(new Event('change'));").await;
     let names: Vec<String> = rows(&b).await.into_iter().map(|r| r.0).collect();

@@ -188,8 +188,23 @@ function showSummary(s) {
   summary.dataset.up = s.up;
   summary.dataset.total = s.total;
   const parts = [s.up + " / " + s.total + " up"];
-  for (const [p, c] of Object.entries(s.protocols || {})) parts.push(p + " " + c.up + "/" + c.total);
+  for (const [p, c] of Object.entries(s.protocols || {})) {
+    parts.push(p + " " + c.up + "/" + c.total);
+    offerProtocol(p);
+  }
   setText(summary, parts.join(" · "));
+}
+
+// The protocol filter offers each protocol the fleet has had a target of (the registry's, not a fixed list),
+// in name order after "all protocols".
+function offerProtocol(p) {
+  const select = document.getElementById("protocol");
+  const options = [...select.options].slice(1);
+  if (options.some((o) => o.value === p)) return;
+  const option = document.createElement("option");
+  option.value = p;
+  option.textContent = p;
+  select.insertBefore(option, options.find((o) => o.value > p) || null);
 }
 
 function onFull(full) {
