@@ -93,6 +93,10 @@ struct Row {
     protocol: &'static str,
     n: u32,
     push: Push,
+    /// `[serve] threads`, when the run set it.
+    threads: Option<usize>,
+    /// Bytes telemon read from its targets per second over the window (`telemon_target_received_bytes_total`).
+    received_bytes_per_s: f64,
     /// With a disk queue: bytes written to it per sample sent.
     disk_bytes_per_sample: Option<f64>,
     cpu_percent: f64,
@@ -125,19 +129,35 @@ struct Views {
     stream_bytes_per_s: f64,
 }
 
+/// What `cargo xtask fleet-bench` is asked for.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// Targets per run (default: 10 100 1000).
+    pub sizes: Vec<u32>,
+    /// Only these protocols (default all).
+    pub protocols: Vec<String>,
+    /// Seconds measured per run.
+    pub seconds: u64,
+    /// `telemon serve --record`.
+    pub record: bool,
+    /// Extra rows per size with a sender.
+    pub push: Vec<Push>,
+    /// Web views open over a second window (0: none).
+    pub views: usize,
+    /// Each row once per value, with `[serve] threads` set to it and telemon on that many cores (empty:
+    /// the default threads, telemon on one core).
+    pub threads: Vec<usize>,
+    /// Each target's period (meter161's interval, hmon's poll, sysinfo's every, the smon and Mono sims'
+    /// interval; default 1 s).
+    pub period: Option<Duration>,
+}
+
 /// Runs every (protocol, N) pair, prints the table and writes it to `target/fleet-bench.md`.
-pub fn fleet_bench(
-    root: &Path,
-    sizes: &[u32],
-    protocols: &[String],
-    seconds: u64,
-    record: bool,
-    push: &[Push],
-    views: usize,
-) -> Result<()> {
+pub fn fleet_bench(root: &Path, options: &Options) -> Result<()> {
+    let Options { sizes, protocols, seconds, record, push, views, threads, period } = options.clone();
     let mut chosen = Vec::new();
     for p in protocols {
-        let Some(known) = known_protocols().into_iter().find(|k| k == p) else {
+        let Some(known) = known_protocols().into_iter().find(|k| *k == p.as_str()) else {
             bail!("no protocol {p:?}; known: {}", known_protocols().join(", "));
         };
         chosen.push(known);
@@ -145,7 +165,10 @@ pub fn fleet_bench(
     if chosen.is_empty() {
         chosen.extend(known_protocols());
     }
-    let sizes = if sizes.is_empty() { &[10, 100, 1000][..] } else { sizes };
+    let sizes = if sizes.is_empty() { &[10, 100, 1000][..] } else { &sizes[..] };
+    if threads.contains(&0) {
+        bail!("--threads must be at least 1");
+    }
     if sizes.contains(&0) {
         bail!("N must be at least 1");
     }
@@ -167,6 +190,7 @@ pub fn fleet_bench(
         record,
         pinned: pinning_works(),
         views,
+        period: period.unwrap_or(Duration::from_secs(1)),
     };
     if !bench.pinned {
         eprintln!("[xtask] no taskset or a single core: telemon and the sims share the cores");
@@ -175,14 +199,18 @@ pub fn fleet_bench(
     let mut failed = Vec::new();
     for &protocol in &chosen {
         for &n in sizes {
-            for &with_push in std::iter::once(&Push::None).chain(push) {
-                let what = with_push.label();
-                eprintln!("[xtask] {protocol} x {n}{what}");
-                match bench.run(protocol, n, with_push) {
-                    Ok(row) => rows.push(row),
-                    Err(e) => {
-                        eprintln!("[xtask] {protocol} x {n}{what} failed: {e:#}");
-                        failed.push(format!("{protocol} x {n}{what}"));
+            for &with_push in std::iter::once(&Push::None).chain(&push) {
+                let each: Vec<Option<usize>> =
+                    if threads.is_empty() { vec![None] } else { threads.iter().copied().map(Some).collect() };
+                for t in each {
+                    let what = format!("{}{}", with_push.label(), threads_label(t));
+                    eprintln!("[xtask] {protocol} x {n}{what}");
+                    match bench.run(protocol, n, with_push, t) {
+                        Ok(row) => rows.push(row),
+                        Err(e) => {
+                            eprintln!("[xtask] {protocol} x {n}{what} failed: {e:#}");
+                            failed.push(format!("{protocol} x {n}{what}"));
+                        }
                     }
                 }
             }
@@ -233,9 +261,10 @@ fn table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             t,
-            "| {}{} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {} |",
+            "| {}{}{} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {} |",
             r.protocol,
             r.push.label(),
+            threads_label(r.threads),
             r.n,
             r.cpu_percent,
             r.sims_cpu_percent,
@@ -255,6 +284,17 @@ fn table(rows: &[Row]) -> String {
          against the same sims, alone, over a window of the same length. flaps: down transitions of targets \
          during the window (from each target's `telemon_target_connects_total` and `telemon_target_up`). gzip: scrapes with `Accept-Encoding: gzip` after the window (n/a: not served gzip).\n",
     );
+    for r in rows.iter().filter(|r| r.threads.is_some()) {
+        let _ = writeln!(
+            t,
+            "\n{} x {}{}: telemon read {:.0} bytes/s from its targets ({:.2}% of a core).",
+            r.protocol,
+            r.n,
+            threads_label(r.threads),
+            r.received_bytes_per_s,
+            r.cpu_percent
+        );
+    }
     for r in rows {
         if let Some(v) = &r.views {
             let _ = writeln!(
@@ -282,6 +322,15 @@ fn table(rows: &[Row]) -> String {
         }
     }
     t
+}
+
+/// The sum of every target's `telemon_target_received_bytes_total` in a scrape.
+fn received_bytes(scrape: &[u8]) -> f64 {
+    String::from_utf8_lossy(scrape)
+        .lines()
+        .filter(|l| l.starts_with("telemon_target_received_bytes_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// The value of the line of `text` that starts with `series ` (0 when there is none).
@@ -364,6 +413,40 @@ struct Bench {
     views: usize,
     /// Whether the sims and the collector run on cores of their own.
     pinned: bool,
+    /// Each target's period.
+    period: Duration,
+}
+
+/// ` (threads T)`, or nothing.
+fn threads_label(threads: Option<usize>) -> String {
+    threads.map(|t| format!(" (threads {t})")).unwrap_or_default()
+}
+
+/// A period as `--period` takes it: a whole number of `s`, `ms` or `us`, above zero.
+pub fn parse_period(text: &str) -> std::result::Result<Duration, String> {
+    let (number, unit) = text.split_at(text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len()));
+    let n: u64 = number.parse().map_err(|_| format!("{text:?} is not a number with s, ms or us"))?;
+    let d = match unit {
+        "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "us" => Duration::from_micros(n),
+        _ => return Err(format!("{text:?}: the unit is s, ms or us")),
+    };
+    if d.is_zero() {
+        return Err("the period must be above zero".into());
+    }
+    Ok(d)
+}
+
+/// A period as the config writes it (`1s`, `250ms`, `500us`).
+fn period_text(d: Duration) -> String {
+    if d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else if d.as_micros() % 1000 == 0 {
+        format!("{}ms", d.as_millis())
+    } else {
+        format!("{}us", d.as_micros())
+    }
 }
 
 impl Bench {
@@ -378,13 +461,14 @@ impl Bench {
         }
     }
 
-    fn run(&self, protocol: &'static str, n: u32, push: Push) -> Result<Row> {
+    fn run(&self, protocol: &'static str, n: u32, push: Push, threads: Option<usize>) -> Result<Row> {
         let suffix = match push {
             Push::None => "",
             Push::Memory => "-push",
             Push::Disk => "-push-disk",
         };
-        let work = self.work.join(format!("{protocol}-{n}{suffix}"));
+        let t = threads.map(|t| format!("-threads{t}")).unwrap_or_default();
+        let work = self.work.join(format!("{protocol}-{n}{suffix}{t}"));
         if work.exists() {
             std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
         }
@@ -394,6 +478,11 @@ impl Bench {
 
         let listen = format!("127.0.0.1:{}", free_port()?);
         let mut config = format!("[serve]\nlisten = \"{listen}\"\n");
+        if let Some(t) = threads {
+            let _ = writeln!(config, "threads = {t}");
+        }
+        let period = period_text(self.period);
+        let millis = self.period.as_millis().max(1).to_string();
         let mut children = Children::default();
         let mut sims = Vec::new();
         let mut next_port = 10_000;
@@ -410,7 +499,7 @@ impl Bench {
             );
             for (i, (_, count)) in chunks.enumerate() {
                 let mut sim = self.pinned(&self.release.join("mono-agent-sim"), SIM_CORE);
-                sim.args(["--address", &inspector, "--interval", "1000"])
+                sim.args(["--address", &inspector, "--interval", &millis])
                     .args(["--instances", &count.to_string()])
                     .env("RUST_LOG", &log_level);
                 let name = format!("mono-agent-sim-{i}");
@@ -429,7 +518,7 @@ impl Bench {
                         let dir = if count == 1 { dir.clone() } else { dir.join(k.to_string()) };
                         let _ = write!(
                             config,
-                            "\n[[meter161]]\nname = \"t{}\"\ndir = \"{}\"\ninterval = \"1s\"\n",
+                            "\n[[meter161]]\nname = \"t{}\"\ndir = \"{}\"\ninterval = \"{period}\"\n",
                             start + k,
                             dir.display()
                         );
@@ -440,13 +529,13 @@ impl Bench {
                     let addr = format!("127.0.0.1:{first}");
                     match protocol {
                         "hmon" => sim.args(["--serve", &addr]),
-                        "smon" => sim.args(["--listen", &addr, "--interval", "1s"]),
+                        "smon" => sim.args(["--listen", &addr, "--interval", &period]),
                         _ => sim.args(["--listen", &addr]),
                     };
                     let period = match protocol {
-                        "hmon" => "poll = \"1s\"\n",
-                        "sysinfo" => "every = \"1s\"\n",
-                        _ => "",
+                        "hmon" => format!("poll = \"{period}\"\n"),
+                        "sysinfo" => format!("every = \"{period}\"\n"),
+                        _ => String::new(),
                     };
                     for k in 0..count {
                         let port = u32::from(first) + k;
@@ -479,7 +568,12 @@ impl Bench {
         let config_path = work.join("telemon.toml");
         std::fs::write(&config_path, config)?;
 
-        let mut telemon = with_nofile_limit(self.pinned(&self.release.join("telemon"), COLLECTOR_CORE));
+        // With threads set, telemon gets as many cores (the first ones; the sims keep theirs).
+        let cores = match threads {
+            Some(t) if t > 1 => format!("0-{}", t - 1),
+            _ => COLLECTOR_CORE.to_owned(),
+        };
+        let mut telemon = with_nofile_limit(self.pinned(&self.release.join("telemon"), &cores));
         telemon.arg("serve").arg("--config").arg(&config_path);
         if self.record {
             telemon.arg("--record").arg(work.join("recordings"));
@@ -511,11 +605,13 @@ impl Bench {
         let mut latencies = Vec::new();
         let mut scrape = Vec::new();
         let mut first_states = None;
+        let mut first_received = None;
         for i in 1..=self.seconds {
             let answer = http_get(&listen, "/metrics", false)?;
             latencies.push(answer.took.as_secs_f64() * 1e3);
             scrape = answer.body;
             first_states.get_or_insert_with(|| target_states(&scrape));
+            first_received.get_or_insert_with(|| (Instant::now(), received_bytes(&scrape)));
             if let Some(wait) = (start + Duration::from_secs(i)).checked_duration_since(Instant::now()) {
                 std::thread::sleep(wait);
             }
@@ -523,6 +619,9 @@ impl Bench {
         let elapsed = start.elapsed().as_secs_f64();
         let ticks = cpu_ticks(pid)? - ticks_before;
         let sims_ticks = sum_cpu_ticks(&sims)? - sims_before;
+        let received_bytes_per_s = first_received.map_or(0.0, |(at, bytes)| {
+            (received_bytes(&scrape) - bytes) / at.elapsed().as_secs_f64().max(1e-3)
+        });
         let peak_rss_mib = proc_status_kib(pid, "VmHWM")? as f64 / 1024.0;
         let up = targets_up(&listen)?;
         let flaps = down_transitions(&first_states.unwrap_or_default(), &target_states(&scrape));
@@ -567,6 +666,8 @@ impl Bench {
             protocol,
             n,
             push,
+            threads,
+            received_bytes_per_s,
             disk_bytes_per_sample,
             cpu_percent: ticks as f64 / self.clk_tck / elapsed * 100.0,
             floor_cpu_percent,
@@ -972,11 +1073,30 @@ mod tests {
     }
 
     #[test]
+    fn periods_and_received_bytes_read_as_written() {
+        assert_eq!(parse_period("10ms"), Ok(Duration::from_millis(10)));
+        assert_eq!(parse_period("2s"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_period("500us"), Ok(Duration::from_micros(500)));
+        for bad in ["", "ms", "10", "10m", "0s", "1.5s"] {
+            assert!(parse_period(bad).is_err(), "{bad}");
+        }
+        for d in [Duration::from_secs(1), Duration::from_millis(250), Duration::from_micros(500)] {
+            assert_eq!(parse_period(&period_text(d)), Ok(d));
+        }
+        let scrape = b"telemon_target_received_bytes_total{protocol=\"smon\",target=\"a\"} 100\n\
+            telemon_target_received_bytes_total{protocol=\"smon\",target=\"b\"} 23\n\
+            telemon_target_up{protocol=\"smon\",target=\"a\"} 1\n";
+        assert_eq!(received_bytes(scrape), 123.0);
+    }
+
+    #[test]
     fn bytes_per_series_uses_the_growth_over_a_smaller_n() {
         let row = |n, state_rss_kib, series| Row {
             protocol: "meter161",
             n,
             push: Push::None,
+            threads: None,
+            received_bytes_per_s: 0.0,
             disk_bytes_per_sample: None,
             cpu_percent: 0.0,
             floor_cpu_percent: None,

@@ -19,12 +19,14 @@
 //! * `cargo xtask soak --fleet [--minutes N]` runs `telemon serve` (release) over 200 sims of the five
 //!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
 //!   every up/down caused against those seen (see `sims/fleet-soak`).
-//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push] [--push-disk] [--views K]` measures `telemon serve` (release) watching
+//! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push] [--push-disk] [--views K]
+//!   [--threads T]... [--period D]` measures `telemon serve` (release) watching
 //!   N sim targets of each protocol (N = 10, 100, 1000 unless given; 60 s windows) and prints one table:
 //!   telemon's CPU beside the floor's (`sims/fleet-floor`, the same polling with the protocol crates alone)
 //!   and the sims', peak RSS, bytes per series, scrape latency and size (plain and gzip), targets up and
 //!   flapping (also written to `target/fleet-bench.md`); `--record` runs it with `telemon serve --record`;
-//!   `--push` adds a row per size with a remote write sender, for its cost.
+//!   `--push` adds a row per size with a remote write sender, for its cost; `--threads 1 --threads 2` runs each
+//!   row with `[serve] threads` 1 then 2 (telemon on as many cores), and `--period 10ms` polls faster.
 //! * `cargo xtask deb [--test]` builds the Debian package, `target/debian/telemon_*.deb` (see `deb.rs` and
 //!   `deploy/debian/README.md`); `--test` then lints, installs, upgrades and purges it on this machine.
 //! * `cargo xtask ci` runs `.ci/run`.
@@ -131,6 +133,14 @@ enum Task {
         /// `/api/v1/stream` read as a page reads it, after its sparklines), for the view's cost.
         #[arg(long, value_name = "K", default_value_t = 0)]
         views: usize,
+        /// Run each row once per T (repeatable): `[serve] threads = T`, telemon on T cores; the notes say
+        /// how many bytes a second telemon read from its targets in each (whether it kept up).
+        #[arg(long = "threads", value_name = "T")]
+        threads: Vec<usize>,
+        /// Each target's period (meter161's interval, hmon's poll, sysinfo's every, the smon and Mono sims'
+        /// interval), e.g. `10ms`; default 1s.
+        #[arg(long, value_name = "DURATION", value_parser = fleet_bench::parse_period)]
+        period: Option<std::time::Duration>,
     },
     /// Build the Debian package (target/debian/telemon_*.deb): binary, unit, conffile, man pages, completions.
     Deb {
@@ -169,13 +179,15 @@ fn main() -> Result<()> {
         }
         Task::Soak { fleet: true, minutes, .. } => soak_fleet(&root, minutes),
         Task::Soak { minutes, clients, sims, .. } => soak(&root, minutes, clients, &sims),
-        Task::FleetBench { sizes, protocols, seconds, record, push, push_disk, views } => {
+        Task::FleetBench { sizes, protocols, seconds, record, push, push_disk, views, threads, period } => {
             let push: Vec<fleet_bench::Push> =
                 [(push, fleet_bench::Push::Memory), (push_disk, fleet_bench::Push::Disk)]
                     .into_iter()
                     .filter_map(|(on, p)| on.then_some(p))
                     .collect();
-            fleet_bench::fleet_bench(&root, &sizes, &protocols, seconds, record, &push, views)
+            let options =
+                fleet_bench::Options { sizes, protocols, seconds, record, push, views, threads, period };
+            fleet_bench::fleet_bench(&root, &options)
         }
         Task::Deb { test } => {
             let package = deb::deb(&root)?;

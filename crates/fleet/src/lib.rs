@@ -91,6 +91,7 @@ pub mod render;
 pub mod rerun;
 pub mod retry;
 pub mod rows;
+pub mod runtimes;
 pub mod series;
 pub mod store;
 pub mod target;
@@ -105,6 +106,7 @@ pub use registry::Registry;
 pub use target::{Failure, Publisher};
 
 use config::FleetConfig;
+use runtimes::Runtimes;
 use units::{Applied, Units};
 
 use std::future::Future;
@@ -167,9 +169,15 @@ impl Fleet {
 
     /// A fleet with no targets yet whose connections are recorded into `recording`, when there is one.
     pub fn recording(recording: Option<Arc<recording::Recording>>) -> Fleet {
+        Fleet::on(recording, Runtimes::current())
+    }
+
+    /// A fleet with no targets yet, recorded into `recording` when there is one, whose units are spread
+    /// over `runtimes` (`[serve] threads`), each whole on one of them.
+    pub fn on(recording: Option<Arc<recording::Recording>>, runtimes: Runtimes) -> Fleet {
         let registry = Registry::new();
         Fleet {
-            units: Units::new(registry.clone(), recording),
+            units: Units::new(registry.clone(), recording, runtimes),
             registry,
             tasks: Mutex::new(JoinSet::new()),
             file_sd: AtomicBool::new(false),

@@ -17,6 +17,7 @@ use crate::config::{FileSdSection, FleetConfig, Settings};
 use crate::protocol::{BoxFuture, Protocols, Start, Unit};
 use crate::recording::Recording;
 use crate::registry::Registry;
+use crate::runtimes::Runtimes;
 
 /// One thing the fleet runs: a unit of a block, or a file_sd watcher.
 #[derive(Debug, Clone)]
@@ -90,6 +91,8 @@ struct Wanted {
 pub struct Units {
     registry: Registry,
     recording: Option<Arc<Recording>>,
+    /// Where units are spawned, each whole on one runtime.
+    runtimes: Runtimes,
     wanted: std::sync::Mutex<Wanted>,
     /// The running units; held across a whole apply, so that applies happen one at a time.
     running: tokio::sync::Mutex<HashMap<String, Running>>,
@@ -124,11 +127,13 @@ fn file_sd_key(sd: &FileSdSection) -> String {
 }
 
 impl Units {
-    /// No units yet, publishing into `registry`, recording into `recording` when there is one.
-    pub fn new(registry: Registry, recording: Option<Arc<Recording>>) -> Arc<Units> {
+    /// No units yet, publishing into `registry`, recording into `recording` when there is one, each
+    /// unit spawned on the next of `runtimes` in turn.
+    pub fn new(registry: Registry, recording: Option<Arc<Recording>>, runtimes: Runtimes) -> Arc<Units> {
         Arc::new_cyclic(|me| Units {
             registry,
             recording,
+            runtimes,
             wanted: Default::default(),
             running: Default::default(),
             me: me.clone(),
@@ -263,7 +268,7 @@ impl Units {
             } else {
                 applied.started += 1;
             }
-            running.insert(key, Running { runs, settings, task: tokio::spawn(task) });
+            running.insert(key, Running { runs, settings, task: self.runtimes.spawn(task) });
         }
         Ok(applied)
     }
@@ -357,7 +362,7 @@ mod tests {
             tokio::spawn(rvos_sim::run(l, rvos_sim::Config::default(), shutdown.clone()));
         }
         let registry = Registry::new();
-        let units = Units::new(registry.clone(), None);
+        let units = Units::new(registry.clone(), None, Runtimes::current());
         let a = config(&[("a", &addrs[0], "1"), ("b", &addrs[1], "1"), ("c", &addrs[2], "1")]);
         assert_eq!(units.apply(&a).await.unwrap().started, 3);
         let before = all_up(&registry, 3).await;

@@ -11,9 +11,9 @@ use serde::Deserialize;
 use telemon_fleet::config::{
     check_listen, duration, shard_option, ConfigError, Document, FleetConfig, Place, Settings, Shard,
 };
-use telemon_fleet::pace;
 use telemon_fleet::store::DEFAULT_SERIES_LIMIT;
 use telemon_fleet::Protocols;
+use telemon_fleet::{pace, runtimes};
 use telemon_push::PushConfig;
 
 use crate::http::probe_allow::{probe_allow, ProbeAllow};
@@ -56,6 +56,11 @@ pub struct ServeSection {
     /// (the default), or always, so that a view opened later shows the minutes before it.
     #[serde(default)]
     pub web_history: WebHistory,
+    /// How many threads the collectors run on (`serve`): each a single-threaded runtime, each
+    /// target whole on one of them. `None` (the default): the cores available to the process. Read
+    /// at start; a reload that changes it logs that it takes a restart.
+    #[serde(default)]
+    pub threads: Option<usize>,
 }
 
 /// `[serve] web_history`: when the web view records the fleet's recent past.
@@ -106,6 +111,7 @@ impl Default for ServeSection {
             web_config: None,
             probe_allow: Vec::new(),
             web_history: WebHistory::WhileViewed,
+            threads: None,
         }
     }
 }
@@ -124,7 +130,16 @@ impl ServeSection {
                 place.section_error("wakeup_slack", format!("must be at most {:?}", pace::MAX_WAKEUP_SLACK))
             );
         }
+        if let Some(threads) = self.threads.filter(|t| !(1..=runtimes::MAX_THREADS).contains(t)) {
+            let why = format!("{threads} is outside 1..={}", runtimes::MAX_THREADS);
+            return Err(place.section_error("threads", why));
+        }
         check_listen(&self.listen).map_err(|m| place.section_error("listen", m))
+    }
+
+    /// The collectors' threads in force: `threads`, or the cores available to the process.
+    pub fn collector_threads(&self) -> usize {
+        self.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
     }
 
     /// The fleet-wide settings of the fleet's units.
@@ -264,5 +279,35 @@ impl Source {
             config.serve.web_config = self.web_config.clone();
         }
         Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's full config (the block after `<!-- telemon.toml`) reads as it says: every key.
+    #[test]
+    fn the_readme_full_config_reads() {
+        let readme = include_str!("../../../README.md");
+        let start = readme.find("<!-- telemon.toml").expect("the README marks its full config");
+        let block = &readme[start..];
+        let body = &block[block.find("```toml\n").expect("a toml block") + 8..];
+        let body = &body[..body.find("```").expect("the block ends")];
+        let c = Config::parse("README.md", body).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.serve.threads, Some(2));
+        assert_eq!(c.serve.collector_threads(), 2);
+        assert!(!c.fleet.targets.is_empty());
+    }
+
+    #[test]
+    fn threads_are_checked_at_their_line_and_default_to_the_cores() {
+        let e = Config::parse("t.toml", "[serve]\nthreads = 0\n").unwrap_err();
+        assert_eq!(e.to_string(), "t.toml:2: serve.threads: 0 is outside 1..=256");
+        let e = Config::parse("t.toml", "[serve]\n\nthreads = 257\n").unwrap_err();
+        assert_eq!(e.to_string(), "t.toml:3: serve.threads: 257 is outside 1..=256");
+        let c = Config::parse("t.toml", "").unwrap();
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!((c.serve.threads, c.serve.collector_threads()), (None, cores));
     }
 }

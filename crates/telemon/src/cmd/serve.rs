@@ -116,7 +116,11 @@ pub async fn run(args: Args, pace: Pace) -> CliResult {
             let _ = control.reload().await;
         }
     });
-    eprintln!("telemon: serving {what}{shard} on {scheme}://{}/metrics", server.local_addr());
+    let threads = match config.serve.collector_threads() {
+        1 => "1 collector thread".to_owned(),
+        n => format!("{n} collector threads"),
+    };
+    eprintln!("telemon: serving {what}{shard} ({threads}) on {scheme}://{}/metrics", server.local_addr());
     let result = server.run_until(shutdown_signal()).await.map_err(CliError::peer);
     hangups.abort();
     if let Some(recording) = &recording {

@@ -25,6 +25,7 @@ use axum::Router;
 use crate::config::{Config, Source};
 use telemon_fleet::pace::Pace;
 use telemon_fleet::render::Format;
+use telemon_fleet::runtimes::Runtimes;
 use telemon_fleet::Fleet;
 use telemon_push::{Push, Stats as PushStats};
 
@@ -94,7 +95,8 @@ pub struct Launch {
 /// Starts a checked config, in one direction: binds the HTTP port (whose number names this instance), starts
 /// the fleet with its section (recorded into `recording` when given), then the push senders with theirs,
 /// then serves HTTP with `[serve]` on `listen` (`[serve] listen` when `None`), behind the web
-/// configuration the check read, with what `launch` gives. The targets run on the calling runtime.
+/// configuration the check read, with what `launch` gives. The targets run on the calling runtime and, with `[serve] threads` above 1,
+/// on as many single-threaded runtimes in all ([`Runtimes`]).
 pub async fn start_checked(checked: Checked, launch: Launch) -> std::io::Result<Server> {
     let Checked { config, web } = checked;
     let Launch { listen: listen_override, recording, source, pace, lifecycle } = launch;
@@ -106,7 +108,8 @@ pub async fn start_checked(checked: Checked, launch: Launch) -> std::io::Result<
     let listener = thread::bind(&listen)?;
     let web = Arc::new(WebGate::new(web));
     let addr = listener.local_addr()?;
-    let fleet = Arc::new(Fleet::recording(recording.clone()));
+    let runtimes = Runtimes::start(config.serve.collector_threads(), pace.as_ref())?;
+    let fleet = Arc::new(Fleet::on(recording.clone(), runtimes));
     fleet.apply(&config.fleet).await?;
     let instance = format!("{}:{}", hostname(), addr.port());
     let push =

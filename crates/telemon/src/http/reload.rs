@@ -216,8 +216,12 @@ impl Control {
             pace.set(new.serve.wakeup_slack);
         }
         let mut http_note = String::new();
+        let threads = self.current.lock().unwrap_or_else(|e| e.into_inner()).serve.collector_threads();
+        if new.serve.collector_threads() != threads {
+            http_note += &format!("; [serve] threads stays {threads} until telemon restarts");
+        }
         if moved || relimited {
-            http_note = self.replace_http(listen, listener, limits).await?;
+            http_note += &self.replace_http(listen, listener, limits).await?;
         }
         *self.current.lock().unwrap_or_else(|e| e.into_inner()) = new;
         Ok(format!("targets: {applied}; push senders started or replaced: {senders}{http_note}"))
