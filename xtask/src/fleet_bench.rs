@@ -97,6 +97,10 @@ struct Row {
     threads: Option<usize>,
     /// Bytes telemon read from its targets per second over the window (`telemon_target_received_bytes_total`).
     received_bytes_per_s: f64,
+    /// Seconds from telemon's start to every target up (`None`: not within the deadline).
+    all_up_s: Option<f64>,
+    /// With `--storm`: every sim restarted at once.
+    storm: Option<Storm>,
     /// With a disk queue: bytes written to it per sample sent.
     disk_bytes_per_sample: Option<f64>,
     cpu_percent: f64,
@@ -118,6 +122,53 @@ struct Row {
     flaps: u64,
     /// With `--views`: the second window's figures.
     views: Option<Views>,
+}
+
+/// Every sim killed and started again at once, after the window.
+struct Storm {
+    /// Seconds from the kill to every target up again (`None`: not within the deadline).
+    all_up_s: Option<f64>,
+    /// telemon's RSS (MiB) just before the kill.
+    steady_rss_mib: f64,
+    /// The most telemon's RSS reached from the kill until every target was up (sampled every 100 ms), MiB.
+    peak_rss_mib: f64,
+}
+
+/// Kills every sim at once, starts each again, and measures how long telemon takes to have all `n` targets up
+/// again, and its RSS meanwhile.
+fn storm(
+    children: &mut Children,
+    sims: &mut [(String, Command)],
+    work: &Path,
+    listen: &str,
+    pid: u32,
+    n: usize,
+) -> Result<Storm> {
+    let steady_rss_mib = proc_status_kib(pid, "VmRSS")? as f64 / 1024.0;
+    for (name, _) in sims.iter() {
+        children.stop(name);
+    }
+    let killed = Instant::now();
+    for (name, cmd) in sims.iter_mut() {
+        children.spawn(name, cmd, &work.join(format!("{name}-storm.log")))?;
+    }
+    let mut peak_rss_mib = steady_rss_mib;
+    let mut all_up_s = None;
+    let mut last_poll = Instant::now() - Duration::from_secs(1);
+    while killed.elapsed() < UP_DEADLINE {
+        peak_rss_mib = peak_rss_mib.max(proc_status_kib(pid, "VmRSS")? as f64 / 1024.0);
+        if last_poll.elapsed() >= Duration::from_millis(250) {
+            last_poll = Instant::now();
+            // Right after the kill every target is still up until telemon sees it go: wait a second first.
+            if killed.elapsed() > Duration::from_secs(1) && targets_up(listen).unwrap_or(0) >= n {
+                all_up_s = Some(killed.elapsed().as_secs_f64());
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    children.check_alive(work)?;
+    Ok(Storm { all_up_s, steady_rss_mib, peak_rss_mib })
 }
 
 /// The window with web views open.
@@ -150,11 +201,14 @@ pub struct Options {
     /// Each target's period (meter161's interval, hmon's poll, sysinfo's every, the smon and Mono sims'
     /// interval; default 1 s).
     pub period: Option<Duration>,
+    /// After the window, every sim killed and started again at once: the time to every target up again,
+    /// and telemon's RSS meanwhile beside its steady RSS.
+    pub storm: bool,
 }
 
 /// Runs every (protocol, N) pair, prints the table and writes it to `target/fleet-bench.md`.
 pub fn fleet_bench(root: &Path, options: &Options) -> Result<()> {
-    let Options { sizes, protocols, seconds, record, push, views, threads, period } = options.clone();
+    let Options { sizes, protocols, seconds, record, push, views, threads, period, storm } = options.clone();
     let mut chosen = Vec::new();
     for p in protocols {
         let Some(known) = known_protocols().into_iter().find(|k| *k == p.as_str()) else {
@@ -191,6 +245,7 @@ pub fn fleet_bench(root: &Path, options: &Options) -> Result<()> {
         pinned: pinning_works(),
         views,
         period: period.unwrap_or(Duration::from_secs(1)),
+        storm,
     };
     if !bench.pinned {
         eprintln!("[xtask] no taskset or a single core: telemon and the sims share the cores");
@@ -246,8 +301,8 @@ fn table(rows: &[Row]) -> String {
     let mut t = String::from(
         "| protocol | N | telemon CPU (% of a core) | floor CPU (%) | telemon ÷ floor | sims CPU (%) | peak RSS (MiB) \
          | series | bytes/series | scrape p50 (ms) | scrape p99 (ms) | scrape size (bytes) | gzip p99 (ms) \
-         | gzip size (bytes) | up | flaps |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         | gzip size (bytes) | up | all up after (s) | flaps |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let (floor, ratio) = match r.floor_cpu_percent {
@@ -255,13 +310,14 @@ fn table(rows: &[Row]) -> String {
             Some(f) => (format!("{f:.2}"), "n/a".to_owned()),
             None => ("n/a".to_owned(), "n/a".to_owned()),
         };
+        let all_up = r.all_up_s.map_or("n/a".to_owned(), |s| format!("{s:.1}"));
         let (gzip_p99, gzip_size) = match r.gzip {
             Some((p99, size)) => (format!("{p99:.2}"), size.to_string()),
             None => ("n/a".to_owned(), "n/a".to_owned()),
         };
         let _ = writeln!(
             t,
-            "| {}{}{} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {} |",
+            "| {}{}{} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {all_up} | {} |",
             r.protocol,
             r.push.label(),
             threads_label(r.threads),
@@ -281,9 +337,26 @@ fn table(rows: &[Row]) -> String {
     t.push_str(
         "\nbytes/series: telemon's RSS growth from the next smaller N of the same protocol (before any scrape), \
          divided by the added series (marked Δ); without a smaller N, RSS ÷ series. The floor is `fleet-floor` \
-         against the same sims, alone, over a window of the same length. flaps: down transitions of targets \
+         against the same sims, alone, over a window of the same length. all up after: from telemon's start to every target up (polled each half second; \
+         n/a: not within 60 s). flaps: down transitions of targets \
          during the window (from each target's `telemon_target_connects_total` and `telemon_target_up`). gzip: scrapes with `Accept-Encoding: gzip` after the window (n/a: not served gzip).\n",
     );
+    for r in rows {
+        if let Some(st) = &r.storm {
+            let up = st.all_up_s.map_or("not within 60 s".to_owned(), |s| format!("after {s:.1} s"));
+            let _ = writeln!(
+                t,
+                "\n{} x {}{}: every sim restarted at once: all up again {up}; RSS {:.1} MiB steady, at most {:.1} MiB \
+                 meanwhile ({:.2}x).",
+                r.protocol,
+                r.n,
+                threads_label(r.threads),
+                st.steady_rss_mib,
+                st.peak_rss_mib,
+                st.peak_rss_mib / st.steady_rss_mib.max(1e-3)
+            );
+        }
+    }
     for r in rows.iter().filter(|r| r.threads.is_some()) {
         let _ = writeln!(
             t,
@@ -415,6 +488,8 @@ struct Bench {
     pinned: bool,
     /// Each target's period.
     period: Duration,
+    /// Restart every sim at once after the window.
+    storm: bool,
 }
 
 /// ` (threads T)`, or nothing.
@@ -485,6 +560,10 @@ impl Bench {
         let millis = self.period.as_millis().max(1).to_string();
         let mut children = Children::default();
         let mut sims = Vec::new();
+        // Each sim's command, to start it again for the storm.
+        let mut sim_commands: Vec<(String, Command)> = Vec::new();
+        // The server sims of several instances, which say when all are listening.
+        let mut announcing = Vec::new();
         let mut next_port = 10_000;
         let chunks = (0..n).step_by(MAX_PER_SIM as usize).map(|start| (start, (n - start).min(MAX_PER_SIM)));
         if protocol == "mono" {
@@ -504,6 +583,7 @@ impl Bench {
                     .env("RUST_LOG", &log_level);
                 let name = format!("mono-agent-sim-{i}");
                 sims.push(children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?);
+                sim_commands.push((name, sim));
             }
         } else {
             for (i, (start, count)) in chunks.enumerate() {
@@ -546,7 +626,22 @@ impl Bench {
                         );
                     }
                 }
+                if count > 1 {
+                    announcing.push(name.clone());
+                }
                 sims.push(children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?);
+                sim_commands.push((name, sim));
+            }
+        }
+        // Every sim listening before telemon starts (a sim of several instances says so once all are bound), so
+        // that the time to all up is telemon's, not the sims' start.
+        for name in &announcing {
+            let log = work.join(format!("{name}.log"));
+            let ready = wait_until(&mut children, &work, || {
+                std::fs::read_to_string(&log).is_ok_and(|t| t.contains(": serving "))
+            })?;
+            if !ready {
+                bail!("{name} did not say it was serving within {}s", UP_DEADLINE.as_secs());
             }
         }
         let _sink = if push == Push::None {
@@ -579,6 +674,7 @@ impl Bench {
             telemon.arg("--record").arg(work.join("recordings"));
         }
         let pid = children.spawn("telemon", &mut telemon, &work.join("telemon.log"))?;
+        let spawned = Instant::now();
 
         // Every target up, or the deadline.
         let mut up = 0;
@@ -588,6 +684,7 @@ impl Bench {
             }
             up >= n as usize
         })?;
+        let all_up_s = all_up.then(|| spawned.elapsed().as_secs_f64());
         if !all_up {
             eprintln!(
                 "[xtask] only {up} of {n} targets up after {}s; measuring anyway",
@@ -642,6 +739,11 @@ impl Bench {
             0 => None,
             k => Some(self.views_window(&listen, pid, k)?),
         };
+        let storm = if self.storm {
+            Some(storm(&mut children, &mut sim_commands, &work, &listen, pid, n as usize)?)
+        } else {
+            None
+        };
         children.check_alive(&work)?;
         children.stop("telemon");
 
@@ -668,6 +770,8 @@ impl Bench {
             push,
             threads,
             received_bytes_per_s,
+            all_up_s,
+            storm,
             disk_bytes_per_sample,
             cpu_percent: ticks as f64 / self.clk_tck / elapsed * 100.0,
             floor_cpu_percent,
@@ -1097,6 +1201,8 @@ mod tests {
             push: Push::None,
             threads: None,
             received_bytes_per_s: 0.0,
+            all_up_s: None,
+            storm: None,
             disk_bytes_per_sample: None,
             cpu_percent: 0.0,
             floor_cpu_percent: None,

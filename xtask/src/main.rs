@@ -20,13 +20,14 @@
 //!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
 //!   every up/down caused against those seen (see `sims/fleet-soak`).
 //! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push] [--push-disk] [--views K]
-//!   [--threads T]... [--period D]` measures `telemon serve` (release) watching
+//!   [--threads T]... [--period D] [--storm]` measures `telemon serve` (release) watching
 //!   N sim targets of each protocol (N = 10, 100, 1000 unless given; 60 s windows) and prints one table:
 //!   telemon's CPU beside the floor's (`sims/fleet-floor`, the same polling with the protocol crates alone)
 //!   and the sims', peak RSS, bytes per series, scrape latency and size (plain and gzip), targets up and
 //!   flapping (also written to `target/fleet-bench.md`); `--record` runs it with `telemon serve --record`;
 //!   `--push` adds a row per size with a remote write sender, for its cost; `--threads 1 --threads 2` runs each
-//!   row with `[serve] threads` 1 then 2 (telemon on as many cores), and `--period 10ms` polls faster.
+//!   row with `[serve] threads` 1 then 2 (telemon on as many cores), `--period 10ms` polls faster, and `--storm` restarts
+//!   every sim at once after the window (time to all up again, peak RSS beside the steady RSS).
 //! * `cargo xtask deb [--test]` builds the Debian package, `target/debian/telemon_*.deb` (see `deb.rs` and
 //!   `deploy/debian/README.md`); `--test` then lints, installs, upgrades and purges it on this machine.
 //! * `cargo xtask ci` runs `.ci/run`.
@@ -141,6 +142,10 @@ enum Task {
         /// interval), e.g. `10ms`; default 1s.
         #[arg(long, value_name = "DURATION", value_parser = fleet_bench::parse_period)]
         period: Option<std::time::Duration>,
+        /// After the window, kill every sim and start it again at once: the time until every target is up
+        /// again, and telemon's peak RSS meanwhile beside its steady RSS.
+        #[arg(long)]
+        storm: bool,
     },
     /// Build the Debian package (target/debian/telemon_*.deb): binary, unit, conffile, man pages, completions.
     Deb {
@@ -179,14 +184,34 @@ fn main() -> Result<()> {
         }
         Task::Soak { fleet: true, minutes, .. } => soak_fleet(&root, minutes),
         Task::Soak { minutes, clients, sims, .. } => soak(&root, minutes, clients, &sims),
-        Task::FleetBench { sizes, protocols, seconds, record, push, push_disk, views, threads, period } => {
+        Task::FleetBench {
+            sizes,
+            protocols,
+            seconds,
+            record,
+            push,
+            push_disk,
+            views,
+            threads,
+            period,
+            storm,
+        } => {
             let push: Vec<fleet_bench::Push> =
                 [(push, fleet_bench::Push::Memory), (push_disk, fleet_bench::Push::Disk)]
                     .into_iter()
                     .filter_map(|(on, p)| on.then_some(p))
                     .collect();
-            let options =
-                fleet_bench::Options { sizes, protocols, seconds, record, push, views, threads, period };
+            let options = fleet_bench::Options {
+                sizes,
+                protocols,
+                seconds,
+                record,
+                push,
+                views,
+                threads,
+                period,
+                storm,
+            };
             fleet_bench::fleet_bench(&root, &options)
         }
         Task::Deb { test } => {

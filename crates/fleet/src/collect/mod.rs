@@ -11,6 +11,8 @@ pub mod dialin;
 use std::future::Future;
 use std::time::Duration;
 
+use tokio::sync::Semaphore;
+
 use super::model::ErrorKind;
 use super::target::{Failure, Publisher};
 use crate::retry::Backoff;
@@ -68,6 +70,39 @@ pub fn within<'a, T>(
     }
 }
 
+/// How many connects may start at once, fleet-wide, before the next waits (see [`connecting`]).
+pub const CONNECTS_AT_ONCE: usize = 256;
+/// How long a connect keeps its place among [`CONNECTS_AT_ONCE`] at most: a peer that does not answer holds one
+/// no longer, and cannot hold back the others.
+pub const CONNECT_PLACE: Duration = Duration::from_millis(50);
+
+/// [`within`] for a connect and its handshake, paced fleet-wide: it starts once it has one of
+/// [`CONNECTS_AT_ONCE`] places, which it keeps until it completes or for [`CONNECT_PLACE`], so that at most
+/// that many connects are new at any time (about 5,000 a second). A start, or every peer restarting at once,
+/// is then a paced stream of connects rather than a burst of SYNs that overflows the peers' accept queues
+/// (each dropped SYN costs a second or more of retransmission). The wait for a place is not counted in
+/// `limit`.
+pub fn connecting<'a, T: Send + 'a>(
+    limit: Duration,
+    what: &'a str,
+    fut: impl Future<Output = T> + Send + 'a,
+) -> impl Future<Output = Result<T, Failure>> + Send + 'a {
+    static PLACES: Semaphore = Semaphore::const_new(CONNECTS_AT_ONCE);
+    let connect = within(limit, what, fut);
+    async move {
+        // Never closed: a place is always given in the end.
+        let place = PLACES.acquire().await.ok();
+        let mut connect = std::pin::pin!(connect);
+        tokio::select! {
+            done = &mut connect => done,
+            () = tokio::time::sleep(CONNECT_PLACE) => {
+                drop(place);
+                connect.await
+            }
+        }
+    }
+}
+
 /// Completes when a held-back change is due to be published (see [`Publisher::flush_due`]); never
 /// when nothing is held back, so an idle target costs no timer wake-ups.
 pub async fn flush_due(due: Option<tokio::time::Instant>) {
@@ -89,6 +124,58 @@ impl Drop for AbortOnDrop {
 
 /// What the collectors' property tests share: a publisher on its own registry, and a check of
 /// every value in the rendered exposition.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    /// A storm of connects is paced: never more than [`CONNECTS_AT_ONCE`] at once while they take less than
+    /// [`CONNECT_PLACE`]; one that hangs gives its place up after [`CONNECT_PLACE`], so hanging peers never hold
+    /// back the rest.
+    #[tokio::test(start_paused = true)]
+    async fn connects_are_paced_and_a_hanging_one_gives_its_place_up() {
+        let now = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let started = tokio::time::Instant::now();
+        // As many peers that never answer as there are places...
+        let mut hanging = tokio::task::JoinSet::new();
+        for _ in 0..CONNECTS_AT_ONCE {
+            hanging.spawn(connecting(CONNECT_TIMEOUT, "connect", std::future::pending::<()>()));
+        }
+        tokio::task::yield_now().await;
+        // ...then a thousand that answer in 10 ms.
+        let mut answering = tokio::task::JoinSet::new();
+        for _ in 0..1000 {
+            let (now, most) = (now.clone(), most.clone());
+            answering.spawn(async move {
+                let connect = async {
+                    let n = now.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(n, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    now.fetch_sub(1, Ordering::SeqCst);
+                };
+                connecting(CONNECT_TIMEOUT, "connect", connect).await.unwrap();
+                tokio::time::Instant::now()
+            });
+        }
+        let mut last = started;
+        while let Some(at) = answering.join_next().await {
+            last = last.max(at.unwrap());
+        }
+        assert!(most.load(Ordering::SeqCst) <= CONNECTS_AT_ONCE, "{most:?}");
+        // The hanging ones gave their places up at 50 ms; then 1000 connects of 10 ms, 256 at a time: 4 rounds.
+        let took = last - started;
+        assert!(took >= CONNECT_PLACE + Duration::from_millis(40), "{took:?}");
+        assert!(took < CONNECT_PLACE + Duration::from_millis(100), "{took:?}");
+        // The hanging ones time out at their own limit, not counting their wait.
+        while let Some(done) = hanging.join_next().await {
+            assert_eq!(done.unwrap().unwrap_err().kind, ErrorKind::Timeout);
+        }
+        assert!(tokio::time::Instant::now() - started >= CONNECT_TIMEOUT);
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod testing {
     use crate::model::Protocol;

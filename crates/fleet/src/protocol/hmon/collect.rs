@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use super::HmonBlock;
 use crate::collect::dialin::{Admitted, DialIn};
-use crate::collect::{flush_due, within, AbortOnDrop, Retry, CONNECT_TIMEOUT};
+use crate::collect::{connecting, flush_due, within, AbortOnDrop, Retry, CONNECT_TIMEOUT};
 use crate::model::{ErrorKind, MetricKind};
 use crate::protocol::{Component as _, Start};
 use crate::recording;
@@ -150,7 +150,7 @@ where
 
 async fn connect_session(p: &mut Publisher, addr: &str, plan: &Plan) -> Failure {
     let connected =
-        within(CONNECT_TIMEOUT * 2, "connect", connect(addr, plan.client_config(), p.tapper(addr)));
+        connecting(CONNECT_TIMEOUT * 2, "connect", connect(addr, plan.client_config(), p.tapper(addr)));
     let mut conn = match connected.await {
         Ok(Ok(c)) => c,
         Ok(Err(e)) => return fail(e),

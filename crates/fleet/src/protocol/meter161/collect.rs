@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use meter161::{Client, ClientConfig, ClientError, DecodeError, ProtocolError, Sample};
 
-use crate::collect::{flush_due, within, AbortOnDrop, Retry, CONNECT_TIMEOUT};
+use crate::collect::{connecting, flush_due, AbortOnDrop, Retry, CONNECT_TIMEOUT};
 use crate::discover::glob::{escape_os, glob_dirs, glob_target_name, MAX_GLOB_TARGETS};
 use crate::model::{ErrorKind, MetricKind};
 use crate::protocol::Start;
@@ -67,7 +67,7 @@ async fn session(p: &mut Publisher, path: &Path, interval: Duration) -> Failure 
     let client = {
         let config = ClientConfig::default().interval(interval).handshake_timeout(CONNECT_TIMEOUT);
         let tap = p.tapper(&path.display().to_string());
-        match within(CONNECT_TIMEOUT, "connect", Client::connect_path_with(path, &config, tap)).await {
+        match connecting(CONNECT_TIMEOUT, "connect", Client::connect_path_with(path, &config, tap)).await {
             Ok(Ok(c)) => c,
             Ok(Err(e)) => return Failure::new(kind(&e), e),
             Err(f) => return f,

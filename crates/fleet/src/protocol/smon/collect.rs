@@ -11,7 +11,7 @@ use std::time::Duration;
 use smon_codec::{DecodeError, DecoderConfig, UpdateReader, UpdateRef, ValueRef};
 use tokio::io::AsyncRead;
 
-use crate::collect::{flush_due, within, Retry, CONNECT_TIMEOUT};
+use crate::collect::{connecting, flush_due, Retry, CONNECT_TIMEOUT};
 use crate::model::{ErrorKind, MetricKind, TargetState};
 use crate::store::SlotId;
 use crate::target::{Failure, Publisher};
@@ -40,7 +40,7 @@ pub async fn run(mut p: Publisher, source: Source) {
 async fn session(p: &mut Publisher, source: &Source) -> Failure {
     match source {
         Source::Connect(addr) => {
-            match within(CONNECT_TIMEOUT, "connect", tokio::net::TcpStream::connect(addr)).await {
+            match connecting(CONNECT_TIMEOUT, "connect", tokio::net::TcpStream::connect(addr)).await {
                 Ok(Ok(stream)) => {
                     let stream = p.tapper(addr)(stream);
                     collect(p, UpdateReader::new(stream, DecoderConfig::default())).await

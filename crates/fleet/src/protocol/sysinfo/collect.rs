@@ -15,7 +15,7 @@ use sysinfo_wire::{Client, ClientConfig, ClientError, Endpoint, Reply, Report, S
 use tokio::time::Instant;
 
 use super::{report_by_name, SysinfoBlock, DEFAULT_REPORTS, DEFAULT_TIMEOUT};
-use crate::collect::{within, Retry, CONNECT_TIMEOUT};
+use crate::collect::{connecting, Retry, CONNECT_TIMEOUT};
 use crate::model::{ErrorKind, MetricKind};
 use crate::rows::RowCache;
 use crate::target::{Failure, Publisher};
@@ -160,7 +160,7 @@ impl Schedule {
 }
 
 async fn session(p: &mut Publisher, endpoint: &Endpoint, config: &ClientConfig, plan: &Plan) -> Failure {
-    let client = match within(
+    let client = match connecting(
         CONNECT_TIMEOUT,
         "connect",
         Client::connect_with(endpoint, config.clone(), p.tapper(&endpoint.to_string())),
