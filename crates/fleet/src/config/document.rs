@@ -13,8 +13,8 @@ use serde::de::DeserializeOwned;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
-use super::parse::line_of;
 pub use super::parse::ConfigError;
+use super::parse::{line_of, LineIndex};
 
 /// A config file's text, parsed once for its syntax.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,13 +92,14 @@ impl Document {
             }
         };
         let mut out = Vec::with_capacity(tables.len());
+        let line_index = LineIndex::new(&self.text);
         for (index, value) in tables.into_iter().enumerate() {
             let header = if value.span().is_empty() { at.start } else { value.span().start };
             let place = Place {
                 doc: self.clone(),
                 section: section.into(),
                 index,
-                lines: key_lines(&self.text, value, header),
+                lines: key_lines(&line_index, value, header),
             };
             out.push(read(Block { value, place })?);
         }
@@ -127,21 +128,21 @@ impl Document {
 
 /// The line of every key of a block (dotted inside its tables: `labels.room`, `basic_auth.password_file`),
 /// and of its header under `""`.
-fn key_lines(text: &str, table: &Spanned<DeValue<'_>>, header: usize) -> Arc<BTreeMap<String, usize>> {
-    fn walk(text: &str, prefix: &str, table: &DeTable<'_>, out: &mut BTreeMap<String, usize>) {
+fn key_lines(lines: &LineIndex, table: &Spanned<DeValue<'_>>, header: usize) -> Arc<BTreeMap<String, usize>> {
+    fn walk(lines: &LineIndex, prefix: &str, table: &DeTable<'_>, out: &mut BTreeMap<String, usize>) {
         for (k, v) in table.iter() {
             let path =
                 if prefix.is_empty() { k.get_ref().to_string() } else { format!("{prefix}.{}", k.get_ref()) };
-            out.entry(path.clone()).or_insert_with(|| line_of(text, k.span().start));
+            out.entry(path.clone()).or_insert_with(|| lines.line(k.span().start));
             if let DeValue::Table(inner) = v.get_ref() {
-                walk(text, &path, inner, out);
+                walk(lines, &path, inner, out);
             }
         }
     }
     let mut out = BTreeMap::new();
-    out.insert(String::new(), line_of(text, header));
+    out.insert(String::new(), lines.line(header));
     if let DeValue::Table(t) = table.get_ref() {
-        walk(text, "", t, &mut out);
+        walk(lines, "", t, &mut out);
     }
     Arc::new(out)
 }

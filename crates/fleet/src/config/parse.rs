@@ -45,3 +45,36 @@ pub(crate) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::E
 pub fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
 }
+
+/// The lines of a text, to find the line of many offsets: [`line_of`] counts from the start each time, which
+/// for every key of a file of 10,000 blocks took 15 s.
+#[derive(Debug)]
+pub struct LineIndex(Vec<usize>);
+
+impl LineIndex {
+    /// Where each of `text`'s newlines is.
+    pub fn new(text: &str) -> LineIndex {
+        LineIndex(text.bytes().enumerate().filter(|&(_, b)| b == b'\n').map(|(i, _)| i).collect())
+    }
+
+    /// The line (from 1) of byte `offset`, as [`line_of`] gives it.
+    pub fn line(&self, offset: usize) -> usize {
+        self.0.partition_point(|&newline| newline < offset) + 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn the_index_gives_the_line_that_counting_gives(text in "[a\n=\"]{0,64}", offsets in prop::collection::vec(0usize..80, 1..16)) {
+            let index = LineIndex::new(&text);
+            for offset in offsets {
+                prop_assert_eq!(index.line(offset), line_of(&text, offset), "{:?} at {}", text, offset);
+            }
+        }
+    }
+}
