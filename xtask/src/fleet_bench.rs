@@ -204,11 +204,15 @@ pub struct Options {
     /// After the window, every sim killed and started again at once: the time to every target up again,
     /// and telemon's RSS meanwhile beside its steady RSS.
     pub storm: bool,
+    /// Instead of N simulated instances, one sim serving this recording (`telemon record`, one target of the
+    /// protocol) to every target, as fast as asked (`--replay-speed max`): the peers then cost a copy.
+    pub replay: Option<PathBuf>,
 }
 
 /// Runs every (protocol, N) pair, prints the table and writes it to `target/fleet-bench.md`.
 pub fn fleet_bench(root: &Path, options: &Options) -> Result<()> {
-    let Options { sizes, protocols, seconds, record, push, views, threads, period, storm } = options.clone();
+    let Options { sizes, protocols, seconds, record, push, views, threads, period, storm, replay } =
+        options.clone();
     let mut chosen = Vec::new();
     for p in protocols {
         let Some(known) = known_protocols().into_iter().find(|k| *k == p.as_str()) else {
@@ -246,6 +250,7 @@ pub fn fleet_bench(root: &Path, options: &Options) -> Result<()> {
         views,
         period: period.unwrap_or(Duration::from_secs(1)),
         storm,
+        replay,
     };
     if !bench.pinned {
         eprintln!("[xtask] no taskset or a single core: telemon and the sims share the cores");
@@ -490,6 +495,8 @@ struct Bench {
     period: Duration,
     /// Restart every sim at once after the window.
     storm: bool,
+    /// One sim serving this recording to every target (`--replay`).
+    replay: Option<PathBuf>,
 }
 
 /// ` (threads T)`, or nothing.
@@ -566,7 +573,31 @@ impl Bench {
         let mut announcing = Vec::new();
         let mut next_port = 10_000;
         let chunks = (0..n).step_by(MAX_PER_SIM as usize).map(|start| (start, (n - start).min(MAX_PER_SIM)));
-        if protocol == "mono" {
+        if let Some(recording) = &self.replay {
+            // One sim answers every target from the recording, as fast as asked: its cost is a copy, so that
+            // telemon's work, not the sims', is what the machine's cores run out on.
+            if !matches!(protocol, "hmon" | "smon" | "sysinfo") {
+                bail!("--replay is for the TCP server sims (hmon, smon, sysinfo), not {protocol}");
+            }
+            let addr = format!("127.0.0.1:{}", free_port()?);
+            let name = format!("{}-replay", sim_binary(protocol));
+            let mut sim = self.pinned(&self.release.join(sim_binary(protocol)), SIM_CORE);
+            let flag = if protocol == "hmon" { "--serve" } else { "--listen" };
+            sim.arg("--replay").arg(recording).args(["--replay-speed", "max", flag, &addr]);
+            sim.env("RUST_LOG", &log_level);
+            let period = match protocol {
+                "hmon" => format!("poll = \"{period}\"\n"),
+                "sysinfo" => format!("every = \"{period}\"\n"),
+                _ => String::new(),
+            };
+            for k in 0..n {
+                let _ = write!(config, "\n[[{protocol}]]\nname = \"t{k}\"\nconnect = \"{addr}\"\n{period}");
+            }
+            sims.push(children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?);
+            sim_commands.push((name, sim));
+            // A single listener: bound at once.
+            std::thread::sleep(Duration::from_millis(500));
+        } else if protocol == "mono" {
             // Agents dial telemon's listener: one block, each agent a target. They sample once a
             // second (the real agent's default is continuous sampling), with values that move.
             let inspector = format!("127.0.0.1:{}", free_port()?);

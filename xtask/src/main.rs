@@ -20,14 +20,15 @@
 //!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
 //!   every up/down caused against those seen (see `sims/fleet-soak`).
 //! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push] [--push-disk] [--views K]
-//!   [--threads T]... [--period D] [--storm]` measures `telemon serve` (release) watching
+//!   [--threads T]... [--period D] [--storm] [--replay FILE]` measures `telemon serve` (release) watching
 //!   N sim targets of each protocol (N = 10, 100, 1000 unless given; 60 s windows) and prints one table:
 //!   telemon's CPU beside the floor's (`sims/fleet-floor`, the same polling with the protocol crates alone)
 //!   and the sims', peak RSS, bytes per series, scrape latency and size (plain and gzip), targets up and
 //!   flapping (also written to `target/fleet-bench.md`); `--record` runs it with `telemon serve --record`;
 //!   `--push` adds a row per size with a remote write sender, for its cost; `--threads 1 --threads 2` runs each
 //!   row with `[serve] threads` 1 then 2 (telemon on as many cores), `--period 10ms` polls faster, and `--storm` restarts
-//!   every sim at once after the window (time to all up again, peak RSS beside the steady RSS).
+//!   every sim at once after the window (time to all up again, peak RSS beside the steady RSS); `--replay FILE`
+//!   serves a recording to every target from one sim instead (peers that cost a copy).
 //! * `cargo xtask deb [--test]` builds the Debian package, `target/debian/telemon_*.deb` (see `deb.rs` and
 //!   `deploy/debian/README.md`); `--test` then lints, installs, upgrades and purges it on this machine.
 //! * `cargo xtask ci` runs `.ci/run`.
@@ -146,6 +147,11 @@ enum Task {
         /// again, and telemon's peak RSS meanwhile beside its steady RSS.
         #[arg(long)]
         storm: bool,
+        /// Instead of N simulated instances, one sim serving this recording (from `telemon record`, one hmon,
+        /// smon or sysinfo target) to every target as fast as asked: the peers then cost a copy, and the
+        /// machine's cores go to telemon (for `--threads`).
+        #[arg(long, value_name = "FILE")]
+        replay: Option<std::path::PathBuf>,
     },
     /// Build the Debian package (target/debian/telemon_*.deb): binary, unit, conffile, man pages, completions.
     Deb {
@@ -195,6 +201,7 @@ fn main() -> Result<()> {
             threads,
             period,
             storm,
+            replay,
         } => {
             let push: Vec<fleet_bench::Push> =
                 [(push, fleet_bench::Push::Memory), (push_disk, fleet_bench::Push::Disk)]
@@ -211,6 +218,7 @@ fn main() -> Result<()> {
                 threads,
                 period,
                 storm,
+                replay,
             };
             fleet_bench::fleet_bench(&root, &options)
         }
