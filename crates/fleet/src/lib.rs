@@ -191,6 +191,11 @@ impl Fleet {
         self.protocols.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// How many runtimes its units are spread over (`[serve] threads` as it started).
+    pub fn threads(&self) -> usize {
+        self.units.threads()
+    }
+
     /// The registry target tasks publish into.
     pub fn registry(&self) -> &Registry {
         &self.registry

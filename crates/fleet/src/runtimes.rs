@@ -6,7 +6,7 @@
 //! are that thread's alone, and its publications go to its own entry of the registry (a lock of its
 //! own), so that targets on different threads never wait for one another. There is no work stealing
 //! (as in pingora): a runtime is a plain loop over its own tasks, with the wake-up slack of
-//! [`Pace`](crate::pace::Pace) on each thread.
+//! [`Pace`] on each thread.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -140,6 +140,11 @@ impl Units {
         })
     }
 
+    /// How many runtimes units are spread over.
+    pub fn threads(&self) -> usize {
+        self.runtimes.len()
+    }
+
     fn context(&self, settings: Settings) -> Start {
         Start {
             registry: self.registry.clone(),

@@ -18,6 +18,12 @@ fn thread_names(pid: u32) -> Vec<String> {
     names
 }
 
+/// Sends `server` SIGHUP (a reload).
+fn hangup(server: &Telemon) {
+    // SAFETY: kill(2) signals the child; no memory is involved.
+    assert_eq!(unsafe { libc::kill(server.pid() as i32, libc::SIGHUP) }, 0);
+}
+
 /// Targets up in a scrape of `/metrics`.
 async fn up(addr: std::net::SocketAddr) -> Option<usize> {
     let (_, body) = http_get(addr, "/metrics", &[]).await.ok()?;
@@ -57,11 +63,19 @@ async fn serve_spreads_its_targets_over_its_threads_and_collects_every_one() {
 
     // A reload that asks for one thread changes nothing of them, and says so.
     std::fs::write(&config, targets(1)).unwrap();
-    // SAFETY: kill(2) signals the child; no memory is involved.
-    assert_eq!(unsafe { libc::kill(server.pid() as i32, libc::SIGHUP) }, 0);
+    hangup(&server);
     let line = server.stderr_line("reloaded the config").await;
     assert!(line.contains("[serve] threads stays 3 until telemon restarts"), "{line}");
     assert_eq!(up(addr).await, Some(9));
+    // Asked again, it still runs 3: the message is about the threads running, not the last config read.
+    hangup(&server);
+    let line = server.stderr_line("reloaded the config").await;
+    assert!(line.contains("[serve] threads stays 3 until telemon restarts"), "{line}");
+    // And back to 3: nothing to say.
+    std::fs::write(&config, targets(3)).unwrap();
+    hangup(&server);
+    let line = server.stderr_line("reloaded the config").await;
+    assert!(!line.contains("threads stays"), "{line}");
     server.kill().await;
     sims.stop().await;
 }

@@ -122,8 +122,6 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// What the collectors' property tests share: a publisher on its own registry, and a check of
-/// every value in the rendered exposition.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -176,6 +174,8 @@ mod tests {
     }
 }
 
+/// What the collectors' property tests share: a publisher on its own registry, and a check of
+/// every value in the rendered exposition.
 #[cfg(test)]
 pub(crate) mod testing {
     use crate::model::Protocol;

@@ -216,7 +216,7 @@ impl Control {
             pace.set(new.serve.wakeup_slack);
         }
         let mut http_note = String::new();
-        let threads = self.current.lock().unwrap_or_else(|e| e.into_inner()).serve.collector_threads();
+        let threads = self.fleet.threads();
         if new.serve.collector_threads() != threads {
             http_note += &format!("; [serve] threads stays {threads} until telemon restarts");
         }
