@@ -564,6 +564,13 @@ impl Bench {
             let _ = writeln!(config, "threads = {t}");
         }
         let period = period_text(self.period);
+        // The key of a target block that sets its period (meter161's `interval` is written with the block;
+        // smon's and Mono's period is the sim's).
+        let period_key = match protocol {
+            "hmon" => format!("poll = \"{period}\"\n"),
+            "sysinfo" => format!("every = \"{period}\"\n"),
+            _ => String::new(),
+        };
         let millis = self.period.as_millis().max(1).to_string();
         let mut children = Children::default();
         let mut sims = Vec::new();
@@ -585,13 +592,9 @@ impl Bench {
             let flag = if protocol == "hmon" { "--serve" } else { "--listen" };
             sim.arg("--replay").arg(recording).args(["--replay-speed", "max", flag, &addr]);
             sim.env("RUST_LOG", &log_level);
-            let period = match protocol {
-                "hmon" => format!("poll = \"{period}\"\n"),
-                "sysinfo" => format!("every = \"{period}\"\n"),
-                _ => String::new(),
-            };
             for k in 0..n {
-                let _ = write!(config, "\n[[{protocol}]]\nname = \"t{k}\"\nconnect = \"{addr}\"\n{period}");
+                let _ =
+                    write!(config, "\n[[{protocol}]]\nname = \"t{k}\"\nconnect = \"{addr}\"\n{period_key}");
             }
             sims.push(children.spawn(&name, &mut sim, &work.join(format!("{name}.log")))?);
             sim_commands.push((name, sim));
@@ -643,16 +646,11 @@ impl Bench {
                         "smon" => sim.args(["--listen", &addr, "--interval", &period]),
                         _ => sim.args(["--listen", &addr]),
                     };
-                    let period = match protocol {
-                        "hmon" => format!("poll = \"{period}\"\n"),
-                        "sysinfo" => format!("every = \"{period}\"\n"),
-                        _ => String::new(),
-                    };
                     for k in 0..count {
                         let port = u32::from(first) + k;
                         let _ = write!(
                             config,
-                            "\n[[{protocol}]]\nname = \"t{}\"\nconnect = \"127.0.0.1:{port}\"\n{period}",
+                            "\n[[{protocol}]]\nname = \"t{}\"\nconnect = \"127.0.0.1:{port}\"\n{period_key}",
                             start + k
                         );
                     }

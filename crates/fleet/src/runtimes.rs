@@ -10,7 +10,6 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 use std::thread::JoinHandle as ThreadHandle;
 
 use tokio::runtime::Handle;
@@ -31,7 +30,7 @@ pub struct Runtimes {
     handles: Vec<Handle>,
     next: AtomicUsize,
     /// The extra threads, each with what stops its runtime.
-    threads: Mutex<Vec<(oneshot::Sender<()>, ThreadHandle<()>)>>,
+    extra: Vec<(oneshot::Sender<()>, ThreadHandle<()>)>,
 }
 
 impl Runtimes {
@@ -67,17 +66,12 @@ impl Runtimes {
             })?;
             running.push((stop, thread));
         }
-        Ok(Runtimes { handles, next: AtomicUsize::new(0), threads: Mutex::new(running) })
+        Ok(Runtimes { handles, next: AtomicUsize::new(0), extra: running })
     }
 
-    /// How many runtimes units are spread over.
-    pub fn len(&self) -> usize {
+    /// How many runtimes (threads) units are spread over.
+    pub fn threads(&self) -> usize {
         self.handles.len().max(1)
-    }
-
-    /// Never: there is always the calling runtime (for clippy's `len_without_is_empty`).
-    pub fn is_empty(&self) -> bool {
-        false
     }
 
     /// Spawns `task` on the next runtime in turn.
@@ -97,7 +91,7 @@ impl Drop for Runtimes {
     /// Stops the extra runtimes and waits for their threads, but for the calling thread's own (when
     /// the last owner is one of its tasks), which ends by itself once this returns.
     fn drop(&mut self) {
-        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
+        let threads = std::mem::take(&mut self.extra);
         let me = std::thread::current().id();
         let mut waiting = Vec::new();
         for (stop, thread) in threads {
@@ -116,12 +110,12 @@ impl Drop for Runtimes {
 mod tests {
     use super::*;
     use std::collections::BTreeSet;
-    use std::sync::Arc;
+    use std::sync::{Arc, Mutex};
 
     #[tokio::test]
     async fn units_go_to_each_runtime_in_turn_and_the_threads_stop_on_drop() {
         let runtimes = Runtimes::start(3, None).unwrap();
-        assert_eq!(runtimes.len(), 3);
+        assert_eq!(runtimes.threads(), 3);
         let seen = Arc::new(Mutex::new(BTreeSet::new()));
         let mut tasks = Vec::new();
         for _ in 0..6 {
@@ -153,13 +147,8 @@ mod tests {
             let _tell = tell;
             std::future::pending::<()>().await;
         });
-        let names: Vec<String> = runtimes
-            .threads
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, t)| t.thread().name().unwrap().to_owned())
-            .collect();
+        let names: Vec<String> =
+            runtimes.extra.iter().map(|(_, t)| t.thread().name().unwrap().to_owned()).collect();
         assert_eq!(names, ["collector-1", "collector-2"]);
         drop(runtimes);
         dropped_rx.recv_timeout(std::time::Duration::from_secs(5)).expect("the pending task dropped");
@@ -168,10 +157,9 @@ mod tests {
     #[tokio::test]
     async fn one_thread_is_the_calling_runtime() {
         let runtimes = Runtimes::start(1, None).unwrap();
-        assert_eq!(runtimes.len(), 1);
-        let name = runtimes.spawn(async {}).await;
-        assert!(name.is_ok());
-        assert!(runtimes.threads.lock().unwrap().is_empty());
-        assert_eq!(Runtimes::start(0, None).unwrap().len(), 1);
+        assert_eq!(runtimes.threads(), 1);
+        assert!(runtimes.spawn(async {}).await.is_ok());
+        assert!(runtimes.extra.is_empty());
+        assert_eq!(Runtimes::start(0, None).unwrap().threads(), 1);
     }
 }

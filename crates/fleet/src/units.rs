@@ -142,7 +142,7 @@ impl Units {
 
     /// How many runtimes units are spread over.
     pub fn threads(&self) -> usize {
-        self.runtimes.len()
+        self.runtimes.threads()
     }
 
     fn context(&self, settings: Settings) -> Start {

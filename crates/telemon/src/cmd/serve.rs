@@ -116,7 +116,7 @@ pub async fn run(args: Args, pace: Pace) -> CliResult {
             let _ = control.reload().await;
         }
     });
-    let threads = match config.serve.collector_threads() {
+    let threads = match server.fleet().threads() {
         1 => "1 collector thread".to_owned(),
         n => format!("{n} collector threads"),
     };
