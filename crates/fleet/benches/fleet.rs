@@ -3,6 +3,9 @@
 //! existing series (`update/*` over `update/owned_labels`, updates/s), and publishing a target
 //! (`publish/shared_schema` over `publish/clone_every_series`, series/s).
 //!
+//! `page/kept` over `page/written` is a scrape that copies the pieces the targets' publications rendered,
+//! against one that writes every line (10,000 sys161-like targets).
+//!
 //! The fleet is sysinfo-like: targets with 250 series each (processes with pid and name labels, kernel
 //! counters, and a 20-bucket histogram). Every case also runs in count mode, for
 //! `cargo xtask bench --table`.
@@ -153,7 +156,64 @@ fn groups() -> Vec<Group> {
             })
             .vs("clone_every_series"),
         );
-    vec![render, render_fleet(), update, publish, file_sd()]
+    vec![render, render_fleet(), page(), update, publish, file_sd()]
+}
+
+/// Targets of [`page`]: sys161-like, 20 series each.
+const PAGE_TARGETS: usize = 10_000;
+
+/// A scrape of 10,000 sys161-like targets (20 gauges each): the targets' lines written at the scrape
+/// (`page/written`, each target as it came from its publisher, no piece kept: what every scrape did
+/// before pieces) against the pieces their publications rendered, copied (`page/kept`); lines/s.
+/// The fleet is built on the first call, outside count mode's counting.
+fn page() -> Group {
+    let fleet: std::rc::Rc<std::cell::OnceCell<FleetSnapshot>> = std::rc::Rc::new(std::cell::OnceCell::new());
+    let built = || {
+        let registry = Registry::new();
+        registry.want_pages();
+        let mut ps: Vec<Publisher> = (0..PAGE_TARGETS)
+            .map(|i| {
+                let labels = Vec::<(String, String)>::new();
+                let mut p = Publisher::new(&registry, format!("sys161-{i}"), Protocol::METER161, labels, 100);
+                p.up();
+                p
+            })
+            .collect();
+        for (i, p) in ps.iter_mut().enumerate() {
+            for k in 0..20u64 {
+                let field = format!("{k}");
+                p.put("sys161_field", "h", MetricKind::Gauge, &[("field", &field)], (i as u64) * 1_000 + k);
+            }
+            p.flush();
+        }
+        registry.snapshot()
+    };
+    // Per target: its 20 gauges and 9 lines of telemon's own (four of them errors by kind).
+    let lines = (PAGE_TARGETS * 29) as u64;
+    let f1 = fleet.clone();
+    Group::new("page", Throughput::Elements(lines), 1)
+        .sample_size(10)
+        .case(Case::batched(
+            "written",
+            BatchSize::LargeInput,
+            move || {
+                // Clones start without a piece: the scrape writes every line, as before pieces.
+                let snap = f1.get_or_init(built);
+                FleetSnapshot {
+                    targets: snap.targets.iter().map(|t| Arc::new(TargetSnapshot::clone(t))).collect(),
+                }
+            },
+            |snap| Chunks::new(snap, Format::Text004).map(|c| black_box(c).len()).sum::<usize>(),
+        ))
+        .case(
+            Case::batched(
+                "kept",
+                BatchSize::LargeInput,
+                move || fleet.get_or_init(built).clone(),
+                |snap| Chunks::new(snap, Format::Text004).map(|c| black_box(c).len()).sum::<usize>(),
+            )
+            .vs("written"),
+        )
 }
 
 /// Targets and series per target of [`render_fleet`].

@@ -3,9 +3,10 @@
 //! This module is a contract between the fleet core and its views (`telemon serve`,
 //! `telemon top`): keep it stable.
 
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::SystemTime;
 
+use crate::render::Piece;
 use crate::series::escape_label_value;
 pub use crate::series::{
     Family, FamilyRef, Hist, LabelPairs, LabelSet, MetricKind, Num, Sample, Series, SeriesRef, SeriesSet,
@@ -168,6 +169,33 @@ pub struct TargetSnapshot {
     pub series: SeriesSet,
     /// Recent events, bounded, newest last.
     pub events: Arc<[EventRecord]>,
+    /// Its lines of a scrape page, rendered at most once ([`TargetSnapshot::piece`]).
+    pub(crate) piece: PieceCell,
+}
+
+/// A target's [`Piece`], rendered on first use. A clone starts without one (a clone is made to be
+/// changed: see `Arc::make_mut`), and whoever changes a snapshot in place calls
+/// [`TargetSnapshot::changed`].
+#[derive(Default)]
+pub(crate) struct PieceCell(OnceLock<Piece>);
+
+impl PieceCell {
+    /// The piece, if rendered.
+    pub(crate) fn get(&self) -> Option<&Piece> {
+        self.0.get()
+    }
+}
+
+impl Clone for PieceCell {
+    fn clone(&self) -> Self {
+        PieceCell::default()
+    }
+}
+
+impl std::fmt::Debug for PieceCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.get().is_some() { "PieceCell(rendered)" } else { "PieceCell(empty)" })
+    }
 }
 
 impl TargetSnapshot {
@@ -211,7 +239,22 @@ impl TargetSnapshot {
             received_bytes: 0,
             series: SeriesSet::default(),
             events: NO_EVENTS.clone(),
+            piece: PieceCell::default(),
         }
+    }
+
+    /// Its lines of a scrape page: rendered at the first call, then kept with the snapshot (a
+    /// publication renders it on the collector's thread when pages are asked for, so that a scrape
+    /// only copies it). A snapshot changed in place after a call must say so
+    /// ([`TargetSnapshot::changed`]); one changed through `Arc::make_mut` of a shared `Arc` is a
+    /// clone, which starts without a piece.
+    pub fn piece(&self) -> &Piece {
+        self.piece.0.get_or_init(|| Piece::render(self))
+    }
+
+    /// Forgets the rendered [`TargetSnapshot::piece`]: to call after changing the snapshot in place.
+    pub fn changed(&mut self) {
+        self.piece = PieceCell::default();
     }
 
     /// Whether the target is up (`telemon_target_up` is 1).

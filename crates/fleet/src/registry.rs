@@ -6,6 +6,7 @@
 //! publication replaces the target in it without looking its name up.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::watch;
@@ -22,6 +23,8 @@ pub struct Registry {
 struct Inner {
     targets: Mutex<BTreeMap<Arc<str>, Entry>>,
     generation: watch::Sender<u64>,
+    /// Whether a scrape page was asked for: publications then render their piece.
+    pages: AtomicBool,
 }
 
 /// One target's place in the registry, kept by its publisher: a publication replaces the target in
@@ -70,6 +73,7 @@ impl Registry {
             inner: Arc::new(Inner {
                 targets: Mutex::new(BTreeMap::new()),
                 generation: watch::Sender::new(0),
+                pages: AtomicBool::new(false),
             }),
         }
     }
@@ -145,7 +149,10 @@ impl Registry {
     pub fn update(&self, name: &str, f: impl FnOnce(&mut TargetSnapshot)) -> bool {
         let found = match self.lock().get(name) {
             Some(entry) => {
-                f(Arc::make_mut(&mut entry.lock()));
+                let mut target = entry.lock();
+                let target = Arc::make_mut(&mut target);
+                f(target);
+                target.changed();
                 true
             }
             None => false,
@@ -177,6 +184,18 @@ impl Registry {
         if removed {
             self.bump();
         }
+    }
+
+    /// Says that scrape pages are served from now on: each publication then renders its target's
+    /// [`TargetSnapshot::piece`] on its collector's thread, and a scrape only copies the pieces.
+    /// Without it (`telemon top`, `record`), pieces are rendered only when a page is made.
+    pub fn want_pages(&self) {
+        self.inner.pages.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`Registry::want_pages`] was called.
+    pub(crate) fn pages_wanted(&self) -> bool {
+        self.inner.pages.load(Ordering::Relaxed)
     }
 
     /// Every target, sorted by name.

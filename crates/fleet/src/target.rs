@@ -497,6 +497,11 @@ impl Publisher {
         meta.dropped_series = state.store.dropped();
         meta.received_bytes = state.received.load(Ordering::Relaxed);
         meta.series = state.store.publish();
+        meta.changed();
+        if state.registry.pages_wanted() && crate::render::keeps_piece(meta) {
+            // Rendered here, on the collector's thread: a scrape then copies it.
+            meta.piece();
+        }
         self.registry.publish(&self.entry, self.meta.clone());
         self.dirty = false;
         self.touched = false;

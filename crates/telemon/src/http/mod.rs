@@ -249,6 +249,8 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
         own.push_str(&recording.render(open_metrics));
     }
     own.push_str(&conn::render_refused(open_metrics));
+    // From the first scrape on, each publication renders its target's lines on its collector's thread.
+    state.fleet.registry().want_pages();
     exposition(state.fleet.snapshot(), &headers, own)
 }
 
