@@ -95,6 +95,8 @@ struct Row {
     push: Push,
     /// `[serve] threads`, when the run set it.
     threads: Option<usize>,
+    /// Run with the `--baseline` binary.
+    baseline: bool,
     /// Bytes telemon read from its targets per second over the window (`telemon_target_received_bytes_total`).
     received_bytes_per_s: f64,
     /// Seconds from telemon's start to every target up (`None`: not within the deadline).
@@ -207,12 +209,19 @@ pub struct Options {
     /// Instead of N simulated instances, one sim serving this recording (`telemon record`, one target of the
     /// protocol) to every target, as fast as asked (`--replay-speed max`): the peers then cost a copy.
     pub replay: Option<PathBuf>,
+    /// Each row first with this telemon binary, then with the one built now.
+    pub baseline: Option<PathBuf>,
 }
 
 /// Runs every (protocol, N) pair, prints the table and writes it to `target/fleet-bench.md`.
 pub fn fleet_bench(root: &Path, options: &Options) -> Result<()> {
-    let Options { sizes, protocols, seconds, record, push, views, threads, period, storm, replay } =
+    let Options { sizes, protocols, seconds, record, push, views, threads, period, storm, replay, baseline } =
         options.clone();
+    if let Some(b) = &baseline {
+        if !b.is_file() {
+            bail!("--baseline {}: no such file", b.display());
+        }
+    }
     let mut chosen = Vec::new();
     for p in protocols {
         let Some(known) = known_protocols().into_iter().find(|k| *k == p.as_str()) else {
@@ -251,6 +260,7 @@ pub fn fleet_bench(root: &Path, options: &Options) -> Result<()> {
         period: period.unwrap_or(Duration::from_secs(1)),
         storm,
         replay,
+        baseline: baseline.clone(),
     };
     if !bench.pinned {
         eprintln!("[xtask] no taskset or a single core: telemon and the sims share the cores");
@@ -262,14 +272,18 @@ pub fn fleet_bench(root: &Path, options: &Options) -> Result<()> {
             for &with_push in std::iter::once(&Push::None).chain(&push) {
                 let each: Vec<Option<usize>> =
                     if threads.is_empty() { vec![None] } else { threads.iter().copied().map(Some).collect() };
+                let binaries = if baseline.is_some() { &[true, false][..] } else { &[false][..] };
                 for t in each {
-                    let what = format!("{}{}", with_push.label(), threads_label(t));
-                    eprintln!("[xtask] {protocol} x {n}{what}");
-                    match bench.run(protocol, n, with_push, t) {
-                        Ok(row) => rows.push(row),
-                        Err(e) => {
-                            eprintln!("[xtask] {protocol} x {n}{what} failed: {e:#}");
-                            failed.push(format!("{protocol} x {n}{what}"));
+                    for &base in binaries {
+                        let what =
+                            format!("{}{}{}", with_push.label(), threads_label(t), baseline_label(base));
+                        eprintln!("[xtask] {protocol} x {n}{what}");
+                        match bench.run(protocol, n, with_push, t, base) {
+                            Ok(row) => rows.push(row),
+                            Err(e) => {
+                                eprintln!("[xtask] {protocol} x {n}{what} failed: {e:#}");
+                                failed.push(format!("{protocol} x {n}{what}"));
+                            }
                         }
                     }
                 }
@@ -305,9 +319,9 @@ fn clock_ticks() -> f64 {
 fn table(rows: &[Row]) -> String {
     let mut t = String::from(
         "| protocol | N | telemon CPU (% of a core) | floor CPU (%) | telemon ÷ floor | sims CPU (%) | peak RSS (MiB) \
-         | series | bytes/series | scrape p50 (ms) | scrape p99 (ms) | scrape size (bytes) | gzip p99 (ms) \
+         | series | bytes/series | bytes/target | scrape p50 (ms) | scrape p99 (ms) | scrape size (bytes) | gzip p99 (ms) \
          | gzip size (bytes) | up | all up after (s) | flaps |\n\
-         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in rows {
         let (floor, ratio) = match r.floor_cpu_percent {
@@ -322,16 +336,17 @@ fn table(rows: &[Row]) -> String {
         };
         let _ = writeln!(
             t,
-            "| {}{}{} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {all_up} | {} |",
+            "| {}{}{} | {} | {:.2} | {floor} | {ratio} | {:.2} | {:.1} | {} | {} | {} | {:.2} | {:.2} | {} | {gzip_p99} | {gzip_size} | {} | {all_up} | {} |",
             r.protocol,
             r.push.label(),
-            threads_label(r.threads),
+            variant_label(r),
             r.n,
             r.cpu_percent,
             r.sims_cpu_percent,
             r.peak_rss_mib,
             r.series,
             bytes_per_series(r, rows),
+            bytes_per_target(r, rows),
             r.p50_ms,
             r.p99_ms,
             r.scrape_bytes,
@@ -341,7 +356,7 @@ fn table(rows: &[Row]) -> String {
     }
     t.push_str(
         "\nbytes/series: telemon's RSS growth from the next smaller N of the same protocol (before any scrape), \
-         divided by the added series (marked Δ); without a smaller N, RSS ÷ series. The floor is `fleet-floor` \
+         divided by the added series (marked Δ); without a smaller N, RSS ÷ series; bytes/target likewise per target. The floor is `fleet-floor` \
          against the same sims, alone, over a window of the same length. all up after: from telemon's start to every target up (polled each half second; \
          n/a: not within 60 s). flaps: down transitions of targets \
          during the window (from each target's `telemon_target_connects_total` and `telemon_target_up`). gzip: scrapes with `Accept-Encoding: gzip` after the window (n/a: not served gzip).\n",
@@ -355,7 +370,7 @@ fn table(rows: &[Row]) -> String {
                  meanwhile ({:.2}x).",
                 r.protocol,
                 r.n,
-                threads_label(r.threads),
+                variant_label(r),
                 st.steady_rss_mib,
                 st.peak_rss_mib,
                 st.peak_rss_mib / st.steady_rss_mib.max(1e-3)
@@ -368,7 +383,7 @@ fn table(rows: &[Row]) -> String {
             "\n{} x {}{}: telemon read {:.0} bytes/s from its targets ({:.2}% of a core).",
             r.protocol,
             r.n,
-            threads_label(r.threads),
+            variant_label(r),
             r.received_bytes_per_s,
             r.cpu_percent
         );
@@ -418,16 +433,34 @@ fn scrape_value(text: &str, series: &str) -> f64 {
 
 /// `r`'s state per series: RSS growth over the next smaller N of its protocol, else RSS ÷ series.
 fn bytes_per_series(r: &Row, rows: &[Row]) -> String {
+    bytes_per(r, rows, |r| r.series)
+}
+
+/// Bytes of telemon's state RSS per target: as [`bytes_per_series`], per target.
+fn bytes_per_target(r: &Row, rows: &[Row]) -> String {
+    bytes_per(r, rows, |r| r.n as usize)
+}
+
+/// telemon's state RSS growth from the next smaller row of the same kind, per unit of `count` added
+/// (marked Δ); without a smaller row, RSS ÷ `count`.
+fn bytes_per(r: &Row, rows: &[Row], count: impl Fn(&Row) -> usize) -> String {
     let smaller = rows
         .iter()
-        .filter(|o| o.protocol == r.protocol && o.push == r.push && o.n < r.n && o.series < r.series)
+        .filter(|o| {
+            o.protocol == r.protocol
+                && o.push == r.push
+                && o.threads == r.threads
+                && o.baseline == r.baseline
+                && o.n < r.n
+                && count(o) < count(r)
+        })
         .max_by_key(|o| o.n);
     match smaller {
         Some(o) => {
             let grown = r.state_rss_kib as f64 - o.state_rss_kib as f64;
-            format!("{:.0} Δ", grown * 1024.0 / (r.series - o.series) as f64)
+            format!("{:.0} Δ", grown * 1024.0 / (count(r) - count(o)) as f64)
         }
-        None if r.series > 0 => format!("{:.0}", r.state_rss_kib as f64 * 1024.0 / r.series as f64),
+        None if count(r) > 0 => format!("{:.0}", r.state_rss_kib as f64 * 1024.0 / count(r) as f64),
         None => "n/a".to_owned(),
     }
 }
@@ -497,6 +530,22 @@ struct Bench {
     storm: bool,
     /// One sim serving this recording to every target (`--replay`).
     replay: Option<PathBuf>,
+    /// The `--baseline` telemon binary.
+    baseline: Option<PathBuf>,
+}
+
+/// A row's threads and baseline labels.
+fn variant_label(r: &Row) -> String {
+    format!("{}{}", threads_label(r.threads), baseline_label(r.baseline))
+}
+
+/// ` (baseline)` for a row of the `--baseline` binary, or nothing.
+fn baseline_label(baseline: bool) -> &'static str {
+    if baseline {
+        " (baseline)"
+    } else {
+        ""
+    }
 }
 
 /// ` (threads T)`, or nothing.
@@ -543,14 +592,22 @@ impl Bench {
         }
     }
 
-    fn run(&self, protocol: &'static str, n: u32, push: Push, threads: Option<usize>) -> Result<Row> {
+    fn run(
+        &self,
+        protocol: &'static str,
+        n: u32,
+        push: Push,
+        threads: Option<usize>,
+        baseline: bool,
+    ) -> Result<Row> {
         let suffix = match push {
             Push::None => "",
             Push::Memory => "-push",
             Push::Disk => "-push-disk",
         };
         let t = threads.map(|t| format!("-threads{t}")).unwrap_or_default();
-        let work = self.work.join(format!("{protocol}-{n}{suffix}{t}"));
+        let b = if baseline { "-baseline" } else { "" };
+        let work = self.work.join(format!("{protocol}-{n}{suffix}{t}{b}"));
         if work.exists() {
             std::fs::remove_dir_all(&work).with_context(|| format!("clearing {}", work.display()))?;
         }
@@ -697,7 +754,11 @@ impl Bench {
             Some(t) if t > 1 => format!("0-{}", t - 1),
             _ => COLLECTOR_CORE.to_owned(),
         };
-        let mut telemon = with_nofile_limit(self.pinned(&self.release.join("telemon"), &cores));
+        let bin = match (&self.baseline, baseline) {
+            (Some(b), true) => b.clone(),
+            _ => self.release.join("telemon"),
+        };
+        let mut telemon = with_nofile_limit(self.pinned(&bin, &cores));
         telemon.arg("serve").arg("--config").arg(&config_path);
         if self.record {
             telemon.arg("--record").arg(work.join("recordings"));
@@ -796,6 +857,7 @@ impl Bench {
         Ok(Row {
             protocol,
             n,
+            baseline,
             push,
             threads,
             received_bytes_per_s,
@@ -1229,6 +1291,7 @@ mod tests {
             n,
             push: Push::None,
             threads: None,
+            baseline: false,
             received_bytes_per_s: 0.0,
             all_up_s: None,
             storm: None,
@@ -1250,5 +1313,12 @@ mod tests {
         let rows = [row(100, 10_000, 1_000), row(1000, 19_000, 10_000)];
         assert_eq!(bytes_per_series(&rows[0], &rows), "10240");
         assert_eq!(bytes_per_series(&rows[1], &rows), "1024 Δ");
+        assert_eq!(bytes_per_target(&rows[0], &rows), "102400");
+        assert_eq!(bytes_per_target(&rows[1], &rows), "10240 Δ");
+        // A baseline binary's row is compared with its own rows only.
+        let mut base = row(10_000, 100_000, 100_000);
+        base.baseline = true;
+        let rows = [row(100, 10_000, 1_000), row(1000, 19_000, 10_000), base];
+        assert_eq!(bytes_per_target(&rows[2], &rows), "10240");
     }
 }

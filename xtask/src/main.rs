@@ -152,6 +152,10 @@ enum Task {
         /// machine's cores go to telemon (for `--threads`).
         #[arg(long, value_name = "FILE")]
         replay: Option<std::path::PathBuf>,
+        /// Run each row first with this telemon binary (an older build, say), then with the one built
+        /// now: before and after in one run, each beside its own floor.
+        #[arg(long, value_name = "BIN")]
+        baseline: Option<std::path::PathBuf>,
     },
     /// Build the Debian package (target/debian/telemon_*.deb): binary, unit, conffile, man pages, completions.
     Deb {
@@ -202,6 +206,7 @@ fn main() -> Result<()> {
             period,
             storm,
             replay,
+            baseline,
         } => {
             let push: Vec<fleet_bench::Push> =
                 [(push, fleet_bench::Push::Memory), (push_disk, fleet_bench::Push::Disk)]
@@ -219,6 +224,7 @@ fn main() -> Result<()> {
                 period,
                 storm,
                 replay,
+                baseline,
             };
             fleet_bench::fleet_bench(&root, &options)
         }
