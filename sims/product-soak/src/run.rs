@@ -159,6 +159,13 @@ struct Figures {
     history_series: f64,
 }
 
+/// One of [`Figures`].
+type Figure = fn(&Figures) -> f64;
+
+/// A figure judged flat or not: its name, how to read it, the tolerance (relative), the slack (absolute), its
+/// unit.
+type Watched = (&'static str, Figure, f64, f64, &'static str);
+
 /// What the 1 s scrapes of `/metrics` saw.
 #[derive(Debug, Default)]
 struct Scraped {
@@ -694,6 +701,7 @@ pub async fn run(opts: Options) -> Result<Report> {
         StartAgain(Vec<usize>),
         VmBack,
         DiskFree,
+        AfterBurst,
     }
     let mut queue: BinaryHeap<Reverse<(Instant, Step)>> = BinaryHeap::new();
     for (k, (t, _)) in plan.faults.iter().enumerate() {
@@ -710,7 +718,17 @@ pub async fn run(opts: Options) -> Result<Report> {
         match step {
             Step::Fault(_, k) => match plan.faults[k].1 {
                 Fault::Restarts => {
-                    let up: Vec<usize> = restartable.iter().copied().filter(|i| !down.contains(i)).collect();
+                    // Not a sim started again in the last seconds (a late round after a slow step): its start
+                    // must be seen before it stops again.
+                    let recent = |i: usize| {
+                        f.causes
+                            .iter()
+                            .rev()
+                            .take_while(|c| c.at + GRACE > Instant::now())
+                            .any(|c| c.slot == i)
+                    };
+                    let up: Vec<usize> =
+                        restartable.iter().copied().filter(|i| !down.contains(i) && !recent(*i)).collect();
                     let picked = pick(&mut rng, up, (static_count / 10).max(1));
                     for &i in &picked {
                         f.causes.push(Cause { at: Instant::now(), slot: i, up: false });
@@ -820,9 +838,8 @@ pub async fn run(opts: Options) -> Result<Report> {
                 Fault::Burst => {
                     let before = fds(telemon.pid);
                     let made = burst(opts.burst, mono_listen, hmon_listen).await;
-                    let during = fds(telemon.pid);
-                    tokio::time::sleep(Duration::from_secs(15)).await;
-                    f.burst = Some((made, before, during, fds(telemon.pid)));
+                    f.burst = Some((made, before, fds(telemon.pid), 0));
+                    queue.push(Reverse((Instant::now() + Duration::from_secs(15), Step::AfterBurst)));
                 }
                 Fault::DiskFull { seconds } => {
                     ns.fill().await?;
@@ -838,6 +855,11 @@ pub async fn run(opts: Options) -> Result<Report> {
                         f.restart_failures.push(format!("{}: {e:#}", slots[i].name));
                     }
                     down.remove(&i);
+                }
+            }
+            Step::AfterBurst => {
+                if let Some(b) = f.burst.as_mut() {
+                    b.3 = fds(telemon.pid);
                 }
             }
             Step::VmBack => {
@@ -974,7 +996,7 @@ pub async fn run(opts: Options) -> Result<Report> {
     // the Mono agents' new names (each lingers 10 minutes), the targets added, the pages visited. An hour's run
     // judges its bytes after the 10-minute warm-up (the lingers' steady state); a shorter one, shorter than a
     // linger, judges its bytes per series held.
-    let history: (&str, fn(&Figures) -> f64, f64, f64, &str) = if plan.seconds >= 1200 {
+    let history: Watched = if plan.seconds >= 1200 {
         ("web view history", |x| x.history_bytes / 1024.0, 0.10, 64.0, "KiB")
     } else {
         (
@@ -986,7 +1008,7 @@ pub async fn run(opts: Options) -> Result<Report> {
         )
     };
     for (what, pick_fig, tol, slack, unit) in [
-        ("telemon RSS", (|x: &Figures| x.rss_kib / 1024.0) as fn(&Figures) -> f64, 0.10, 2.0, "MiB"),
+        ("telemon RSS", (|x: &Figures| x.rss_kib / 1024.0) as Figure, 0.10, 2.0, "MiB"),
         ("telemon open descriptors", |x: &Figures| x.fds, 0.05, 10.0, ""),
         history,
     ] {
@@ -1091,9 +1113,8 @@ pub async fn run(opts: Options) -> Result<Report> {
     for c in f.causes.iter().filter(|c| c.up && c.at > since + GRACE && slots[c.slot].kind != Kind::Mono) {
         *restarts.entry(c.slot).or_default() += 1;
     }
-    let ran_at_start = |slot: usize| {
-        f.causes.iter().filter(|c| c.slot == slot && c.at <= since + GRACE).next_back().is_none_or(|c| c.up)
-    };
+    let ran_at_start =
+        |slot: usize| f.causes.iter().rfind(|c| c.slot == slot && c.at <= since + GRACE).is_none_or(|c| c.up);
     let mut short = Vec::new();
     let listing = targets_json
         .as_ref()
@@ -1510,6 +1531,29 @@ async fn reload(
             out.notes
                 .push(format!("reload {k}: status {status}, reload_successful {reload_ok:?}: {answer:?}"));
         }
+    }
+    if !changed.is_empty() {
+        // Why they reconnected: their last error, from /targets.
+        let listing: Option<serde_json::Value> =
+            api.get("/targets").await.ok().and_then(|b| serde_json::from_str(&b).ok());
+        let why: Vec<String> = changed
+            .iter()
+            .take(3)
+            .map(|t| {
+                let row = listing
+                    .as_ref()
+                    .and_then(|l| l["targets"].as_array()?.iter().find(|r| r["name"] == t.as_str()).cloned());
+                let row = row.unwrap_or_default();
+                format!(
+                    "{t}: connects {:?} -> {:?}, last error {}, errors {}",
+                    before.get(t),
+                    after.get(t),
+                    row["last_error"],
+                    row["errors"]
+                )
+            })
+            .collect();
+        out.notes.push(format!("reload {k}: {} reconnected ({})", changed.len(), why.join("; ")));
     }
     out.reconnected.extend(changed.into_iter().map(|t| (k, t)));
 }
