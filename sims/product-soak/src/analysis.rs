@@ -96,6 +96,8 @@ pub struct Gaps {
     pub duplicates: i64,
     /// Timestamps held twice outside `dup_ok`.
     pub bad_duplicates: i64,
+    /// The first few of those, in Unix ms.
+    pub dup_at: Vec<i64>,
 }
 
 /// The gaps of a series sampled every `step_ms` with timestamps `ts` (sorted): a gap longer than 1.5 steps
@@ -118,6 +120,9 @@ pub fn gaps(
             g.duplicates += 1;
             if !dup_ok.iter().any(|(s, e)| a >= *s && a <= *e) {
                 g.bad_duplicates += 1;
+                if g.dup_at.len() < 3 {
+                    g.dup_at.push(a);
+                }
             }
             continue;
         }

@@ -711,10 +711,18 @@ pub async fn run(opts: Options) -> Result<Report> {
     let restartable: Vec<usize> = (0..static_count).collect();
     let mut down: HashSet<usize> = HashSet::new();
     let mut reload_count = 0usize;
+    let mut lateness = Duration::ZERO;
     let end = start + Duration::from_secs(plan.seconds);
     while let Some(Reverse((at, step))) = queue.pop() {
         tokio::time::sleep_until(at.into()).await;
         telemon.check(&log)?;
+        let late = at.elapsed();
+        if let Step::Fault(t, k) = &step {
+            if plan.faults[*k].1 != Fault::Restarts || late > Duration::from_secs(5) {
+                eprintln!("[product-soak] +{t}s {:?} (late by {late:.1?})", plan.faults[*k].1);
+            }
+            lateness = lateness.max(late);
+        }
         match step {
             Step::Fault(_, k) => match plan.faults[k].1 {
                 Fault::Restarts => {
@@ -730,11 +738,8 @@ pub async fn run(opts: Options) -> Result<Report> {
                     let up: Vec<usize> =
                         restartable.iter().copied().filter(|i| !down.contains(i) && !recent(*i)).collect();
                     let picked = pick(&mut rng, up, (static_count / 10).max(1));
-                    for &i in &picked {
-                        f.causes.push(Cause { at: Instant::now(), slot: i, up: false });
-                        fleet_soak::stop(&mut slots[i]).await;
-                        down.insert(i);
-                    }
+                    stop_all(&mut slots, &picked, &mut f.causes).await;
+                    down.extend(picked.iter().copied());
                     queue.push(Reverse((
                         Instant::now() + Duration::from_secs(plan.down_for),
                         Step::StartAgain(picked),
@@ -833,6 +838,7 @@ pub async fn run(opts: Options) -> Result<Report> {
                     pid.store(telemon.pid, Ordering::Relaxed);
                     run_no.store(1, Ordering::Relaxed);
                     f.kills.push((killed, Instant::now()));
+                    fresh_scrape(&shared, Instant::now()).await;
                     eprintln!("[product-soak] telemon killed and restarted (pid {})", telemon.pid);
                 }
                 Fault::Burst => {
@@ -848,6 +854,8 @@ pub async fn run(opts: Options) -> Result<Report> {
                 }
             },
             Step::StartAgain(picked) => {
+                let began = Instant::now();
+                let n = picked.len();
                 for i in picked {
                     f.causes.push(Cause { at: Instant::now(), slot: i, up: true });
                     if let Err(e) = fleet_soak::start(&mut slots[i]).await {
@@ -855,6 +863,9 @@ pub async fn run(opts: Options) -> Result<Report> {
                         f.restart_failures.push(format!("{}: {e:#}", slots[i].name));
                     }
                     down.remove(&i);
+                }
+                if began.elapsed() > Duration::from_secs(5) {
+                    eprintln!("[product-soak] starting {n} sims again took {:.1?}", began.elapsed());
                 }
             }
             Step::AfterBurst => {
@@ -951,6 +962,7 @@ pub async fn run(opts: Options) -> Result<Report> {
     ] {
         let mut total = Gaps::default();
         let mut lost = Vec::new();
+        let mut dups = Vec::new();
         for (labels, samples) in &series {
             let mut ts: Vec<i64> = samples.iter().map(|s| s.0).collect();
             ts.sort_unstable();
@@ -966,6 +978,9 @@ pub async fn run(opts: Options) -> Result<Report> {
             for (a, b) in &g.lost_at {
                 lost.push(format!("{family}{{target=\"{target}\"}} {a}..{b}"));
             }
+            for t in &g.dup_at {
+                dups.push(format!("{target} +{:.0}s", (t - clock.ms) as f64 / 1000.0));
+            }
             total.expected += g.expected;
             total.received += g.received;
             total.kill += g.kill;
@@ -973,6 +988,9 @@ pub async fn run(opts: Options) -> Result<Report> {
             total.lost += g.lost;
             total.duplicates += g.duplicates;
             total.bad_duplicates += g.bad_duplicates;
+        }
+        if !dups.is_empty() {
+            lost.push(format!("duplicated outside a kill or an outage at {}", first(&dups)));
         }
         vm_rows.push((family.to_owned(), series.len(), total, lost));
     }
@@ -1311,6 +1329,7 @@ pub async fn run(opts: Options) -> Result<Report> {
             made >= opts.burst && after <= before + 20,
         );
     }
+    table.info("schedule", format!("the latest fault ran {lateness:.1?} after its time"));
     for (k, r) in &f.kills {
         table.info(
             "SIGKILL",
@@ -1341,6 +1360,26 @@ pub async fn run(opts: Options) -> Result<Report> {
     drop(otlp);
     drop(work);
     Ok(Report { passed: table.passed(), text })
+}
+
+/// Stops the sims of `picked` at once (each stop waits for its sim's task), noting each as a cause.
+async fn stop_all(slots: &mut [Slot], picked: &[usize], causes: &mut Vec<Cause>) {
+    let mut stopping = tokio::task::JoinSet::new();
+    for &i in picked {
+        causes.push(Cause { at: Instant::now(), slot: i, up: false });
+        if let Some(running) = slots[i].running.take() {
+            stopping.spawn(running.stop());
+        }
+    }
+    while stopping.join_next().await.is_some() {}
+}
+
+/// Waits (10 s at most) for a scrape of `/metrics` that ended after `after`.
+async fn fresh_scrape(shared: &Shared, after: Instant) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline && lock(shared).at.is_none_or(|at| at <= after) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// `NAME up|down at +Ss` of a cause.
@@ -1488,6 +1527,7 @@ async fn reload(
     k: usize,
     out: &mut Reloads,
 ) {
+    fresh_scrape(shared, Instant::now()).await;
     let before = lock(shared).connects.clone();
     let t0 = Instant::now();
     let answer = api.post("/-/reload").await;
