@@ -531,8 +531,9 @@ pub async fn run(opts: Options) -> Result<Report> {
     )?;
     let auth =
         format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{USER}:{password}")));
-    let (listen, mono_listen, hmon_listen) = (free_addr(), free_addr(), free_addr());
-    let api = Api::new(listen, &std::fs::read(w.join("ca.pem"))?, USER, &password)?;
+    // Picked again right before telemon starts (see below): a free port may be taken meanwhile.
+    let (mut listen, mut mono_listen, mut hmon_listen) = (free_addr(), free_addr(), free_addr());
+    let ca = std::fs::read(w.join("ca.pem"))?;
 
     // The receivers.
     let vm_bin = opts.components.victoria_metrics.clone();
@@ -592,23 +593,6 @@ pub async fn run(opts: Options) -> Result<Report> {
     std::fs::create_dir_all(w.join("sd"))?;
     write_atomic(&w.join("sd/targets.json"), &sd_json(&slots, &sd_active))?;
     let mut listed: Vec<usize> = (0..static_count).collect();
-    let write_config = |listed: &[usize], broken: bool| -> Result<()> {
-        let text = config_text(
-            &slots,
-            listed,
-            listen,
-            mono_listen,
-            hmon_listen,
-            vm_addr,
-            otlp.addr,
-            &opts,
-            w,
-            broken,
-        );
-        std::fs::write(w.join("telemon.toml"), text)?;
-        Ok(())
-    };
-    write_config(&listed, false)?;
 
     // telemon, in its namespace.
     let ns = Namespace::start(&w.join("queues"), if plan.seconds >= 1200 { 512 } else { 128 }).await?;
@@ -626,7 +610,37 @@ pub async fn run(opts: Options) -> Result<Report> {
         record_total.to_string(),
     ];
     let log = w.join("telemon.log");
-    let mut telemon = Telemon::start(&ns, &opts.telemon, &args, &log, &api).await?;
+    // telemon binds its three addresses at start: one taken since it was found free (by a sim, or another
+    // process) fails the start, which is then made again on new ones.
+    let mut attempt = 0;
+    let (mut telemon, api) = loop {
+        attempt += 1;
+        for slot in slots.iter_mut().filter(|s| s.kind == Kind::Mono) {
+            slot.place = Place::Dial(mono_listen);
+        }
+        let text = config_text(
+            &slots,
+            &listed,
+            listen,
+            mono_listen,
+            hmon_listen,
+            vm_addr,
+            otlp.addr,
+            &opts,
+            w,
+            false,
+        );
+        std::fs::write(w.join("telemon.toml"), text)?;
+        let api = Api::new(listen, &ca, USER, &password)?;
+        match Telemon::start(&ns, &opts.telemon, &args, &log, &api).await {
+            Ok(t) => break (t, api),
+            Err(e) if attempt < 3 && format!("{e:#}").contains("Address already in use") => {
+                eprintln!("[product-soak] {e:#}; again on other ports");
+                (listen, mono_listen, hmon_listen) = (free_addr(), free_addr(), free_addr());
+            }
+            Err(e) => return Err(e),
+        }
+    };
     let pid = Arc::new(AtomicU32::new(telemon.pid));
     let run_no = Arc::new(AtomicU32::new(0));
     for slot in slots.iter_mut().filter(|s| s.kind == Kind::Mono) {
