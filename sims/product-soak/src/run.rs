@@ -693,8 +693,13 @@ pub async fn run(opts: Options) -> Result<Report> {
     let figures: Arc<Mutex<Vec<Figures>>> = Arc::default();
     let sampling = tokio::spawn(sampler(api.clone(), pid.clone(), run_no.clone(), start, figures.clone()));
     let (stop_browser, stopped) = tokio::sync::watch::channel(false);
-    let pages: Vec<String> =
-        slots[..static_count].iter().filter(|s| s.kind != Kind::Mono).map(|s| s.name.clone()).collect();
+    // The first sim of each kind that the config lists, in turn: the history the pages hold then repeats
+    // every 40 s instead of following which protocol's pages are being visited.
+    let pages: Vec<String> = slots[..static_count]
+        .iter()
+        .filter(|s| s.kind != Kind::Mono && s.n == 0)
+        .map(|s| s.name.clone())
+        .collect();
     // On a thread of its own: the WebDriver client's futures are not Send.
     let (driver, base) = (opts.components.chromedriver.clone(), format!("https://{listen}"));
     let browse_auth = auth.clone();
@@ -981,12 +986,17 @@ pub async fn run(opts: Options) -> Result<Report> {
             let mut ts: Vec<i64> = samples.iter().map(|s| s.0).collect();
             ts.sort_unstable();
             let target = labels.get("target").cloned().unwrap_or_default();
+            let value_at = |t: i64| samples.iter().find(|s| s.0 == t).map(|s| s.1);
             let excused = |a: i64, b: i64| {
+                if family == "telemon_target_up" {
+                    // A dial-in name that was down when its series stopped was forgotten at the end of its
+                    // 10-minute linger; a later agent from the same port takes the name again.
+                    return target.starts_with("mono/") && value_at(a) == Some(0.0);
+                }
                 // A value series' gap is a loss only while its target was up all along.
-                family != "telemon_target_up"
-                    && up_of
-                        .get(&target)
-                        .is_none_or(|u| u.iter().any(|(t, v)| *t > a - 3000 && *t < b + 3000 && *v != 1.0))
+                up_of
+                    .get(&target)
+                    .is_none_or(|u| u.iter().any(|(t, v)| *t > a - 3000 && *t < b + 3000 && *v != 1.0))
             };
             let g = gaps(&ts, BATCH_MS, &losses, &dup_ok, excused);
             for (a, b) in &g.lost_at {
@@ -1338,9 +1348,11 @@ pub async fn run(opts: Options) -> Result<Report> {
         table.row(
             "burst of bogus dial-in connections",
             format!(
-                "{made} made; telemon's descriptors {before} before, {during} at its end, {after} 15 s later"
+                "{made} made; telemon's descriptors {before} before, {during} at its end, {after} 15 s later \
+                 (at most {} more: the connections of a round of restarts, and 20)",
+                static_count / 10
             ),
-            made >= opts.burst && after <= before + 20,
+            made >= opts.burst && after <= before + static_count / 10 + 20,
         );
     }
     table.info("schedule", format!("the latest fault ran {lateness:.1?} after its time"));
