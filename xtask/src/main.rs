@@ -19,6 +19,10 @@
 //! * `cargo xtask soak --fleet [--minutes N]` runs `telemon serve` (release) over 200 sims of the five
 //!   protocols while a tenth of them is restarted every 10 s, and prints one table: RSS growth, scrape p50/p99,
 //!   every up/down caused against those seen (see `sims/fleet-soak`).
+//! * `cargo xtask soak --all [--minutes N] [--seed S]` runs the whole product for an hour (or N minutes): `telemon
+//!   serve` (release, TLS and basic auth) over 500 sims, a real Prometheus, VictoriaMetrics, an OTLP receiver, headless
+//!   Chromium and recordings, with faults on a seeded schedule, and prints one table of checks (see
+//!   `sims/product-soak`).
 //! * `cargo xtask fleet-bench [N...] [--protocol P]... [--seconds S] [--record] [--push] [--push-disk] [--views K]
 //!   [--threads T]... [--period D] [--storm] [--replay FILE]` measures `telemon serve` (release) watching
 //!   N sim targets of each protocol (N = 10, 100, 1000 unless given; 60 s windows) and prints one table:
@@ -102,9 +106,17 @@ enum Task {
         /// Instead: telemon serve over a fleet of 200 sims, a tenth restarted every 10 s (`sims/fleet-soak`).
         #[arg(long, conflicts_with_all = ["clients", "sims"])]
         fleet: bool,
-        /// Minutes per sim (with --fleet: minutes of restarts).
-        #[arg(long, default_value_t = 2.0)]
-        minutes: f64,
+        /// Instead: the whole product for an hour (or --minutes) with faults on a seeded schedule: telemon
+        /// behind TLS and basic auth over 500 sims, a real Prometheus, VictoriaMetrics, an OTLP receiver,
+        /// headless Chromium, recordings (`sims/product-soak`).
+        #[arg(long, conflicts_with_all = ["clients", "sims", "fleet"])]
+        all: bool,
+        /// Minutes per sim (with --fleet: minutes of restarts; default 2; with --all: of the run, default 60).
+        #[arg(long)]
+        minutes: Option<f64>,
+        /// With --all: the schedule's seed (default: from the clock; printed either way).
+        #[arg(long, requires = "all")]
+        seed: Option<u64>,
         /// Concurrent clients per sim.
         #[arg(long, default_value_t = 1000)]
         clients: usize,
@@ -192,8 +204,9 @@ fn main() -> Result<()> {
         Task::Bench { args, .. } => {
             run(Command::new(cargo()).args(["bench", "--workspace", "--bench", "*", "--"]).args(&args))
         }
-        Task::Soak { fleet: true, minutes, .. } => soak_fleet(&root, minutes),
-        Task::Soak { minutes, clients, sims, .. } => soak(&root, minutes, clients, &sims),
+        Task::Soak { all: true, minutes, seed, .. } => soak_all(&root, minutes.unwrap_or(60.0), seed),
+        Task::Soak { fleet: true, minutes, .. } => soak_fleet(&root, minutes.unwrap_or(2.0)),
+        Task::Soak { minutes, clients, sims, .. } => soak(&root, minutes.unwrap_or(2.0), clients, &sims),
         Task::FleetBench {
             sizes,
             protocols,
@@ -298,18 +311,34 @@ fn soak(root: &Path, minutes: f64, clients: usize, only: &[String]) -> Result<()
     Ok(())
 }
 
-/// `soak --fleet`: builds telemon and fleet-soak (release) and runs the latter, which prints the table; its exit
-/// status is ours.
+/// `soak --fleet`: telemon over 200 sims for `minutes` of restarts ([`soak_release`] of fleet-soak).
 fn soak_fleet(root: &Path, minutes: f64) -> Result<()> {
-    run(Command::new(cargo()).args(["build", "--release", "--quiet", "-p", "telemon", "-p", "fleet-soak"]))?;
-    let release = binary(root, "soak").parent().and_then(Path::parent).expect("target dir").join("release");
     eprintln!("[xtask] fleet soak: telemon over 200 sims for {minutes} min of restarts");
-    let status = Command::new(release.join("fleet-soak"))
+    soak_release(root, "fleet-soak", &["--minutes".into(), minutes.to_string()])
+}
+
+/// `soak --all`: the whole product for `minutes` ([`soak_release`] of product-soak, which finds the rules, the
+/// test certificates and the OTLP receiver under `root`).
+fn soak_all(root: &Path, minutes: f64, seed: Option<u64>) -> Result<()> {
+    eprintln!("[xtask] product soak: everything at once for {minutes} min, with faults");
+    let mut args = vec!["--root".into(), root.display().to_string(), "--minutes".into(), minutes.to_string()];
+    if let Some(seed) = seed {
+        args.extend(["--seed".into(), seed.to_string()]);
+    }
+    soak_release(root, "product-soak", &args)
+}
+
+/// Builds telemon and `package` (release) and runs the latter with `--telemon PATH` and `args`; it prints the
+/// table, and its exit status is ours.
+fn soak_release(root: &Path, package: &str, args: &[String]) -> Result<()> {
+    run(Command::new(cargo()).args(["build", "--release", "--quiet", "-p", "telemon", "-p", package]))?;
+    let release = binary(root, "soak").parent().and_then(Path::parent).expect("target dir").join("release");
+    let status = Command::new(release.join(package))
         .arg("--telemon")
         .arg(release.join("telemon"))
-        .args(["--minutes", &minutes.to_string()])
+        .args(args)
         .status()
-        .context("running fleet-soak")?;
+        .with_context(|| format!("running {package}"))?;
     if !status.success() {
         std::process::exit(status.code().unwrap_or(1));
     }

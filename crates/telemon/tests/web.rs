@@ -28,11 +28,9 @@ use std::time::{Duration, Instant};
 use telemon::config::Config;
 use telemon_fleet::{Fleet, LabelSet, MetricKind, Protocol, Series, SeriesSet, TargetSnapshot, TargetState};
 
-#[path = "web/browser.rs"]
-mod browser;
 mod support;
 
-use browser::{need_browser, Browser};
+use support::browser::{self, need_browser, Browser};
 use support::{http_get, until, SimOptions, Sims};
 
 const POLL: Duration = Duration::from_millis(100);

@@ -424,6 +424,12 @@ impl Live {
             "spark_secs": SPARK_SECS,
             "summary": inner.summary,
             "rows": rows,
+            // What the history holds now, for a soak watching it over hours (`sims/product-soak`).
+            "history": {
+                "series": inner.history.series(),
+                "points": inner.history.len(),
+                "bytes": inner.history.memory(),
+            },
         })
     }
 

@@ -10,10 +10,11 @@ use fantoccini::{Client, ClientBuilder};
 use serde_json::{json, Value};
 use tokio::process::{Child, Command};
 
-use crate::support::{free_port, need_on_path, until};
+use crate::{free_port, need_on_path, until};
 
 /// A chromedriver child and a browser session on it.
 pub struct Browser {
+    /// The WebDriver session.
     pub client: Client,
     driver: Child,
     url: String,
@@ -31,6 +32,17 @@ pub fn need_browser(test: &str) -> Option<PathBuf> {
 impl Browser {
     /// Starts chromedriver and a headless Chromium of `width`×`height`, logging the console.
     pub async fn start(chromedriver: &std::path::Path, width: u32, height: u32) -> Browser {
+        Browser::start_with(chromedriver, width, height, &[]).await
+    }
+
+    /// [`Browser::start`] with more Chromium flags (`--ignore-certificate-errors` for a self-signed test
+    /// certificate, say).
+    pub async fn start_with(
+        chromedriver: &std::path::Path,
+        width: u32,
+        height: u32,
+        flags: &[&str],
+    ) -> Browser {
         let port = free_port();
         let driver = Command::new(chromedriver)
             .arg(format!("--port={port}"))
@@ -42,17 +54,20 @@ impl Browser {
             .spawn()
             .expect("chromedriver starts");
         let url = format!("http://127.0.0.1:{port}");
+        let mut args = vec![
+            json!("--headless=new"),
+            json!("--no-sandbox"),
+            json!("--disable-gpu"),
+            json!("--disable-dev-shm-usage"),
+            json!(format!("--window-size={width},{height}")),
+            json!("--no-first-run"),
+            json!("--disable-background-timer-throttling"),
+            json!("--disable-renderer-backgrounding"),
+            json!("--disable-backgrounding-occluded-windows"),
+        ];
+        args.extend(flags.iter().map(|f| json!(f)));
         let mut caps = serde_json::Map::new();
-        caps.insert(
-            "goog:chromeOptions".into(),
-            json!({
-                "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                         format!("--window-size={width},{height}"), "--no-first-run",
-                         "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
-                         "--disable-backgrounding-occluded-windows"],
-            }),
-        );
+        caps.insert("goog:chromeOptions".into(), json!({ "binary": "/usr/bin/chromium", "args": args }));
         caps.insert("goog:loggingPrefs".into(), json!({ "browser": "ALL" }));
         let client = until("chromedriver answers", Duration::from_millis(100), async || {
             let connector = hyper_util::client::legacy::connect::HttpConnector::new();
