@@ -810,11 +810,10 @@ pub async fn run(opts: Options) -> Result<Report> {
                     if let Some(i) = added {
                         listed.push(i);
                     }
-                    std::fs::write(
-                        w.join("telemon.toml"),
-                        config_text(
+                    let write_config = |listed: &[usize], broken: bool| {
+                        let text = config_text(
                             &slots,
-                            &listed,
+                            listed,
                             listen,
                             mono_listen,
                             hmon_listen,
@@ -823,26 +822,14 @@ pub async fn run(opts: Options) -> Result<Report> {
                             &opts,
                             w,
                             broken,
-                        ),
-                    )?;
+                        );
+                        std::fs::write(w.join("telemon.toml"), text)
+                    };
+                    write_config(&listed, broken)?;
                     reload(&api, &shared, &slots, &f.causes, broken, reload_count, &mut f.reloads).await;
                     if broken {
                         // The file as it was, for the restart after the SIGKILL (no reload: it is what runs).
-                        std::fs::write(
-                            w.join("telemon.toml"),
-                            config_text(
-                                &slots,
-                                &listed,
-                                listen,
-                                mono_listen,
-                                hmon_listen,
-                                vm_addr,
-                                otlp.addr,
-                                &opts,
-                                w,
-                                false,
-                            ),
-                        )?;
+                        write_config(&listed, false)?;
                     }
                 }
                 Fault::Kill => {
