@@ -144,6 +144,19 @@ pub fn gaps(
     g
 }
 
+/// Whether a series of `telemon_target_up` ended down at `a`: the sample at `a` is a stale marker (a
+/// receiver keeps Prometheus' staleness NaN; VictoriaMetrics exports it as `null`) and the last value
+/// before it is 0. Telemon forgets a dial-in target only once it has lingered down; the name may then be
+/// taken again by a later peer from the same address and port, which starts the series again.
+pub fn ended_down(samples: &[(i64, f64)], a: i64) -> bool {
+    let mut before: Vec<&(i64, f64)> = samples.iter().filter(|(t, _)| *t <= a).collect();
+    before.sort_by_key(|(t, _)| *t);
+    match before.as_slice() {
+        [.., (_, down), (t, stale)] => *t == a && stale.is_nan() && *down == 0.0,
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,5 +188,16 @@ mod tests {
         assert_eq!((g.duplicates, g.bad_duplicates), (2, 1));
         assert_eq!(g.expected, 40);
         assert_eq!(g.received, 40 - 2 - 3 - 1 - 2);
+    }
+
+    #[test]
+    fn a_series_ends_down_only_with_a_zero_then_a_stale_marker() {
+        let down = [(1000, 1.0), (2000, 0.0), (3000, f64::NAN), (200_000, 1.0)];
+        assert!(ended_down(&down, 3000));
+        let up = [(1000, 1.0), (2000, 1.0), (3000, f64::NAN), (200_000, 1.0)];
+        assert!(!ended_down(&up, 3000), "it ended up: a loss");
+        let cut = [(1000, 0.0), (2000, 0.0), (200_000, 1.0)];
+        assert!(!ended_down(&cut, 2000), "no stale marker: telemon did not end it");
+        assert!(!ended_down(&[(3000, f64::NAN)], 3000));
     }
 }

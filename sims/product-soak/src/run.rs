@@ -17,7 +17,7 @@ use fleet_soak::{
 use telemon_test_support::browser::Browser;
 use telemon_test_support::{free_addr, Prometheus, Receiver, VictoriaMetrics};
 
-use crate::analysis::{gaps, trend, Gaps, Losses, Trend};
+use crate::analysis::{ended_down, gaps, trend, Gaps, Losses, Trend};
 use crate::plan::{Fault, Plan};
 use crate::proc::{Api, Namespace, OtlpReceiver, Telemon};
 
@@ -973,12 +973,12 @@ pub async fn run(opts: Options) -> Result<Report> {
             let mut ts: Vec<i64> = samples.iter().map(|s| s.0).collect();
             ts.sort_unstable();
             let target = labels.get("target").cloned().unwrap_or_default();
-            let value_at = |t: i64| samples.iter().find(|s| s.0 == t).map(|s| s.1);
             let excused = |a: i64, b: i64| {
                 if family == "telemon_target_up" {
-                    // A dial-in name that was down when its series stopped was forgotten at the end of its
-                    // 10-minute linger; a later agent from the same port takes the name again.
-                    return target.starts_with("mono/") && value_at(a) == Some(0.0);
+                    // A dial-in name that was down when its series ended (telemon's stale marker) was
+                    // forgotten at the end of its 10-minute linger; a later agent from the same port takes
+                    // the name again.
+                    return target.starts_with("mono/") && ended_down(samples, a);
                 }
                 // A value series' gap is a loss only while its target was up all along.
                 up_of
