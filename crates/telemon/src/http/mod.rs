@@ -39,7 +39,7 @@ mod reload;
 mod thread;
 
 pub use crate::exposition::accepts_gzip;
-pub use crate::web::target_json;
+pub use crate::web::{target_json, TargetJson};
 pub use conn::{
     open_file_limit, HttpLimits, WebConfig, WebConfigError, WebGate, HTTP_SHARE_DIVISOR, OWN_FILES,
 };
@@ -255,14 +255,24 @@ async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Response 
 }
 
 async fn targets(State(state): State<AppState>) -> Response {
-    let snapshot = state.fleet.snapshot();
-    let body = serde_json::json!({
-        "uptime_seconds": state.started.elapsed().as_secs_f64(),
-        "shard": state.control.config().serve.shard.map(|s| s.to_string()),
-        "targets": snapshot.targets.iter().map(|t| target_json(t)).collect::<Vec<_>>(),
-        "probes": state.probes.snapshot().iter().map(|t| target_json(t)).collect::<Vec<_>>(),
-    });
-    ([(header::CONTENT_TYPE, "application/json")], body.to_string() + "\n").into_response()
+    /// The answer, written straight from the snapshots (keys in the order they always had).
+    #[derive(serde::Serialize)]
+    struct Targets<'a> {
+        probes: Vec<TargetJson<'a>>,
+        shard: Option<String>,
+        targets: Vec<TargetJson<'a>>,
+        uptime_seconds: f64,
+    }
+    let (snapshot, probes) = (state.fleet.snapshot(), state.probes.snapshot());
+    let body = Targets {
+        probes: probes.iter().map(|t| TargetJson::new(t)).collect(),
+        shard: state.control.config().serve.shard.map(|s| s.to_string()),
+        targets: snapshot.targets.iter().map(|t| TargetJson::new(t)).collect(),
+        uptime_seconds: state.started.elapsed().as_secs_f64(),
+    };
+    let mut out = serde_json::to_vec(&body).unwrap_or_default();
+    out.push(b'\n');
+    ([(header::CONTENT_TYPE, "application/json")], out).into_response()
 }
 
 /// `POST /-/reload`: reloads the config when `--web.enable-lifecycle` is on (as Prometheus's).

@@ -60,27 +60,69 @@ const ASSETS: &[(&str, &str, &str)] = &[
     ("target.js", "text/javascript; charset=utf-8", include_str!("static/target.js")),
 ];
 
-/// One target as `/targets` shows it.
-pub fn target_json(t: &TargetSnapshot) -> serde_json::Value {
-    let unix = |at: std::time::SystemTime| {
-        at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
-    };
-    let errors: serde_json::Map<String, serde_json::Value> =
-        t.errors.iter().map(|(k, n)| (k.as_str().to_owned(), n.into())).collect();
-    serde_json::json!({
-        "name": &*t.name,
-        "protocol": t.protocol.as_str(),
-        "labels": t.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect::<std::collections::HashMap<_, _>>(),
-        "state": t.state.as_str(),
-        "last_error": t.last_error.as_deref(),
-        "last_update": t.last_update.map(unix),
-        "connects": t.connects,
-        "reconnects": t.connects.saturating_sub(1),
-        "errors": errors,
-        "series": t.series.len(),
-        "dropped_series": t.dropped_series,
-        "received_bytes": t.received_bytes,
-    })
+/// One target as `/targets` shows it, serialized straight from the snapshot: `/api/v1/targets` writes
+/// a fleet's targets without building a JSON tree of them (at 5,000 targets that tree was 25 MB, the
+/// largest allocation a fleet made). The keys are in the order [`target_json`] always gave them.
+#[derive(serde::Serialize)]
+pub struct TargetJson<'a> {
+    connects: u64,
+    dropped_series: u64,
+    errors: Errors<'a>,
+    labels: Labels<'a>,
+    last_error: Option<&'a str>,
+    last_update: Option<f64>,
+    name: &'a str,
+    protocol: &'a str,
+    received_bytes: u64,
+    reconnects: u64,
+    series: usize,
+    state: &'a str,
+}
+
+/// A target's labels as one JSON object.
+struct Labels<'a>(&'a [(String, String)]);
+
+impl serde::Serialize for Labels<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+    }
+}
+
+/// A target's error counts by kind, as one JSON object.
+struct Errors<'a>(&'a TargetSnapshot);
+
+impl serde::Serialize for Errors<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(self.0.errors.iter().map(|(k, n)| (k.as_str(), n)))
+    }
+}
+
+impl<'a> TargetJson<'a> {
+    /// The fields of `t`.
+    pub fn new(t: &'a TargetSnapshot) -> TargetJson<'a> {
+        let unix = |at: std::time::SystemTime| {
+            at.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+        };
+        TargetJson {
+            connects: t.connects,
+            dropped_series: t.dropped_series,
+            errors: Errors(t),
+            labels: Labels(&t.labels),
+            last_error: t.last_error.as_deref(),
+            last_update: t.last_update.map(unix),
+            name: &t.name,
+            protocol: t.protocol.as_str(),
+            received_bytes: t.received_bytes,
+            reconnects: t.connects.saturating_sub(1),
+            series: t.series.len(),
+            state: t.state.as_str(),
+        }
+    }
+}
+
+/// One target as `/targets` shows it, as a JSON value (a target page adds its own fields to it).
+pub fn target_json(t: &TargetSnapshot) -> Value {
+    serde_json::to_value(TargetJson::new(t)).unwrap_or(Value::Null)
 }
 
 /// Each asset gzipped once, on first use.
@@ -366,6 +408,45 @@ fn target_stream(live: Arc<Live>, name: String) -> Events {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_target_written_straight_says_what_its_json_tree_said() {
+        use telemon_fleet::{ErrorKind, Protocol, TargetState};
+        let mut t = TargetSnapshot::new(
+            "rack/b12",
+            Protocol::SYSINFO,
+            vec![("room".into(), "b12".into()), ("a".into(), "x\"y".into())],
+        );
+        t.state = TargetState::Down;
+        t.last_error = Some("refused".into());
+        t.last_update = Some(std::time::UNIX_EPOCH + Duration::from_millis(1500));
+        t.connects = 3;
+        t.errors.bump(ErrorKind::Connect);
+        t.dropped_series = 2;
+        t.received_bytes = 77;
+        let written: Value =
+            serde_json::from_slice(&serde_json::to_vec(&TargetJson::new(&t)).unwrap()).unwrap();
+        let mut errors = Map::new();
+        for (k, n) in t.errors.iter() {
+            errors.insert(k.as_str().into(), n.into());
+        }
+        let expected = json!({
+            "name": "rack/b12",
+            "protocol": "sysinfo",
+            "labels": {"room": "b12", "a": "x\"y"},
+            "state": "down",
+            "last_error": "refused",
+            "last_update": 1.5,
+            "connects": 3,
+            "reconnects": 2,
+            "errors": errors,
+            "series": 0,
+            "dropped_series": 2,
+            "received_bytes": 77,
+        });
+        assert_eq!(written, expected);
+        assert_eq!(target_json(&t), expected);
+    }
 
     #[test]
     fn the_bundle_is_small_and_has_no_inline_script() {
