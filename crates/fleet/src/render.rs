@@ -118,8 +118,9 @@ const OWN_PER_TARGET: [Own; 6] =
 #[derive(Debug, Default)]
 pub struct Piece {
     text: Box<str>,
-    /// Where each slot's lines end in `text`.
-    ends: Box<[usize]>,
+    /// Where each slot's lines end in `text` (a piece is of at most [`PIECE_SERIES`] series: far
+    /// below 4 GiB).
+    ends: Box<[u32]>,
 }
 
 impl Piece {
@@ -127,14 +128,14 @@ impl Piece {
     pub fn render(t: &TargetSnapshot) -> Piece {
         thread_local! {
             // One buffer per thread, reused: a piece is then allocated once, at its size.
-            static BUF: std::cell::RefCell<(String, Vec<usize>, [String; 4])> = Default::default();
+            static BUF: std::cell::RefCell<(String, Vec<u32>, [String; 4])> = Default::default();
         }
         BUF.with_borrow_mut(|(buf, ends, prefixes)| {
             buf.clear();
             ends.clear();
             for slot in 0..OWN_PER_TARGET.len() + t.series.families().len() {
                 write_slot(buf, prefixes, t, slot);
-                ends.push(buf.len());
+                ends.push(u32::try_from(buf.len()).unwrap_or(u32::MAX));
             }
             Piece { text: Box::from(buf.as_str()), ends: Box::from(ends.as_slice()) }
         })
@@ -142,12 +143,13 @@ impl Piece {
 
     /// The lines of slot `i` (empty past the last).
     fn slot(&self, i: usize) -> &str {
+        let end_of = |i: usize| self.ends.get(i).map_or(self.text.len(), |&e| e as usize);
         let start = match i {
             0 => 0,
-            i => self.ends.get(i - 1).copied().unwrap_or(self.text.len()),
+            i => end_of(i - 1),
         };
-        let end = self.ends.get(i).copied().unwrap_or(start);
-        &self.text[start..end]
+        let end = if i < self.ends.len() { end_of(i) } else { start };
+        self.text.get(start..end).unwrap_or_default()
     }
 }
 
