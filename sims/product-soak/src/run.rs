@@ -462,21 +462,28 @@ struct Faults {
     restart_failures: Vec<String>,
 }
 
+/// The addresses telemon's config names: its own three, and the two receivers'.
+#[derive(Debug, Clone, Copy)]
+struct Addrs {
+    listen: SocketAddr,
+    mono_listen: SocketAddr,
+    hmon_listen: SocketAddr,
+    vm: SocketAddr,
+    otlp: SocketAddr,
+}
+
 /// The config file: `[serve]`, the sims of `listed` (fleet-soak's blocks), the listeners, the file_sd block and
 /// the two senders; `broken` adds a block that is refused.
 #[allow(clippy::too_many_arguments)]
 fn config_text(
     slots: &[Slot],
     listed: &[usize],
-    listen: SocketAddr,
-    mono_listen: SocketAddr,
-    hmon_listen: SocketAddr,
-    vm: SocketAddr,
-    otlp: SocketAddr,
+    at: &Addrs,
     opts: &Options,
     work: &Path,
     broken: bool,
 ) -> String {
+    let Addrs { listen, mono_listen, hmon_listen, vm, otlp } = *at;
     let listed: Vec<Slot> = listed
         .iter()
         .map(|&i| Slot {
@@ -618,18 +625,8 @@ pub async fn run(opts: Options) -> Result<Report> {
         for slot in slots.iter_mut().filter(|s| s.kind == Kind::Mono) {
             slot.place = Place::Dial(mono_listen);
         }
-        let text = config_text(
-            &slots,
-            &listed,
-            listen,
-            mono_listen,
-            hmon_listen,
-            vm_addr,
-            otlp.addr,
-            &opts,
-            w,
-            false,
-        );
+        let at = Addrs { listen, mono_listen, hmon_listen, vm: vm_addr, otlp: otlp.addr };
+        let text = config_text(&slots, &listed, &at, &opts, w, false);
         std::fs::write(w.join("telemon.toml"), text)?;
         let api = Api::new(listen, &ca, USER, &password)?;
         match Telemon::start(&ns, &opts.telemon, &args, &log, &api).await {
@@ -810,20 +807,12 @@ pub async fn run(opts: Options) -> Result<Report> {
                     if let Some(i) = added {
                         listed.push(i);
                     }
+                    let at = Addrs { listen, mono_listen, hmon_listen, vm: vm_addr, otlp: otlp.addr };
                     let write_config = |listed: &[usize], broken: bool| {
-                        let text = config_text(
-                            &slots,
-                            listed,
-                            listen,
-                            mono_listen,
-                            hmon_listen,
-                            vm_addr,
-                            otlp.addr,
-                            &opts,
-                            w,
-                            broken,
-                        );
-                        std::fs::write(w.join("telemon.toml"), text)
+                        std::fs::write(
+                            w.join("telemon.toml"),
+                            config_text(&slots, listed, &at, &opts, w, broken),
+                        )
                     };
                     write_config(&listed, broken)?;
                     reload(&api, &shared, &slots, &f.causes, broken, reload_count, &mut f.reloads).await;
