@@ -101,8 +101,8 @@ pub struct Gaps {
 }
 
 /// The gaps of a series sampled every `step_ms` with timestamps `ts` (sorted): a gap longer than 1.5 steps
-/// misses its seconds, documented when it overlaps a window of `losses`, excused when `excused` says so
-/// (the target was down, say). Duplicates are allowed inside the windows of `dup_ok`.
+/// misses its seconds. Those inside a window of `losses` are documented losses; the others are lost,
+/// unless `excused` says so for the gap (the target was down, say). Duplicates are allowed inside the windows of `dup_ok`.
 pub fn gaps(
     ts: &[i64],
     step_ms: i64,
@@ -113,7 +113,6 @@ pub fn gaps(
     let mut g = Gaps::default();
     let (Some(first), Some(last)) = (ts.first(), ts.last()) else { return g };
     g.expected = (last - first) / step_ms + 1;
-    let overlaps = |w: &[(i64, i64)], a: i64, b: i64| w.iter().any(|(s, e)| a < *e && b > *s);
     for pair in ts.windows(2) {
         let (a, b) = (pair[0], pair[1]);
         if a == b {
@@ -130,13 +129,24 @@ pub fn gaps(
         if b - a <= step_ms * 3 / 2 {
             continue;
         }
+        // The missing seconds, each documented by the first window it falls in; the rest is lost unless
+        // excused.
         let missing = (b - a + step_ms / 2) / step_ms - 1;
-        if overlaps(&losses.kill, a, b) {
-            g.kill += missing;
-        } else if overlaps(&losses.disk, a, b) {
-            g.disk += missing;
-        } else if !excused(a, b) {
-            g.lost += missing;
+        let inside = |w: &[(i64, i64)], t: i64| w.iter().any(|(s, e)| t >= *s && t <= *e);
+        let (mut kill, mut disk) = (0, 0);
+        for k in 1..=missing {
+            let t = a + k * step_ms;
+            if inside(&losses.kill, t) {
+                kill += 1;
+            } else if inside(&losses.disk, t) {
+                disk += 1;
+            }
+        }
+        g.kill += kill;
+        g.disk += disk;
+        let rest = missing - kill - disk;
+        if rest > 0 && !excused(a, b) {
+            g.lost += rest;
             g.lost_at.push((a, b));
         }
     }
@@ -188,6 +198,13 @@ mod tests {
         assert_eq!((g.duplicates, g.bad_duplicates), (2, 1));
         assert_eq!(g.expected, 40);
         assert_eq!(g.received, 40 - 2 - 3 - 1 - 2);
+        // A gap that outlasts its window: the seconds after it are lost, unless excused.
+        let ts = [0, 1000, 9000, 10_000];
+        let window = Losses { kill: vec![(1500, 4500)], disk: vec![] };
+        let g = gaps(&ts, 1000, &window, &[], |_, _| false);
+        assert_eq!((g.kill, g.lost, g.lost_at.clone()), (3, 4, vec![(1000, 9000)]), "{g:?}");
+        let g = gaps(&ts, 1000, &window, &[], |_, _| true);
+        assert_eq!((g.kill, g.lost), (3, 0), "{g:?}");
     }
 
     #[test]

@@ -964,10 +964,14 @@ pub async fn run(opts: Options) -> Result<Report> {
             let target = labels.get("target").cloned().unwrap_or_default();
             let excused = |a: i64, b: i64| {
                 if family == "telemon_target_up" {
-                    // A dial-in name that was down when its series ended (telemon's stale marker) was
-                    // forgotten at the end of its 10-minute linger; a later agent from the same port takes
-                    // the name again.
-                    return target.starts_with("mono/") && ended_down(samples, a);
+                    // A dial-in target exists while its peer is connected (and lingers down after):
+                    // - a Mono name that was down when its series ended (telemon's stale marker) was forgotten
+                    //   at the end of its 10-minute linger, and a later agent from the same port takes it again;
+                    // - a dial-in name alive at the SIGKILL died with that telemon: the restarted one knows it
+                    //   once its peer dials again (an interpreter's name), or never (an agent's port).
+                    let dial_in = target.starts_with("mono/") || target.starts_with("dialers/");
+                    let at_kill = losses.kill.iter().any(|(s, e)| a >= *s && a <= *e);
+                    return dial_in && (at_kill || (target.starts_with("mono/") && ended_down(samples, a)));
                 }
                 // A value series' gap is a loss only while its target was up all along.
                 up_of
@@ -1354,8 +1358,9 @@ pub async fn run(opts: Options) -> Result<Report> {
     text += &table.render();
     text += "\nFlat: the median of the last third of the samples after the warm-up at most 10% (descriptors 5%) plus a \
              little slack above the middle third's, and the peak within 1.5x the warm-up's last minute; both on the run \
-             after the SIGKILL (in the warm-up). A series' gap is a loss unless it overlaps the SIGKILL or the full disk \
-             (or, for a value series, its target was down).\n";
+             after the SIGKILL (in the warm-up). A series' missing seconds are documented losses inside the SIGKILL's or \
+             the full disk's window; the others are lost unless excused (a value series' target down, a dial-in name \
+             gone with the killed telemon or forgotten after its linger).\n";
     ns.stop().await;
     drop(prometheus);
     vm.stop().await;
