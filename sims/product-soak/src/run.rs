@@ -1087,6 +1087,16 @@ pub async fn run(opts: Options) -> Result<Report> {
         "remote write sender",
         format!("{vm_sent} samples sent (telemon's counters, both runs); drained at the end: {drained}"),
     );
+    // Every series, in total: what VictoriaMetrics holds of all of them beside what telemon sent (the
+    // family checks above place each missing second; this covers the series they do not read).
+    let held = vm.value(&format!("sum(count_over_time({{__name__=~\".+\"}}[{span}s]))")).await;
+    table.info(
+        "VictoriaMetrics, every series",
+        format!(
+            "{} samples held over the run, against {vm_sent} sent",
+            held.map_or_else(|| "n/a".to_owned(), |h| format!("{h:.0}"))
+        ),
+    );
     let otlp_sent = scraped.sent("otlp", "sent");
     let otlp_slack = scraped.otlp_step.max(1.0) * 2.0;
     let otlp_ok = otlp_distinct as f64 >= otlp_sent - 0.5
