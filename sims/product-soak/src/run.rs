@@ -474,7 +474,6 @@ struct Addrs {
 
 /// The config file: `[serve]`, the sims of `listed` (fleet-soak's blocks), the listeners, the file_sd block and
 /// the two senders; `broken` adds a block that is refused.
-#[allow(clippy::too_many_arguments)]
 fn config_text(
     slots: &[Slot],
     listed: &[usize],
