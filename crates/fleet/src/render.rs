@@ -143,12 +143,11 @@ impl Piece {
 
     /// The lines of slot `i` (empty past the last).
     fn slot(&self, i: usize) -> &str {
-        let end_of = |i: usize| self.ends.get(i).map_or(self.text.len(), |&e| e as usize);
         let start = match i {
             0 => 0,
-            i => end_of(i - 1),
+            i => self.ends.get(i - 1).map_or(self.text.len(), |&e| e as usize),
         };
-        let end = if i < self.ends.len() { end_of(i) } else { start };
+        let end = self.ends.get(i).map_or(start, |&e| e as usize);
         self.text.get(start..end).unwrap_or_default()
     }
 }
@@ -487,7 +486,7 @@ pub const PIECE_SERIES: usize = 48;
 /// Writes target `t`'s lines of slot `slot` (see [`Piece`]). `prefixes` is scratch space.
 fn write_slot(buf: &mut String, prefixes: &mut [String; 4], t: &TargetSnapshot, slot: usize) {
     if let Some(&own) = OWN_PER_TARGET.get(slot) {
-        write_own(buf, own.name(), own, t);
+        write_own(buf, own, t);
         return;
     }
     let Some(f) = t.series.family_at(slot - OWN_PER_TARGET.len()) else {
@@ -543,8 +542,9 @@ fn line(out: &mut String, prefix: &str, labels: &str, le: Option<&str>, v: Num) 
     out.push('\n');
 }
 
-/// One of telemon's own lines for target `t`: `name{protocol="…",target labels[,kind="…"]} value`.
-fn write_own(out: &mut String, name: &str, own: Own, t: &TargetSnapshot) {
+/// Target `t`'s lines of `own`: `name{protocol="…",target labels[,kind="…"]} value`.
+fn write_own(out: &mut String, own: Own, t: &TargetSnapshot) {
+    let name = own.name();
     let mut own_line = |extra: Option<(&str, &str)>, v: Num| {
         out.push_str(name);
         out.push_str("{protocol=\"");

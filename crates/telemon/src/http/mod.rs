@@ -39,7 +39,8 @@ mod reload;
 mod thread;
 
 pub use crate::exposition::accepts_gzip;
-pub use crate::web::{target_json, TargetJson};
+pub use crate::web::target_json;
+use crate::web::TargetJson;
 pub use conn::{
     open_file_limit, HttpLimits, WebConfig, WebConfigError, WebGate, HTTP_SHARE_DIVISOR, OWN_FILES,
 };
