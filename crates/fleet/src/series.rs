@@ -376,58 +376,46 @@ pub struct Family {
     pub kind: MetricKind,
 }
 
-/// One series in a schema: where its label text and its value are (12 bytes: a fleet's schemas
-/// hold hundreds of thousands).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(crate) struct SeriesDef {
-    /// Where its label text is in [`Schema::text`].
-    pub(crate) text_at: u32,
-    /// The length of its label text, with [`SeriesDef::HIST`] set for a histogram.
-    len_and_hist: u32,
-    /// Index of the value in [`SeriesSet`]'s samples, and the key of its histogram: the series'
-    /// own place in [`Schema::defs`], so that render reads the values in order.
-    pub(crate) slot: u32,
-}
-
-impl SeriesDef {
-    /// Marks a histogram in `len_and_hist` (label text is shorter than 2 GiB: see the store's arena).
-    const HIST: u32 = 1 << 31;
-
-    pub(crate) fn new(text_at: u32, text_len: u32, slot: u32, hist: bool) -> SeriesDef {
-        let hist = if hist { SeriesDef::HIST } else { 0 };
-        SeriesDef { text_at, len_and_hist: (text_len & !SeriesDef::HIST) | hist, slot }
-    }
-
-    pub(crate) fn text_len(&self) -> u32 {
-        self.len_and_hist & !SeriesDef::HIST
-    }
-
-    fn is_hist(&self) -> bool {
-        self.len_and_hist & SeriesDef::HIST != 0
-    }
-}
-
 /// The structure of a target's series: families sorted by name, each with its series. Targets whose
 /// series are the same share one (see the store's `shared`).
 #[derive(Debug, Default, PartialEq, Eq, Hash)]
 pub struct Schema {
     pub(crate) families: Box<[Arc<Family>]>,
-    /// Per family, its range in `defs`.
+    /// Per family, its range of series.
     pub(crate) runs: Box<[Range<u32>]>,
-    pub(crate) defs: Box<[SeriesDef]>,
+    /// Per series, where its label text ends in `text` (it starts where the one before ends), with
+    /// [`Schema::HIST`] set for a histogram. A series' place is also its value's place in
+    /// [`SeriesSet`]'s samples and the key of its histogram, so that render reads the values in
+    /// order: 4 bytes a series, of which a fleet's schemas hold hundreds of thousands.
+    pub(crate) ends: Box<[u32]>,
     /// The label text of every series, in order.
     pub(crate) text: Arc<str>,
 }
 
 impl Schema {
+    /// Marks a histogram in [`Schema::ends`] (label text is shorter than 2 GiB: see the store's arena).
+    pub(crate) const HIST: u32 = 1 << 31;
+
     /// Number of series.
     pub fn len(&self) -> usize {
-        self.defs.len()
+        self.ends.len()
     }
 
     /// Whether there are no series.
     pub fn is_empty(&self) -> bool {
-        self.defs.is_empty()
+        self.ends.is_empty()
+    }
+
+    /// Series `i`'s label text: where it starts and its length, as [`text_at`] takes them.
+    fn span(&self, i: u32) -> (u32, u32) {
+        let end = |i: usize| self.ends.get(i).map_or(0, |e| e & !Schema::HIST);
+        let start = if i == 0 { 0 } else { end(i as usize - 1) };
+        (start, end(i as usize).saturating_sub(start))
+    }
+
+    /// Whether series `i` is a histogram.
+    fn is_hist(&self, i: u32) -> bool {
+        self.ends.get(i as usize).is_some_and(|e| e & Schema::HIST != 0)
     }
 }
 
@@ -551,7 +539,7 @@ fn le_texts(bounds: &[f64]) -> Arc<[Box<str>]> {
 #[derive(Debug, Clone)]
 pub struct SeriesSet {
     pub(crate) schema: Arc<Schema>,
-    /// The values in the schema's order (a series' value at its place in [`Schema::defs`]): the
+    /// The values in the schema's order (a series' value at its place in [`Schema::ends`]): the
     /// store's own vector, handed over at a publish (see [`crate::store::SeriesStore::publish`]).
     pub(crate) samples: Arc<Vec<Sample>>,
     /// The histograms, by slot index (ascending).
@@ -585,7 +573,8 @@ pub enum ValueRef<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct SeriesRef<'a> {
     family: &'a Family,
-    def: &'a SeriesDef,
+    /// Its place in the schema.
+    at: u32,
     set: &'a SeriesSet,
 }
 
@@ -607,12 +596,14 @@ impl<'a> SeriesRef<'a> {
 
     /// The protocol-specific labels (the target's own labels are not included).
     pub fn labels(&self) -> LabelSet {
-        LabelSet::within(&self.set.schema.text, self.def.text_at, self.def.text_len())
+        let (start, len) = self.set.schema.span(self.at);
+        LabelSet::within(&self.set.schema.text, start, len)
     }
 
     /// The escaped exposition text of the labels, `a="x",b="y"`.
     pub fn label_text(&self) -> &'a str {
-        text_at(&self.set.schema.text, self.def.text_at, self.def.text_len())
+        let (start, len) = self.set.schema.span(self.at);
+        text_at(&self.set.schema.text, start, len)
     }
 
     /// The value of the label `name`, or `""`.
@@ -621,13 +612,13 @@ impl<'a> SeriesRef<'a> {
     }
 
     fn sample(&self) -> Sample {
-        self.set.samples.get(self.def.slot as usize).copied().unwrap_or(Sample::EMPTY)
+        self.set.samples.get(self.at as usize).copied().unwrap_or(Sample::EMPTY)
     }
 
     /// The value.
     pub fn value(&self) -> ValueRef<'a> {
-        if self.def.is_hist() {
-            if let Ok(i) = self.set.hists.binary_search_by_key(&self.def.slot, |h| h.0) {
+        if self.set.schema.is_hist(self.at) {
+            if let Ok(i) = self.set.hists.binary_search_by_key(&self.at, |h| h.0) {
                 return ValueRef::Histogram(&self.set.hists[i].1);
             }
         }
@@ -674,7 +665,9 @@ impl<'a> SeriesRef<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct FamilyRef<'a> {
     family: &'a Family,
-    defs: &'a [SeriesDef],
+    /// Its series' places in the schema, from `start` to before `end`.
+    start: u32,
+    end: u32,
     set: &'a SeriesSet,
 }
 
@@ -687,7 +680,7 @@ impl<'a> FamilyRef<'a> {
     /// Its series.
     pub fn series(&self) -> impl ExactSizeIterator<Item = SeriesRef<'a>> + 'a {
         let (family, set) = (self.family, self.set);
-        self.defs.iter().map(move |def| SeriesRef { family, def, set })
+        (self.start..self.end).map(move |at| SeriesRef { family, at, set })
     }
 }
 
@@ -711,7 +704,8 @@ impl SeriesSet {
     pub fn families(&self) -> impl ExactSizeIterator<Item = FamilyRef<'_>> + '_ {
         self.schema.families.iter().zip(self.schema.runs.iter()).map(move |(family, run)| FamilyRef {
             family,
-            defs: &self.schema.defs[run.start as usize..run.end as usize],
+            start: run.start,
+            end: run.end,
             set: self,
         })
     }
@@ -719,7 +713,7 @@ impl SeriesSet {
     /// The `i`th family (in name order), if any.
     pub fn family_at(&self, i: usize) -> Option<FamilyRef<'_>> {
         let (family, run) = (self.schema.families.get(i)?, self.schema.runs.get(i)?);
-        Some(FamilyRef { family, defs: &self.schema.defs[run.start as usize..run.end as usize], set: self })
+        Some(FamilyRef { family, start: run.start, end: run.end, set: self })
     }
 
     /// Asks the CPU to fetch, ahead of rendering, what family `i` is read from. Each `step`, 4 down
@@ -730,7 +724,7 @@ impl SeriesSet {
     pub(crate) fn prefetch(&self, i: usize, step: u8) {
         let schema = &*self.schema;
         // Read only by steps 2 and 1, once step 3 has fetched the run.
-        let first = || schema.runs.get(i).and_then(|run| schema.defs.get(run.start as usize));
+        let first = || schema.runs.get(i).map(|run| run.start);
         match step {
             4 => {
                 prefetch(schema);
@@ -743,14 +737,16 @@ impl SeriesSet {
                 prefetch(self.samples.as_ptr());
             }
             2 => {
-                if let Some(def) = first() {
-                    prefetch(def);
+                if let Some(at) = first() {
+                    // The end before its own, where its text starts.
+                    prefetch(schema.ends.as_ptr().wrapping_add((at as usize).saturating_sub(1)));
                 }
             }
             _ => {
-                if let Some(def) = first() {
-                    prefetch(schema.text.as_ptr().wrapping_add(def.text_at as usize));
-                    prefetch(self.samples.as_ptr().wrapping_add(def.slot as usize));
+                if let Some(at) = first() {
+                    let (start, _) = schema.span(at);
+                    prefetch(schema.text.as_ptr().wrapping_add(start as usize));
+                    prefetch(self.samples.as_ptr().wrapping_add(at as usize));
                 }
             }
         }

@@ -18,8 +18,7 @@ use tokio::time::Instant;
 use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::series::{
-    push_label, Family, Hist, LabelPairs, LabelSet, MetricKind, Num, Sample, Schema, Series, SeriesDef,
-    SeriesSet, Value,
+    push_label, Family, Hist, LabelPairs, LabelSet, MetricKind, Num, Sample, Schema, Series, SeriesSet, Value,
 };
 
 /// A family's name as a collector gives it.
@@ -789,7 +788,7 @@ impl SeriesStore {
             live[*at as usize] = i as u32;
             *at += 1;
         }
-        let mut defs = Vec::with_capacity(live.len());
+        let mut ends = Vec::with_capacity(live.len());
         // Some series, but fewer than half, are new since the last build: its series come and go.
         self.churning = self.created > 0 && (self.created as usize) * 2 < live.len();
         self.created = 0;
@@ -806,12 +805,12 @@ impl SeriesStore {
             s.text_at = at;
             values.push(old[s.pos as usize]);
             s.pos = pos as u32;
-            defs.push(SeriesDef::new(at, u32::from(s.text_len), pos as u32, s.hist()));
+            ends.push(text.len() as u32 | if s.hist() { Schema::HIST } else { 0 });
         }
         let schema = Schema {
             families: order.iter().map(|&f| self.families[usize::from(f)].family.clone()).collect(),
             runs: runs.into_boxed_slice(),
-            defs: defs.into_boxed_slice(),
+            ends: ends.into_boxed_slice(),
             text: Arc::from(text),
         };
         (schema, values)
@@ -851,7 +850,7 @@ fn shared(schema: Schema) -> (Arc<Schema>, bool) {
         prune_at: usize,
     }
     static TABLE: OnceLock<Mutex<Table>> = OnceLock::new();
-    if schema.defs.len() > MAX_SHARED_SERIES || schema.text.len() > MAX_SHARED_TEXT {
+    if schema.ends.len() > MAX_SHARED_SERIES || schema.text.len() > MAX_SHARED_TEXT {
         return (Arc::new(schema), false);
     }
     let mut table = TABLE.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
@@ -978,10 +977,9 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_is_24_bytes_a_series_def_12_a_kept_slot_id_8_and_a_family_24() {
+    fn a_slot_is_24_bytes_a_kept_slot_id_8_and_a_family_24() {
         assert_eq!(std::mem::size_of::<Slot>(), 24);
         assert_eq!(std::mem::size_of::<StoreFamily>(), 24);
-        assert_eq!(std::mem::size_of::<SeriesDef>(), 12);
         assert_eq!(std::mem::size_of::<Sample>(), 16);
         assert_eq!(std::mem::size_of::<Option<SlotId>>(), 8);
     }
@@ -1075,10 +1073,9 @@ mod tests {
         let h = st.slot("d", "h", MetricKind::Histogram, &[]).unwrap();
         st.set_hist(h, &[1.0, 2.0], &[3, 4], 5.0, 4);
         let check = |set: &SeriesSet, removed: &[(&str, u64)]| {
-            // Each series' value is the next one in the values vector.
-            let defs: Vec<u32> = set.schema.defs.iter().map(|d| d.slot).collect();
-            assert_eq!(defs, (0..defs.len() as u32).collect::<Vec<_>>());
-            assert_eq!(set.samples.len(), defs.len());
+            // Each series' value is the next one in the values vector, and its text the next.
+            assert_eq!(set.samples.len(), set.schema.len());
+            assert!(set.schema.ends.windows(2).all(|w| w[0] & !Schema::HIST <= w[1] & !Schema::HIST));
             let mut want = Vec::new();
             for f in ["a", "b", "c_total"] {
                 for row in (0..5u64).filter(|r| !removed.contains(&(f, *r))) {
