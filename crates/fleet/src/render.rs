@@ -161,28 +161,24 @@ enum Source {
     Pieces { help: &'static str, kind: MetricKind, members: Vec<Member> },
 }
 
-/// One target's lines of a family on the page.
+/// One target's lines of a family on the page: 16 bytes, and a page's plan holds one per target
+/// and family (3.2 MB at ten thousand sys161 targets).
 #[derive(Debug, Clone, Copy)]
 enum Member {
-    /// Lines of its kept [`Piece`]: copied.
-    Kept(Lines),
+    /// Lines of its kept [`Piece`], found when the page is planned: writing the page then reads
+    /// the members of a family in order and copies, with no pointer to follow from the target to
+    /// its piece (at ten thousand targets, four cache misses each). `len` is a `u32`, as a piece's
+    /// ends are.
+    Kept { at: *const u8, len: u32 },
     /// A target without a kept piece ([`keeps_piece`]): slot `slot` of target `target`, written
     /// from its series when the page comes to it.
     Written { target: u32, slot: u32 },
 }
 
-/// The lines of one target's slot in its [`Piece`]'s text, found when the page is planned: writing
-/// the page then reads the members of a family in order and copies, with no pointer to follow
-/// from the target to its piece (at ten thousand targets, four cache misses each).
-#[derive(Debug, Clone, Copy)]
-struct Lines {
-    at: *const u8,
-    len: usize,
-}
-
-impl Lines {
-    fn of(text: &str) -> Lines {
-        Lines { at: text.as_ptr(), len: text.len() }
+impl Member {
+    /// The kept lines `text` (a slot of a piece's text, shorter than 4 GiB).
+    fn kept(text: &str) -> Member {
+        Member::Kept { at: text.as_ptr(), len: u32::try_from(text.len()).unwrap_or(0) }
     }
 }
 
@@ -211,7 +207,7 @@ pub struct Chunks {
     prefixes: [String; 4],
 }
 
-// SAFETY: the only fields that are not `Send` are the `Lines` of `plan`, which point into the text of
+// SAFETY: the only fields that are not `Send` are the `Member::Kept` pointers of `plan`, which point into the text of
 // pieces that `snapshot` owns and never changes (see `Chunks::fill`); `snapshot` is `Send`.
 unsafe impl Send for Chunks {}
 
@@ -278,7 +274,7 @@ impl Chunks {
             }
             let piece = (t.piece.get().is_some() || keeps_piece(t)).then(|| t.piece());
             let member = |slot: usize| match piece {
-                Some(p) => Member::Kept(Lines::of(p.slot(slot))),
+                Some(p) => Member::kept(p.slot(slot)),
                 None => Member::Written { target: ti as u32, slot: slot as u32 },
             };
             // The own families are the plan's first, in slot order (it is sorted at the end).
@@ -296,8 +292,11 @@ impl Chunks {
                 let at = match guess.or_else(|| index.get(&*family.name).copied()) {
                     Some(at) => at,
                     None => {
-                        let source =
-                            Source::Pieces { help: family.help, kind: family.kind, members: Vec::new() };
+                        // Room for every target left (most have the family): growing the vector
+                        // by doubling copied it a dozen times per scrape and left up to half of it
+                        // spare. Room that no member fills is never written, so never resident.
+                        let members = Vec::with_capacity(n - ti);
+                        let source = Source::Pieces { help: family.help, kind: family.kind, members };
                         add(&mut plan, &mut index, family.name.clone(), source)
                     }
                 };
@@ -411,7 +410,7 @@ impl Chunks {
                         // are read from.
                         for ahead in 1..=4u8 {
                             match members.get(*member + 4 * usize::from(ahead)) {
-                                Some(Member::Kept(lines)) if ahead == 2 => crate::series::prefetch(lines.at),
+                                Some(&Member::Kept { at, .. }) if ahead == 2 => crate::series::prefetch(at),
                                 Some(&Member::Written { target, slot }) => {
                                     let t = &snapshot.targets[target as usize];
                                     match (slot as usize).checked_sub(OWN_PER_TARGET.len()) {
@@ -424,15 +423,16 @@ impl Chunks {
                             }
                         }
                         match m {
-                            Member::Kept(lines) => {
-                                // SAFETY: `lines` is a slot of the text of a piece of one of
+                            Member::Kept { at, len } => {
+                                // SAFETY: `at` and `len` are a slot of the text of a piece of one of
                                 // `snapshot`'s targets, which this page owns (`Arc`s): the text lives
                                 // as long as the page, and a piece is never changed once rendered (a
                                 // target changed in place must be unique to its owner, and this page
                                 // holds an `Arc` of it).
                                 let text = unsafe {
                                     std::str::from_utf8_unchecked(std::slice::from_raw_parts(
-                                        lines.at, lines.len,
+                                        at,
+                                        len as usize,
                                     ))
                                 };
                                 buf.push_str(text);
@@ -622,6 +622,11 @@ mod tests {
         ]);
         let down = TargetSnapshot::new("gone", Protocol::HMON, Vec::new());
         FleetSnapshot::from(vec![t, down])
+    }
+
+    #[test]
+    fn a_plan_member_is_16_bytes() {
+        assert_eq!(std::mem::size_of::<Member>(), 16);
     }
 
     #[test]
