@@ -207,8 +207,9 @@ pub struct Chunks {
     prefixes: [String; 4],
 }
 
-// SAFETY: the only fields that are not `Send` are the `Member::Kept` pointers of `plan`, which point into the text of
-// pieces that `snapshot` owns and never changes (see `Chunks::fill`); `snapshot` is `Send`.
+// SAFETY: the only fields that are not `Send` are the `Member::Kept` pointers of `plan`, which point
+// into the text of pieces that `snapshot` owns and never changes (see `Chunks::fill`); `snapshot` is
+// `Send`.
 unsafe impl Send for Chunks {}
 
 /// The suffixes of a family's sample names: the value itself, then a histogram's three.

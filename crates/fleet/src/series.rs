@@ -542,7 +542,7 @@ pub struct SeriesSet {
     /// The values in the schema's order (a series' value at its place in [`Schema::ends`]): the
     /// store's own vector, handed over at a publish (see [`crate::store::SeriesStore::publish`]).
     pub(crate) samples: Arc<Vec<Sample>>,
-    /// The histograms, by slot index (ascending).
+    /// The histograms, by their series' place in the schema (ascending).
     pub(crate) hists: Arc<[(u32, Hist)]>,
 }
 
