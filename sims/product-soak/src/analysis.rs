@@ -77,6 +77,11 @@ pub struct Losses {
     pub disk: Vec<(i64, i64)>,
 }
 
+/// Whether `t` (Unix ms) falls in one of `windows` (ends included).
+pub fn inside(windows: &[(i64, i64)], t: i64) -> bool {
+    windows.iter().any(|(s, e)| t >= *s && t <= *e)
+}
+
 /// What one series lacks.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Gaps {
@@ -102,7 +107,8 @@ pub struct Gaps {
 
 /// The gaps of a series sampled every `step_ms` with timestamps `ts` (sorted): a gap longer than 1.5 steps
 /// misses its seconds. Those inside a window of `losses` are documented losses; the others are lost,
-/// unless `excused` says so for the gap (the target was down, say). Duplicates are allowed inside the windows of `dup_ok`.
+/// unless `excused` says so for the gap (the target was down, say). Duplicates are allowed inside the
+/// windows of `dup_ok`.
 pub fn gaps(
     ts: &[i64],
     step_ms: i64,
@@ -117,7 +123,7 @@ pub fn gaps(
         let (a, b) = (pair[0], pair[1]);
         if a == b {
             g.duplicates += 1;
-            if !dup_ok.iter().any(|(s, e)| a >= *s && a <= *e) {
+            if !inside(dup_ok, a) {
                 g.bad_duplicates += 1;
                 if g.dup_at.len() < 3 {
                     g.dup_at.push(a);
@@ -132,7 +138,6 @@ pub fn gaps(
         // The missing seconds, each documented by the first window it falls in; the rest is lost unless
         // excused.
         let missing = (b - a + step_ms / 2) / step_ms - 1;
-        let inside = |w: &[(i64, i64)], t: i64| w.iter().any(|(s, e)| t >= *s && t <= *e);
         let (mut kill, mut disk) = (0, 0);
         for k in 1..=missing {
             let t = a + k * step_ms;

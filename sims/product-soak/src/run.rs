@@ -17,7 +17,7 @@ use fleet_soak::{
 use telemon_test_support::browser::Browser;
 use telemon_test_support::{free_addr, Prometheus, Receiver, VictoriaMetrics};
 
-use crate::analysis::{ended_down, gaps, trend, Gaps, Losses, Trend};
+use crate::analysis::{ended_down, gaps, inside, trend, Gaps, Losses, Trend};
 use crate::plan::{Fault, Plan};
 use crate::proc::{Api, Namespace, OtlpReceiver, Telemon};
 
@@ -968,9 +968,9 @@ pub async fn run(opts: Options) -> Result<Report> {
                     //   at the end of its 10-minute linger, and a later agent from the same port takes it again;
                     // - a dial-in name alive at the SIGKILL died with that telemon: the restarted one knows it
                     //   once its peer dials again (an interpreter's name), or never (an agent's port).
-                    let dial_in = target.starts_with("mono/") || target.starts_with("dialers/");
-                    let at_kill = losses.kill.iter().any(|(s, e)| a >= *s && a <= *e);
-                    return dial_in && (at_kill || (target.starts_with("mono/") && ended_down(samples, a)));
+                    let mono = target.starts_with("mono/");
+                    let dial_in = mono || target.starts_with("dialers/");
+                    return dial_in && (inside(&losses.kill, a) || (mono && ended_down(samples, a)));
                 }
                 // A value series' gap is a loss only while its target was up all along.
                 up_of
