@@ -365,6 +365,29 @@ mod tests {
     }
 
     #[test]
+    fn samples_that_came_in_one_read_are_each_a_point() {
+        // An smon stream whose first read held two samples of `n.n` (the reader was late), then a third.
+        let mut enc = smon_codec::StreamEncoder::default();
+        let sample = |enc: &mut smon_codec::StreamEncoder, v: u64| {
+            let mut out = bytes::BytesMut::new();
+            enc.encode(&smon_codec::Sample::new("n.n", vec![0], v), &mut out).unwrap();
+            out.to_vec()
+        };
+        let first = [sample(&mut enc, 100), sample(&mut enc, 200)].concat();
+        let chunk = |ms: u64, b: Vec<u8>| (Duration::from_millis(ms), telemon_capture::Direction::Inbound, b);
+        let connection = Connection {
+            target: telemon_capture::Target::new("s", telemon_capture::link_type::SMON, "127.0.0.1:7878"),
+            start_ns: 1_700_000_000_000_000_000,
+            chunks: vec![chunk(0, first), chunk(10, sample(&mut enc, 300))],
+            peer_closed: false,
+        };
+        let text = openmetrics(&replay(&Protocols::built_in(), vec![connection]).unwrap());
+        let series = "smon_value{target=\"s\",name=\"n.n\",index=\"0\"}";
+        let points: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix(series)).collect();
+        assert_eq!(points, [" 100 1700000000.000", " 200 1700000000.001", " 300 1700000000.010"], "{text}");
+    }
+
+    #[test]
     fn families_are_written_once_with_their_series_in_time_order() {
         let a = "# TYPE x counter\n# HELP x An x.\nx_total{a=\"1\"} 1\nx_total{a=\"2\"} 5\n# TYPE y gauge\ny 0.5\n# EOF\n";
         let b = "# TYPE x counter\n# HELP x An x.\nx_total{a=\"1\"} 2\nx_total{a=\"2\"} 5\n# TYPE y gauge\ny 0.5\n# EOF\n";

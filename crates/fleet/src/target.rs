@@ -2,6 +2,7 @@
 //! connection state, and publishes a new [`TargetSnapshot`] when something changed, at most a few
 //! times a second however fast the peer sends.
 
+use std::collections::HashSet;
 use std::fmt::Display;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -80,8 +81,11 @@ pub struct PublisherState {
     now: Option<Stamp>,
     last_publish: Option<Instant>,
     remove_on_drop: bool,
-    /// Publish each change at once, with no [`PUBLISH_EVERY`] pause (see [`Publisher::publish_every_change`]).
-    every_change: bool,
+    /// Publish each change at once, with no [`PUBLISH_EVERY`] pause (see [`Publisher::publish_every_change`]):
+    /// then `Some`, with the series set since the last publication (boxed: only a replay has one, and
+    /// every live target would carry the set's 48 bytes).
+    #[allow(clippy::box_collection)]
+    every_change: Option<Box<HashSet<SlotId>>>,
     /// Bytes read from the target, counted by the collector's connection (see [`Publisher::received`]).
     received: Arc<AtomicU64>,
     /// Called after each publication (see [`Publisher::on_publish`]).
@@ -126,7 +130,7 @@ impl Publisher {
             now: None,
             last_publish: None,
             remove_on_drop: false,
-            every_change: false,
+            every_change: None,
             received: Arc::default(),
             on_publish: None,
             recording: None,
@@ -289,6 +293,7 @@ impl Publisher {
     /// Sets the value of a slot from [`Publisher::slot`]; `false` when the slot is stale (the
     /// series was removed, or the target reconnected): look it up again.
     pub fn put_slot(&mut self, slot: SlotId, value: impl Into<Num>) -> bool {
+        self.before_set(slot);
         let now = self.now();
         let change = self.store.set_at(slot, value.into(), now);
         self.changed(change)
@@ -345,6 +350,7 @@ impl Publisher {
         count: u64,
     ) {
         if let Some(slot) = self.slot(family, help, MetricKind::Histogram, labels) {
+            self.before_set(slot);
             let change = self.store.set_hist(slot, bounds, counts, sum, count);
             self.changed(change);
         }
@@ -429,8 +435,23 @@ impl Publisher {
     /// Publishes every change as soon as it is made, instead of at most one publication per
     /// [`PUBLISH_EVERY`]: what a replay of a recording needs (`telemon export`), where every recorded
     /// sample is a point of its own however fast it arrived. A live target keeps the pause.
+    ///
+    /// A series set a second time since the last publication (the next sample of a stream that sent
+    /// several in one read) first publishes the one before, so that each value is seen.
     pub fn publish_every_change(&mut self) {
-        self.every_change = true;
+        self.every_change = Some(Box::default());
+    }
+
+    /// In [`Publisher::publish_every_change`] mode: publishes what is held when `slot` was already set
+    /// since the last publication.
+    fn before_set(&mut self, slot: SlotId) {
+        let Some(set) = self.0.every_change.as_mut() else { return };
+        if !set.insert(slot) && self.dirty {
+            self.flush();
+            if let Some(set) = self.0.every_change.as_mut() {
+                set.insert(slot);
+            }
+        }
     }
 
     /// Runs `f` after each publication, with the registry: a replay (`telemon export`) renders the
@@ -442,7 +463,7 @@ impl Publisher {
 
     /// The shortest pause between two publications.
     fn pause(&self) -> Duration {
-        if self.every_change {
+        if self.every_change.is_some() {
             Duration::ZERO
         } else {
             PUBLISH_EVERY
@@ -506,6 +527,9 @@ impl Publisher {
         self.dirty = false;
         self.touched = false;
         self.last_publish = Some(Instant::now());
+        if let Some(set) = self.0.every_change.as_mut() {
+            set.clear();
+        }
         let PublisherState { on_publish, registry, .. } = &mut *self.0;
         if let Some(f) = on_publish {
             (f.0)(registry);
@@ -557,6 +581,35 @@ mod tests {
         assert!(Arc::ptr_eq(t, &p.meta));
         assert_eq!(t.errors.get(ErrorKind::Decode), 1);
         assert_eq!(t.series.len(), 1, "with its series");
+    }
+
+    #[test]
+    fn publishing_every_change_publishes_each_value_of_a_series_set_twice_between_flushes() {
+        let reg = Registry::new();
+        let mut p = Publisher::new(&reg, "t", Protocol::SMON, vec![], 10);
+        p.publish_every_change();
+        let seen: Arc<std::sync::Mutex<Vec<f64>>> = Arc::default();
+        let sink = seen.clone();
+        p.on_publish(move |reg| {
+            let t = &reg.snapshot().targets[0];
+            sink.lock().unwrap().push(t.series.family("g").next().and_then(|s| s.number()).unwrap_or(-1.0));
+        });
+        p.up();
+        seen.lock().unwrap().clear();
+        // Three samples of two series that arrived in one read: a publication before each series is
+        // set again, then the one the collector makes after the read.
+        let labels = [("i", "0")];
+        for v in [1u64, 2, 3] {
+            p.put("g", "h", MetricKind::Gauge, &labels, v);
+            p.put("other", "h", MetricKind::Gauge, &labels, v);
+        }
+        p.maybe_flush();
+        assert_eq!(*seen.lock().unwrap(), [1.0, 2.0, 3.0]);
+        // Unchanged values publish nothing more.
+        p.put("g", "h", MetricKind::Gauge, &labels, 3u64);
+        p.put("g", "h", MetricKind::Gauge, &labels, 3u64);
+        p.maybe_flush();
+        assert_eq!(seen.lock().unwrap().len(), 3);
     }
 
     #[test]
