@@ -107,8 +107,8 @@ const OWN_PER_TARGET: [Own; 6] =
     [Own::Up, Own::Connects, Own::Errors, Own::Dropped, Own::LastUpdate, Own::Received];
 
 /// One target's lines of a scrape page. A target that keeps its piece ([`keeps_piece`]) has it
-/// rendered by each publication, on its collector's thread, once pages are asked for (see
-/// [`crate::Registry::want_pages`]), or else at the first scrape after it: a scrape then copies
+/// rendered by each publication, on its collector's thread, once pages are asked for in a large fleet
+/// (see [`crate::Registry::want_pages`]), or else at the first scrape after it: a scrape then copies
 /// them into place, family by family, instead of formatting every value again.
 ///
 /// The lines are the same in both formats (only the `# HELP`/`# TYPE` lines differ), so one piece
@@ -733,6 +733,7 @@ mod tests {
     fn a_target_changed_after_a_scrape_is_scraped_as_changed() {
         let reg = crate::Registry::new();
         reg.want_pages();
+        reg.set_pieces_from(1);
         let mut p = crate::Publisher::new(&reg, "t", Protocol::METER161, Vec::<(String, String)>::new(), 10);
         p.up();
         p.set("m", "h", MetricKind::Gauge, Vec::new(), 1.0);

@@ -519,7 +519,7 @@ impl Publisher {
         meta.received_bytes = state.received.load(Ordering::Relaxed);
         meta.series = state.store.publish();
         meta.changed();
-        if state.registry.pages_wanted() && crate::render::keeps_piece(meta) {
+        if state.registry.pieces_at_publication() && crate::render::keeps_piece(meta) {
             // Rendered here, on the collector's thread: a scrape then copies it.
             meta.piece();
         }
