@@ -244,7 +244,7 @@ impl TargetSnapshot {
     }
 
     /// Its lines of a scrape page: rendered at the first call, then kept with the snapshot (in a
-    /// large fleet that serves pages, a publication renders it on the collector's thread, so that a
+    /// large fleet that serves pages, a publication calls it on the collector's thread, so that a
     /// scrape only copies it: see [`crate::Registry::want_pages`]). A snapshot changed in place after a call must say so
     /// ([`TargetSnapshot::changed`]); one changed through `Arc::make_mut` of a shared `Arc` is a
     /// clone, which starts without a piece.

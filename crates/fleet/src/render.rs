@@ -108,8 +108,8 @@ const OWN_PER_TARGET: [Own; 6] =
 
 /// One target's lines of a scrape page. A target that keeps its piece ([`keeps_piece`]) has it
 /// rendered by each publication, on its collector's thread, once pages are asked for in a large fleet
-/// (see [`crate::Registry::want_pages`]), or else at the first scrape after it: a scrape then copies
-/// them into place, family by family, instead of formatting every value again.
+/// (see [`crate::Registry::want_pages`]): a scrape then copies them into place, family by family,
+/// instead of formatting every value again. A target without one has its lines written by the scrape.
 ///
 /// The lines are the same in both formats (only the `# HELP`/`# TYPE` lines differ), so one piece
 /// serves both. Its slots are the target's families: telemon's own per-target ones first
@@ -185,9 +185,9 @@ impl Member {
 /// A scrape page as a sequence of chunks of about [`CHUNK`] bytes. It owns the snapshot it
 /// renders, so it can be handed to an HTTP body.
 ///
-/// Planning the page renders the [`Piece`] of each target that keeps one and has none yet, and
-/// notes where each family's lines are in it; writing it copies them, family by family, and writes
-/// the lines of the targets that keep none from their series.
+/// Planning the page notes where each family's lines are in the [`Piece`] of each target that has
+/// one; writing it copies them, family by family, and writes the lines of the other targets from
+/// their series.
 #[derive(Debug)]
 pub struct Chunks {
     /// What the page is of: it holds the pieces that `plan`'s lines point into.
@@ -273,7 +273,10 @@ impl Chunks {
                 }
                 crate::series::prefetch(ahead.series.schema().families.as_ptr());
             }
-            let piece = (t.piece.get().is_some() || keeps_piece(t)).then(|| t.piece());
+            // A piece only where a publication rendered one: rendering it here would cost an
+            // allocation and a copy more than writing the lines, for a piece that the target's next
+            // publication replaces before the next scrape.
+            let piece = t.piece.get();
             let member = |slot: usize| match piece {
                 Some(p) => Member::kept(p.slot(slot)),
                 None => Member::Written { target: ti as u32, slot: slot as u32 },
@@ -718,8 +721,13 @@ mod tests {
                 fleet.targets.iter().any(|t| keeps_piece(t)) && fleet.targets.iter().any(|t| !keeps_piece(t))
             );
             let written = render(&fleet, format);
-            assert!(fleet.targets.iter().all(|t| t.piece.get().is_some() == keeps_piece(t)));
-            // Every piece rendered, the large targets' too: the same page from pieces alone.
+            assert!(fleet.targets.iter().all(|t| t.piece.get().is_none()), "a scrape renders no piece");
+            // The small targets' pieces rendered (as their publications would), then the large
+            // targets' too: the same page from pieces and lines, then from pieces alone.
+            for t in fleet.targets.iter().filter(|t| keeps_piece(t)) {
+                t.piece();
+            }
+            assert_eq!(render(&fleet, format), written);
             for t in &fleet.targets {
                 t.piece();
             }
