@@ -224,7 +224,7 @@ impl Registry {
     /// Says that scrape pages are served from now on: while the registry holds at least
     /// [`PIECES_FROM`] targets, each publication then renders its target's [`TargetSnapshot::piece`]
     /// on its collector's thread, and a scrape only copies the pieces. Otherwise (a smaller fleet;
-    /// `telemon top`, `record`), pieces are rendered only when a page is made.
+    /// `telemon top`, `record`), no publication renders one, and a page writes the targets' lines.
     pub fn want_pages(&self) {
         self.inner.pages.store(true, Ordering::Relaxed);
     }
