@@ -25,10 +25,8 @@ struct Inner {
     generation: watch::Sender<u64>,
     /// Whether a scrape page was asked for: publications of a large fleet then render their piece.
     pages: AtomicBool,
-    /// How many targets `targets` holds.
+    /// How many targets `targets` holds: read by every publication, without the lock.
     len: AtomicUsize,
-    /// From how many targets on publications render their pieces ([`PIECES_FROM`]).
-    pieces_from: AtomicUsize,
 }
 
 /// From how many targets on each publication renders its target's piece of the page, once pages are
@@ -90,7 +88,6 @@ impl Registry {
                 generation: watch::Sender::new(0),
                 pages: AtomicBool::new(false),
                 len: AtomicUsize::new(0),
-                pieces_from: AtomicUsize::new(PIECES_FROM),
             }),
         }
     }
@@ -232,14 +229,16 @@ impl Registry {
     /// Whether a publication renders its target's piece: pages are wanted, and the fleet is large
     /// enough ([`PIECES_FROM`]).
     pub(crate) fn pieces_at_publication(&self) -> bool {
-        self.inner.pages.load(Ordering::Relaxed)
-            && self.inner.len.load(Ordering::Relaxed) >= self.inner.pieces_from.load(Ordering::Relaxed)
+        self.inner.pages.load(Ordering::Relaxed) && self.inner.len.load(Ordering::Relaxed) >= PIECES_FROM
     }
 
-    /// Sets [`PIECES_FROM`] for this registry (tests of small fleets).
+    /// Adds `n` idle targets (`idle-0`, ...), for a test's fleet to be as large as one whose
+    /// publications render their pieces ([`PIECES_FROM`]).
     #[cfg(test)]
-    pub(crate) fn set_pieces_from(&self, targets: usize) {
-        self.inner.pieces_from.store(targets, Ordering::Relaxed);
+    pub(crate) fn put_idle(&self, n: usize) {
+        for i in 0..n {
+            self.put(TargetSnapshot::new(format!("idle-{i}"), crate::model::Protocol::METER161, Vec::new()));
+        }
     }
 
     /// Every target, sorted by name.
@@ -262,7 +261,8 @@ mod tests {
     fn publications_render_pieces_only_in_a_fleet_that_serves_pages_and_is_large() {
         use crate::model::MetricKind;
         let reg = Registry::new();
-        reg.set_pieces_from(2);
+        // With `a` and `b`, as many targets as `PIECES_FROM`.
+        reg.put_idle(PIECES_FROM - 2);
         let publish = |p: &mut crate::Publisher, v: f64| {
             p.set("m", "h", MetricKind::Gauge, Vec::new(), v);
             p.flush();
@@ -275,10 +275,10 @@ mod tests {
         assert!(!piece("a"), "no page asked for");
         reg.want_pages();
         publish(&mut a, 2.0);
-        assert!(piece("a"), "pages, two targets");
+        assert!(piece("a"), "pages, a large fleet");
         drop(b);
         publish(&mut a, 3.0);
-        assert!(!piece("a"), "one target: the scrape writes its lines");
+        assert!(!piece("a"), "one target fewer: the scrape writes its lines");
     }
 
     #[tokio::test]

@@ -741,14 +741,14 @@ mod tests {
     fn a_target_changed_after_a_scrape_is_scraped_as_changed() {
         let reg = crate::Registry::new();
         reg.want_pages();
-        reg.set_pieces_from(1);
+        reg.put_idle(crate::registry::PIECES_FROM - 1);
         let mut p = crate::Publisher::new(&reg, "t", Protocol::METER161, Vec::<(String, String)>::new(), 10);
         p.up();
         p.set("m", "h", MetricKind::Gauge, Vec::new(), 1.0);
         p.flush();
         let first = reg.snapshot();
         assert!(
-            first.targets[0].piece.get().is_some(),
+            first.get("t").is_some_and(|t| t.piece.get().is_some()),
             "a publication renders the piece when pages are wanted"
         );
         assert!(render(&first, Format::Text004).contains("m{target=\"t\"} 1\n"));
